@@ -1,0 +1,366 @@
+"""Causal flash attention (prefill) and split-K decode attention (flash-decoding).
+
+attention: o = softmax(q k^T / sqrt(D) + mask) v for q (B, H, Tq, D) and k, v (B, H, Tk, D), Tk >= Tq.
+With causal=True query i sits at key position Tk - Tq + i (bottom-right aligned), so the same
+kernel runs prefill over a fresh prompt (Tk == Tq) and a chunk of new tokens over a cache that
+already holds a prefix (Tk > Tq). Each program keeps one BLOCK_M tile of queries in SRAM and
+streams BLOCK_N tiles of K and V past it with an online softmax: the Tq x Tk score matrix lives only
+in registers, and K and V are read once per query tile (so BLOCK_M sets how often). Key tiles wholly
+below the diagonal skip the mask arithmetic; only the tiles it crosses pay for it.
+
+decode_attention: one new query per sequence over its cache, keys [0, lengths[b]). A single
+sequence has only H query rows, too few programs to fill a GPU, so the cache is split along the
+keys into SPLIT_K chunks that run in parallel, each writing a partial (max, sum, unnormalised
+output), and a second kernel merges the partials. The grid depends on the cache size only, never
+on the lengths' values: no host synchronisation, and the launch can be captured in a CUDA graph.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from . import autotune
+from .config import (
+    TileConfig,
+    Traffic,
+    as_config,
+    cdiv,
+    check_dtype,
+    check_fields,
+    check_shared_memory,
+    device_limits,
+    explain_resources,
+    new_output,
+    next_pow2,
+)
+
+LOG2E = 1.4426950408889634
+MASKED_SCORE = -1.0e30  # finite, so a row whose first tile is all masked gives no inf - inf = NaN
+
+
+@triton.jit
+def _attention_tiles(
+    acc, l_i, m_i, q, K, V, rows, dims, lo, hi, TK, offset, qk_scale,
+    stride_kn, stride_kd, stride_vn, stride_vd,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = dims[None, :] < HEAD_DIM
+        if MASKED:
+            kv_mask = kv_mask & (cols < TK)[:, None]
+        k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
+        if MASKED:
+            keep = (cols < TK)[None, :]
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None] + offset)
+            qk = tl.where(keep, qk, MASKED_SCORE)
+        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attention_kernel(
+    Q, K, V, Out,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    H, TQ, TK, qk_scale,
+    CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b, h = bh // H, bh % H
+    Q += b * stride_qb + h * stride_qh
+    K += b * stride_kb + h * stride_kh
+    V += b * stride_vb + h * stride_vh
+    Out += b * stride_ob + h * stride_oh
+
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    q_mask = (rows < TQ)[:, None] & (dims < HEAD_DIM)[None, :]
+    q = tl.load(Q + rows[:, None] * stride_qm + dims[None, :] * stride_qd, mask=q_mask, other=0.0)
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    offset = TK - TQ  # key position of query 0
+    if CAUSAL:
+        # Tiles every query of this tile may see in full, then the tiles the diagonal crosses.
+        full_hi = (offset + start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N
+        hi = min(offset + (start_m + 1) * BLOCK_M, TK)
+    else:
+        full_hi = TK // BLOCK_N * BLOCK_N
+        hi = TK
+    acc, l_i, m_i = _attention_tiles(
+        acc, l_i, m_i, q, K, V, rows, dims, 0, full_hi, TK, offset, qk_scale,
+        stride_kn, stride_kd, stride_vn, stride_vd, False, CAUSAL, HEAD_DIM, PRECISION, BLOCK_N,
+    )  # fmt: skip
+    acc, l_i, m_i = _attention_tiles(
+        acc, l_i, m_i, q, K, V, rows, dims, full_hi, hi, TK, offset, qk_scale,
+        stride_kn, stride_kd, stride_vn, stride_vd, True, CAUSAL, HEAD_DIM, PRECISION, BLOCK_N,
+    )  # fmt: skip
+    o = acc / l_i[:, None]
+    tl.store(Out + rows[:, None] * stride_om + dims[None, :] * stride_od, o.to(Out.dtype.element_ty), mask=q_mask)
+
+
+@triton.jit
+def _decode_partial_kernel(
+    Q, K, V, Lengths, PartO, PartM, PartL,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    H, SPLITS, CHUNK, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    b, h = bh // H, bh % H
+    length = tl.load(Lengths + b).to(tl.int32)
+    lo = split * CHUNK
+    hi = min(lo + CHUNK, length)
+
+    dims = tl.arange(0, BLOCK_D)
+    d_mask = dims < HEAD_DIM
+    q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0).to(tl.float32)
+    q = q * qk_scale
+    K += b * stride_kb + h * stride_kh
+    V += b * stride_vb + h * stride_vh
+
+    m_i = tl.full((), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (cols < hi)[:, None] & d_mask[None, :]
+        # One query row: a dot product per key on the vector units; tl.dot would need 16 rows.
+        k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        qk = tl.sum(q[None, :] * k.to(tl.float32), axis=1)
+        qk = tl.where(cols < hi, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, axis=0))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+        m_i = m_new
+    part = bh * SPLITS + split
+    tl.store(PartO + part * BLOCK_D + dims, acc)
+    tl.store(PartM + part, m_i)
+    tl.store(PartL + part, l_i)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    PartO, PartM, PartL, Out,
+    stride_ob, stride_oh, stride_od,
+    H, SPLITS,
+    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(0).to(tl.int64)
+    b, h = bh // H, bh % H
+    splits = tl.arange(0, BLOCK_S)
+    dims = tl.arange(0, BLOCK_D)
+    s_mask = splits < SPLITS
+    m = tl.load(PartM + bh * SPLITS + splits, mask=s_mask, other=float("-inf"))
+    m_max = tl.max(m, axis=0)
+    # Splits past the sequence's length are empty (max -inf); they weigh nothing.
+    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)
+    l_sum = tl.sum(w * tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0), axis=0)
+    part = tl.load(PartO + (bh * SPLITS + splits)[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0)
+    o = tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+    tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
+
+
+def _stages(device) -> int:
+    return 2 if device_limits(device).capability < (8, 0) else 3
+
+
+def default_config(tq: int, head_dim: int, device) -> TileConfig:
+    block_m = max(16, min(128, next_pow2(tq)))
+    num_warps = 8 if block_m == 128 and head_dim > 64 else 4
+    return TileConfig(block_m=block_m, block_n=64, num_warps=num_warps, num_stages=_stages(device))
+
+
+def resolve_config(config, tq, head_dim, dtype, device) -> TileConfig:
+    cfg = as_config("attention", config).merged(default_config(tq, head_dim, device))
+    check_fields("attention", cfg)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    block_d = max(16, next_pow2(head_dim))
+    need = (cfg.block_m + 2 * cfg.num_stages * cfg.block_n) * block_d * itemsize
+    what = f"a {cfg.block_m}x{block_d} query tile and {cfg.num_stages} stages of {cfg.block_n}x{block_d} K and V tiles"
+    check_shared_memory("attention", cfg, need, torch.device(device), what)
+    return cfg
+
+
+def _check_qkv(name, q, k, v):
+    check_dtype(name, q)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"{name}: q, k and v must be 4-D (B, H, T, D)")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"{name}: shapes do not match: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"{name}: q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not 1 <= q.shape[3] <= 256:
+        raise ValueError(f"{name}: head dimension {q.shape[3]} is not supported (allowed: 1 to 256)")
+
+
+def attention(q, k, v, *, causal=True, config=None):
+    """Flash attention forward; q (B, H, Tq, D), k and v (B, H, Tk, D) with Tk >= Tq."""
+    _check_qkv("attention", q, k, v)
+    batch, heads, tq, head_dim = q.shape
+    tk = k.shape[2]
+    if tk < tq:
+        raise ValueError(f"attention: keys ({tk}) must be at least as many as queries ({tq})")
+    if config == "autotune":
+        config = autotune.pick(
+            "attention",
+            (*q.shape, tk, q.dtype, causal),
+            lambda c: attention(q, k, v, causal=causal, config=c),
+            q.device,
+        )
+    cfg = resolve_config(config, tq, head_dim, q.dtype, q.device)
+    o = new_output(q.shape, q.dtype, q.device)
+    if o.numel() == 0:
+        return o
+    grid = (cdiv(tq, cfg.block_m), batch * heads)
+    with explain_resources("attention", cfg):
+        _attention_kernel[grid](
+            q, k, v, o,
+            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+            heads, tq, tk, LOG2E / math.sqrt(head_dim),
+            CAUSAL=causal, HEAD_DIM=head_dim, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=max(16, next_pow2(head_dim)),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+    return o
+
+
+def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
+    limits = device_limits(device)
+    block_n = 64
+    # Two programs per SM in all, but no chunk shorter than one key tile.
+    split_k = max(1, min(cdiv(2 * limits.num_sms, batch_heads), cdiv(max_len, block_n), 256))
+    return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=4, num_stages=_stages(device))
+
+
+def resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device) -> TileConfig:
+    cfg = as_config("decode_attention", config).merged(default_decode_config(batch_heads, max_len, device))
+    check_fields("decode_attention", cfg)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    # No tl.dot here: K and V go to registers, and only the loads the pipeliner keeps in flight
+    # (num_stages - 1 of them) are staged in shared memory.
+    stages = max(1, cfg.num_stages - 1)
+    need = 2 * stages * cfg.block_n * max(16, next_pow2(head_dim)) * itemsize
+    what = f"{stages} in-flight stages of {cfg.block_n}-key K and V tiles"
+    check_shared_memory("decode_attention", cfg, need, torch.device(device), what)
+    return cfg
+
+
+def decode_split(max_len: int, cfg: TileConfig) -> tuple[int, int]:
+    """(keys per split, number of splits) for a cache of max_len positions: chunks are whole key tiles."""
+    chunk = cdiv(cdiv(max_len, cfg.split_k), cfg.block_n) * cfg.block_n
+    return chunk, cdiv(max_len, chunk)
+
+
+def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
+    """One query per sequence over its cache: q (B, H, 1, D), caches (B, H, T_max, D), keys [0, lengths[b])."""
+    _check_qkv("decode_attention", q, k_cache, v_cache)
+    batch, heads, tq, head_dim = q.shape
+    max_len = k_cache.shape[2]
+    if tq != 1:
+        raise ValueError(f"decode_attention: q must hold one new token per sequence (B, H, 1, D), got {tuple(q.shape)}")
+    if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != q.device:
+        raise ValueError(f"decode_attention: lengths must be an int32/int64 tensor of shape ({batch},) on {q.device}")
+    if config == "autotune":
+        config = autotune.pick(
+            "decode_attention",
+            (*q.shape, max_len, q.dtype),
+            lambda c: decode_attention(q, k_cache, v_cache, lengths, config=c),
+            q.device,
+        )
+    cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, q.dtype, q.device)
+    chunk, splits = decode_split(max_len, cfg)
+    block_d = max(16, next_pow2(head_dim))
+    part_o = new_output((batch * heads, splits, block_d), torch.float32, q.device)
+    part_m = new_output((batch * heads, splits), torch.float32, q.device)
+    part_l = new_output((batch * heads, splits), torch.float32, q.device)
+    o = new_output(q.shape, q.dtype, q.device)
+    if o.numel() == 0:
+        return o
+    with explain_resources("decode_attention", cfg):
+        _decode_partial_kernel[(batch * heads, splits)](
+            q, k_cache, v_cache, lengths, part_o, part_m, part_l,
+            q.stride(0), q.stride(1), q.stride(3), *k_cache.stride(), *v_cache.stride(),
+            heads, splits, chunk, LOG2E / math.sqrt(head_dim),
+            HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+        _decode_merge_kernel[(batch * heads,)](
+            part_o, part_m, part_l, o,
+            o.stride(0), o.stride(1), o.stride(3),
+            heads, splits,
+            HEAD_DIM=head_dim, BLOCK_S=max(2, next_pow2(splits)), BLOCK_D=block_d, num_warps=4,
+        )  # fmt: skip
+    return o
+
+
+def _visible_keys(tq: int, tk: int, causal: bool) -> int:
+    """Query-key pairs the mask lets through."""
+    if not causal:
+        return tq * tk
+    offset = tk - tq
+    return tq * offset + tq * (tq + 1) // 2
+
+
+def traffic(batch, heads, tq, tk, head_dim, itemsize, *, causal=True, config=None, dtype=torch.float16, device="cpu"):
+    """Modeled traffic of the flash kernel: Q read and O written once; each query tile reads the key
+    tiles up to its diagonal (all of them without the mask), so a taller BLOCK_M means fewer passes
+    over K and V."""
+    cfg = resolve_config(config, tq, head_dim, dtype, device)
+    offset = tk - tq
+    keys_loaded = 0
+    for m in range(cdiv(tq, cfg.block_m)):
+        hi = min(offset + (m + 1) * cfg.block_m, tk) if causal else tk
+        keys_loaded += min(cdiv(hi, cfg.block_n) * cfg.block_n, tk)
+    row = batch * heads * head_dim * itemsize
+    q_bytes, kv_bytes = tq * row, 2 * tk * row
+    flops = 4 * batch * heads * head_dim * _visible_keys(tq, tk, causal)
+    return Traffic(q_bytes + 2 * keys_loaded * row, q_bytes, flops, 2 * q_bytes + kv_bytes)
+
+
+def traffic_naive(batch, heads, tq, tk, head_dim, itemsize, *, causal=True):
+    """Unfused attention: S = q k^T written to memory, softmax reads S and writes P, then P v reads P.
+    The Tq x Tk matrices make four extra passes through HBM."""
+    row = batch * heads * head_dim * itemsize
+    scores = batch * heads * tq * tk * itemsize
+    q_bytes, kv_bytes = tq * row, 2 * tk * row
+    flops = 4 * batch * heads * head_dim * _visible_keys(tq, tk, causal) + 5 * batch * heads * tq * tk
+    reads = q_bytes + kv_bytes + 2 * scores
+    writes = 2 * scores + q_bytes
+    return Traffic(reads, writes, flops, 2 * q_bytes + kv_bytes)
+
+
+def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu"):
+    """Modeled traffic of one decode_attention call: each sequence's cache read up to its length
+    (never the whole allocation), plus the fp32 partials the merge kernel reads back."""
+    batch = len(lengths)
+    cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, dtype, device)
+    _, splits = decode_split(max_len, cfg)
+    row = heads * head_dim * itemsize
+    partials = batch * heads * splits * (max(16, next_pow2(head_dim)) + 2) * 4
+    kv = 2 * sum(lengths) * row
+    flops = 4 * heads * head_dim * sum(lengths)
+    return Traffic(batch * row + kv + partials, partials + batch * row, flops, kv + 2 * batch * row)

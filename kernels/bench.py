@@ -1,0 +1,240 @@
+"""Time each kernel next to what a user would pick instead, on a GPU: python -m kernels.bench
+
+Every case runs ours and the PyTorch baseline in the same process on the same random inputs. Two
+timings per kernel:
+- device: the median over repeated replays of a CUDA graph holding several launches, each over its
+  own copy of the inputs (rotated so the working set exceeds L2), divided by the launch count. This
+  is the kernel's own time, free of Python launch overhead.
+- eager: triton.testing.do_bench's median of plain calls, launch overhead included.
+The ratio is baseline time / our time: above 1.0 means ours is faster.
+"""
+
+import argparse
+import datetime
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+from . import attention, decode_attention, layer_norm, linear, reference
+from .config import device_limits
+
+L2_ROTATE_BYTES = 256 << 20  # more than the H200's 60 MB of L2 (and any other GPU's)
+
+
+def copy_bandwidth(device) -> float:
+    """Device-to-device copy of 2 GiB, bytes read plus written over the median time: GB/s."""
+    src = torch.randn(1 << 29, device=device)  # 2 GiB of fp32
+    dst = torch.empty_like(src)
+    ms = _graph_ms(lambda: dst.copy_(src), reps=10)
+    return 2 * src.numel() * 4 / ms / 1e6
+
+
+def _graph_ms(fn, reps=50, samples=15) -> float:
+    """Median ms of one fn() call, timed as replays of a CUDA graph that holds `reps` calls."""
+    fn()  # compile / warm up outside the capture
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(reps):
+                fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / reps)
+    return statistics.median(times)
+
+
+def _rotating(make_inputs, bytes_per_set):
+    """Copies of the inputs so consecutive calls read different memory; returns a call-counter picker."""
+    n = max(1, min(64, L2_ROTATE_BYTES // max(1, bytes_per_set)))
+    sets = [make_inputs() for _ in range(n)]
+    state = {"i": 0}
+
+    def next_set():
+        state["i"] = (state["i"] + 1) % n
+        return sets[state["i"]]
+
+    return next_set
+
+
+def _time_pair(ours, theirs, make_inputs, bytes_per_set):
+    from triton.testing import do_bench
+
+    pick = _rotating(make_inputs, bytes_per_set)
+    row = {}
+    for name, fn in (("ours", ours), ("torch", theirs)):
+        call = lambda fn=fn: fn(*pick())
+        row[f"{name}_ms"] = _graph_ms(call)
+        row[f"{name}_eager_ms"] = do_bench(call, warmup=25, rep=100, return_mode="median")
+    return row
+
+
+def attention_cases(device, dtype):
+    heads, head_dim = 12, 64
+    for batch in (1, 8):
+        for n in (128, 512, 1024, 4096):
+            make = lambda b=batch, n=n: [
+                torch.randn(b, heads, n, head_dim, device=device, dtype=dtype) for _ in range(3)
+            ]
+            flops = 4 * batch * heads * head_dim * n * (n + 1) // 2
+            row = _time_pair(
+                lambda q, k, v: attention(q, k, v),
+                lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                make,
+                4 * batch * heads * n * head_dim * 2,
+            )
+            yield dict(
+                kernel="attention (prefill, causal)", shape=f"B={batch} N={n}", unit="TFLOP/s", work=flops / 1e12, **row
+            )
+
+
+def decode_cases(device, dtype):
+    heads, head_dim = 12, 64
+    for batch in (1, 8):
+        for n in (1024, 8192):
+
+            def make(b=batch, n=n):
+                q = torch.randn(b, heads, 1, head_dim, device=device, dtype=dtype)
+                k, v = (torch.randn(b, heads, n, head_dim, device=device, dtype=dtype) for _ in range(2))
+                return q, k, v, torch.full((b,), n, device=device, dtype=torch.int32)
+
+            kv_bytes = 2 * batch * heads * n * head_dim * 2
+            row = _time_pair(
+                lambda q, k, v, lens: decode_attention(q, k, v, lens),
+                lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v),
+                make,
+                kv_bytes,
+            )
+            yield dict(kernel="decode attention", shape=f"B={batch} cache={n}", unit="GB/s", work=kv_bytes / 1e9, **row)
+
+
+def layer_norm_cases(device, dtype):
+    width = 768
+    for rows in (1, 4096, 8 * 1024):
+        for residual in (False, True):
+
+            def make(rows=rows):
+                return [torch.randn(rows, width, device=device, dtype=dtype) for _ in range(2)] + [
+                    torch.randn(width, device=device, dtype=dtype) for _ in range(2)
+                ]
+
+            moved = rows * width * 2 * (4 if residual else 2)
+            if residual:
+                ours = lambda x, r, w, b: layer_norm(x, w, b, residual=r)
+                theirs = lambda x, r, w, b: reference.layer_norm(x, w, b, residual=r)
+            else:
+                ours = lambda x, r, w, b: layer_norm(x, w, b)
+                theirs = lambda x, r, w, b: F.layer_norm(x, (width,), w, b)
+            name = "layernorm + residual add" if residual else "layernorm"
+            row = _time_pair(ours, theirs, make, moved)
+            yield dict(kernel=name, shape=f"{rows}x{width}", unit="GB/s", work=moved / 1e9, **row)
+
+
+def linear_cases(device, dtype):
+    shapes = [  # (name, rows, in, out, activation, residual)
+        ("linear + GELU (c_fc)", 1024, 768, 3072, "gelu", False),
+        ("linear + GELU (c_fc)", 4096, 768, 3072, "gelu", False),
+        ("linear + GELU (c_fc)", 8192, 768, 3072, "gelu", False),
+        ("linear + residual (c_proj)", 4096, 3072, 768, None, True),
+        ("linear decode (c_fc)", 1, 768, 3072, "gelu", False),
+        ("linear decode (c_attn)", 1, 768, 2304, None, False),
+        ("linear decode (c_fc)", 8, 768, 3072, "gelu", False),
+        ("linear decode (lm_head)", 1, 768, 50257, None, False),
+    ]
+    for name, rows, k, n, act, res in shapes:
+
+        def make(rows=rows, k=k, n=n):
+            return (
+                torch.randn(rows, k, device=device, dtype=dtype),
+                torch.randn(n, k, device=device, dtype=dtype) / k**0.5,
+                torch.randn(n, device=device, dtype=dtype),
+                torch.randn(rows, n, device=device, dtype=dtype),
+            )
+
+        ours = lambda x, w, b, r, act=act, res=res: linear(x, w, b, activation=act, residual=r if res else None)
+        theirs = lambda x, w, b, r, act=act, res=res: reference.linear(
+            x, w, b, activation=act, residual=r if res else None
+        )
+        moved = 2 * (rows * k + n * k + rows * n * (2 if res else 1))
+        decode = rows <= 16
+        work = moved / 1e9 if decode else 2 * rows * n * k / 1e12
+        row = _time_pair(ours, theirs, make, moved)
+        yield dict(kernel=name, shape=f"M={rows} {k}->{n}", unit="GB/s" if decode else "TFLOP/s", work=work, **row)
+
+
+def run(dtype=torch.bfloat16, only=None):
+    device = torch.device("cuda")
+    groups = {
+        "attention": attention_cases,
+        "decode": decode_cases,
+        "layer_norm": layer_norm_cases,
+        "linear": linear_cases,
+    }
+    rows = []
+    for name, cases in groups.items():
+        if only and name not in only:
+            continue
+        for row in cases(device, dtype):
+            row["ours_rate"] = row["work"] / row["ours_ms"] * 1e3
+            row["torch_rate"] = row["work"] / row["torch_ms"] * 1e3
+            row["ratio"] = row["torch_ms"] / row["ours_ms"]
+            row["eager_ratio"] = row["torch_eager_ms"] / row["ours_eager_ms"]
+            print(_format_row(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+HEADER = (
+    "| kernel | shape | ours ms | torch ms | ours | torch | speed-up (device) | speed-up (eager) |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def _format_row(r):
+    return (
+        f"| {r['kernel']} | {r['shape']} | {r['ours_ms']:.4f} | {r['torch_ms']:.4f} | "
+        f"{r['ours_rate']:.1f} {r['unit']} | {r['torch_rate']:.1f} {r['unit']} | "
+        f"{r['ratio']:.2f}x | {r['eager_ratio']:.2f}x |"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--only", nargs="*", help="attention, decode, layer_norm, linear")
+    parser.add_argument("--out", help="write the markdown table here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("kernels.bench times compiled kernels and needs a CUDA GPU")
+    import triton
+
+    limits = device_limits("cuda")
+    bandwidth = copy_bandwidth("cuda")
+    title = (
+        f"{datetime.date.today()} · {limits.name} · torch {torch.__version__} · triton {triton.__version__} · "
+        f"{args.dtype} · measured copy bandwidth {bandwidth:.0f} GB/s"
+    )
+    print(title)
+    print(HEADER)
+    rows = run(getattr(torch, args.dtype), args.only)
+    text = "\n".join([title, "", HEADER, *map(_format_row, rows)])
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+        import json
+
+        with open(args.out.rsplit(".", 1)[0] + ".json", "w") as f:
+            json.dump(dict(title=title, copy_gbs=bandwidth, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

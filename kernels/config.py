@@ -1,0 +1,206 @@
+"""Tile configurations, device limits and validation for every kernel.
+
+A TileConfig names the tile sizes and launch options a person can choose. Each kernel reads the
+fields it uses and ignores the rest; a field left as None takes that kernel's default for the
+device and shape. Validation happens on the host before any launch, so an impossible choice is a
+ValueError that names the field, the value and the limit, never a crash inside a compiler.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+# Shared memory assumed when kernels run in Triton's CPU interpreter: 99 KiB, what one block may
+# use on an A10G or L4 (the common Spaces GPUs), so a config accepted on CPU also fits there.
+CPU_SHARED_MEMORY = 101376
+# Multiprocessor count assumed on CPU: the interpreter runs programs one after another, so a small
+# number keeps default grids (split counts) small.
+CPU_NUM_SMS = 4
+
+KERNELS = ("layer_norm", "linear", "attention", "decode_attention")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int | None = None  # rows (queries, tokens) per program
+    block_n: int | None = None  # columns (keys, output features) per program or per loop step
+    block_k: int | None = None  # reduction step of the matmul
+    group_m: int | None = None  # matmul: row tiles grouped so neighbours share weight tiles in L2
+    split_k: int | None = None  # decode paths: splits of the reduction (linear) or of the keys (attention)
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+    def merged(self, default: TileConfig) -> TileConfig:
+        """Fields left as None take the value from `default`."""
+        return replace(default, **{f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None})
+
+    def __str__(self) -> str:
+        parts = [f"{f.name}={v}" for f in fields(self) if (v := getattr(self, f.name)) is not None]
+        return "TileConfig(" + ", ".join(parts) + ")"
+
+
+# Allowed values of each field, per kernel: (low, high), powers of two in between.
+BOUNDS = {
+    "layer_norm": {"block_m": (1, 64), "block_n": (16, 65536), "num_warps": (1, 32)},
+    "linear": {
+        "block_m": (16, 256),
+        "block_n": (16, 256),
+        "block_k": (16, 256),
+        "group_m": (1, 64),
+        "split_k": (1, 64),
+        "num_warps": (1, 16),
+        "num_stages": (1, 8),
+    },
+    "attention": {"block_m": (16, 256), "block_n": (16, 256), "num_warps": (1, 16), "num_stages": (1, 8)},
+    "decode_attention": {"block_n": (16, 1024), "split_k": (1, 256), "num_warps": (1, 16), "num_stages": (1, 8)},
+}
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    name: str
+    shared_memory: int  # bytes one program (thread block) may use
+    num_sms: int
+    capability: tuple[int, int]  # (0, 0) on CPU
+    bf16: bool
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.capability == (0, 0)
+
+
+@functools.cache
+def _cuda_limits(index: int) -> DeviceLimits:
+    props = torch.cuda.get_device_properties(index)
+    smem = getattr(props, "shared_memory_per_block_optin", 0)
+    if not smem:
+        import triton
+
+        smem = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    capability = (props.major, props.minor)
+    return DeviceLimits(props.name, int(smem), props.multi_processor_count, capability, capability >= (8, 0))
+
+
+def device_limits(device: torch.device | str | None = None) -> DeviceLimits:
+    """What the kernels may use on `device` (read from the GPU; documented defaults on CPU)."""
+    device = torch.device(device if device is not None else "cpu")
+    if device.type == "cuda":
+        return _cuda_limits(device.index if device.index is not None else torch.cuda.current_device())
+    return DeviceLimits("CPU (Triton interpreter)", CPU_SHARED_MEMORY, CPU_NUM_SMS, (0, 0), False)
+
+
+def supported_dtypes(device: torch.device | str | None = None) -> list[torch.dtype]:
+    """Dtypes the kernels are verified in on this device. bf16 needs sm80+; on CPU the Triton
+    interpreter mishandles bf16, so CPU offers float32 and float16 only."""
+    limits = device_limits(device)
+    if limits.is_cpu:
+        return [torch.float32, torch.float16]
+    return ([torch.bfloat16] if limits.bf16 else []) + [torch.float16, torch.float32]
+
+
+def check_dtype(name: str, tensor: torch.Tensor) -> None:
+    allowed = supported_dtypes(tensor.device)
+    if tensor.dtype not in allowed:
+        names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
+        raise ValueError(f"{name}: dtype {tensor.dtype} is not supported on {tensor.device.type} (allowed: {names})")
+
+
+def as_config(kernel: str, config) -> TileConfig:
+    if config is None:
+        return TileConfig()
+    if isinstance(config, TileConfig):
+        return config
+    raise ValueError(f"{kernel}: config must be None, a TileConfig or 'autotune', got {config!r}")
+
+
+def _is_pow2(v: int) -> bool:
+    return v > 0 and (v & (v - 1)) == 0
+
+
+def check_fields(kernel: str, cfg: TileConfig) -> None:
+    """Each set field is an int, a power of two (stages: any int) within the kernel's bounds."""
+    bounds = BOUNDS[kernel]
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if value is None:
+            continue
+        if f.name not in bounds:
+            continue  # fields other kernels use are ignored
+        lo, hi = bounds[f.name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{kernel}: {f.name}={value!r} must be an integer")
+        if f.name == "num_stages":
+            if not lo <= value <= hi:
+                raise ValueError(f"{kernel}: num_stages={value} is outside the allowed range {lo}..{hi}")
+            continue
+        if not _is_pow2(value) or not lo <= value <= hi:
+            allowed = ", ".join(str(1 << i) for i in range(lo.bit_length() - 1, hi.bit_length()))
+            raise ValueError(f"{kernel}: {f.name}={value} is not allowed (powers of two from {lo} to {hi}: {allowed})")
+
+
+def check_shared_memory(kernel: str, cfg: TileConfig, need: int, device: torch.device, what: str) -> None:
+    limits = device_limits(device)
+    if need > limits.shared_memory:
+        raise ValueError(
+            f"{kernel}: {cfg} needs about {need} bytes of shared memory ({what}), more than the "
+            f"{limits.shared_memory} bytes one block may use on {limits.name}; use smaller tiles or fewer stages"
+        )
+
+
+@contextmanager
+def explain_resources(kernel: str, cfg: TileConfig):
+    """Turn Triton's compile-time out-of-resources error into the same ValueError validation raises."""
+    from triton.runtime.errors import OutOfResources
+
+    try:
+        yield
+    except OutOfResources as e:
+        raise ValueError(
+            f"{kernel}: {cfg} needs {e.required} of {e.name} but the device allows {e.limit}; "
+            "use smaller tiles or fewer stages"
+        ) from None
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# Tests switch this on so every output buffer starts as NaN and an element a kernel forgot to
+# write fails the comparison instead of passing by luck.
+POISON_OUTPUTS = False
+
+
+def new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Modeled cost of one launch (or of an unfused sequence of launches).
+
+    bytes_read / bytes_written count what moves between global memory and the chip, tile re-reads
+    included: it is what tiling controls (L2 may serve some re-reads). min_bytes is the floor, each
+    input read once and each output written once.
+    """
+
+    bytes_read: int
+    bytes_written: int
+    flops: int
+    min_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))

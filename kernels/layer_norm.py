@@ -1,0 +1,145 @@
+"""LayerNorm over the last dimension, optionally fused with the pre-LN block's residual add.
+
+    s = x + residual                       (when residual is given; rounded to x's dtype, as torch does)
+    y = (s - mean(s)) / sqrt(var(s) + eps) * weight + bias
+
+Each program holds BLOCK_M whole rows (BLOCK_N >= C) in registers, so every row is read once and
+written once; mean and variance are computed in fp32 from the registers. With the residual fused,
+the block reads x and residual and writes s and y: four row-sized transfers instead of the five
+that a separate add followed by LayerNorm needs.
+"""
+
+import triton
+import triton.language as tl
+
+from . import autotune
+from .config import (
+    TileConfig,
+    Traffic,
+    as_config,
+    cdiv,
+    check_dtype,
+    check_fields,
+    explain_resources,
+    new_output,
+    next_pow2,
+)
+
+
+@triton.jit
+def _layer_norm_kernel(
+    X, R, Y, S, W, B,
+    stride_xm, stride_rm, stride_ym, stride_sm,
+    M, N, eps,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = (rows < M)[:, None] & col_mask[None, :]
+
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
+        tl.store(S + rows[:, None] * stride_sm + cols[None, :], x, mask=mask)
+    x = x.to(tl.float32)
+
+    mean = tl.sum(x, axis=1) / N
+    diff = tl.where(mask, x - mean[:, None], 0.0)
+    var = tl.sum(diff * diff, axis=1) / N
+    rstd = 1.0 / tl.sqrt(var + eps)
+
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
+    y = diff * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+def default_config(rows: int, width: int) -> TileConfig:
+    block_n = max(16, next_pow2(width))
+    # About 4K elements per program: enough bytes in flight per SM without spilling registers.
+    block_m = max(1, min(64, 4096 // block_n, next_pow2(rows)))
+    num_warps = 4 if block_m * block_n <= 4096 else 8
+    return TileConfig(block_m=block_m, block_n=block_n, num_warps=num_warps)
+
+
+def resolve_config(config: TileConfig | None, rows: int, width: int) -> TileConfig:
+    cfg = as_config("layer_norm", config).merged(default_config(rows, width))
+    check_fields("layer_norm", cfg)
+    if cfg.block_n < width:
+        raise ValueError(
+            f"layer_norm: block_n={cfg.block_n} is smaller than the row width {width}; the kernel holds whole "
+            f"rows in registers (one pass), so block_n must be at least {next_pow2(width)}"
+        )
+    if cfg.block_m * cfg.block_n > 65536:
+        raise ValueError(
+            f"layer_norm: block_m * block_n = {cfg.block_m * cfg.block_n} elements per program is more than "
+            "65536, which does not fit in registers; use a smaller block_m"
+        )
+    return cfg
+
+
+def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
+    """LayerNorm of x (..., C); with `residual`, returns (y, x + residual) from one pass."""
+    check_dtype("layer_norm", x)
+    width = x.shape[-1]
+    if weight.shape != (width,) or bias.shape != (width,):
+        raise ValueError(f"layer_norm: weight and bias must have shape ({width},), got {weight.shape}, {bias.shape}")
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        raise ValueError(f"layer_norm: residual {residual.shape} {residual.dtype} must match x {x.shape} {x.dtype}")
+    x2 = x.reshape(-1, width)
+    rows = x2.shape[0]
+    if config == "autotune":
+        config = autotune.pick(
+            "layer_norm",
+            (rows, width, x.dtype, residual is not None),
+            lambda c: layer_norm(x, weight, bias, eps, residual=residual, config=c),
+            x.device,
+        )
+    cfg = resolve_config(config, rows, width)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = new_output(x2.shape, x.dtype, x.device)
+    if residual is not None:
+        r2 = residual.reshape(-1, width)
+        r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
+        s = new_output(x2.shape, x.dtype, x.device)
+    else:
+        r2, s = x2, y  # unused by the kernel when HAS_RESIDUAL is False
+    if rows > 0:
+        grid = (cdiv(rows, cfg.block_m),)
+        with explain_resources("layer_norm", cfg):
+            _layer_norm_kernel[grid](
+                x2, r2, y, s, weight, bias,
+                x2.stride(0), r2.stride(0), y.stride(0), s.stride(0),
+                rows, width, eps,
+                HAS_RESIDUAL=residual is not None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                num_warps=cfg.num_warps,
+            )  # fmt: skip
+    if residual is None:
+        return y.view(x.shape)
+    return y.view(x.shape), s.view(x.shape)
+
+
+def traffic(rows: int, width: int, itemsize: int, *, residual: bool = False, config: TileConfig | None = None):
+    """Modeled traffic of one fused launch: each row read and written once; weight and bias read once
+    per program (so block_m changes the bytes: fewer, taller programs re-read them less)."""
+    cfg = resolve_config(config, rows, width)
+    row_bytes = rows * width * itemsize
+    programs = cdiv(rows, cfg.block_m)
+    reads = row_bytes * (2 if residual else 1) + programs * 2 * width * itemsize
+    writes = row_bytes * (2 if residual else 1)
+    flops = rows * width * (8 + (1 if residual else 0))
+    return Traffic(reads, writes, flops, reads - (programs - 1) * 2 * width * itemsize + writes)
+
+
+def traffic_unfused(rows: int, width: int, itemsize: int, *, residual: bool = False) -> Traffic:
+    """torch's path: a separate add kernel (reads x and residual, writes the sum), then F.layer_norm."""
+    row_bytes = rows * width * itemsize
+    ln = Traffic(row_bytes + 2 * width * itemsize, row_bytes, 8 * rows * width, 2 * row_bytes + 2 * width * itemsize)
+    if not residual:
+        return ln
+    return ln + Traffic(2 * row_bytes, row_bytes, rows * width, 3 * row_bytes)

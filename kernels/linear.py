@@ -1,0 +1,281 @@
+"""y = act(x @ weight.T + bias) + residual, with weight (out, in) like F.linear.
+
+Prefill-shaped inputs use a tiled matmul: each program keeps a (BLOCK_M, BLOCK_N) fp32 accumulator in
+registers and streams BLOCK_K-wide slices of x and weight through shared memory. Row tiles are
+visited in groups of GROUP_M so neighbouring programs reuse the same weight tiles from L2. The
+epilogue adds the bias, applies GPT-2's tanh GELU and adds the residual before the single store,
+so the FFN's hidden activation is written to memory once and never read back for a separate GELU.
+
+Decode-shaped inputs (M <= 16 rows) cannot fill a square tile, and one row tile over the output
+columns gives too few programs to keep every SM streaming. There the reduction is split across
+SPLIT_K programs that each read a distinct slice of the weight (the weight is read exactly once),
+write fp32 partial sums, and a small second kernel adds the partials and applies the epilogue.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from . import autotune
+from .config import (
+    TileConfig,
+    Traffic,
+    as_config,
+    cdiv,
+    check_dtype,
+    check_fields,
+    check_shared_memory,
+    device_limits,
+    explain_resources,
+    new_output,
+)
+
+DECODE_ROWS = 16  # at most this many rows take the split-K path (tl.dot needs 16 rows)
+
+
+@triton.jit
+def _gelu_tanh(x):
+    # GPT-2's 0.5 * x * (1 + tanh(u)) with u = sqrt(2/pi) * (x + 0.044715 x^3), written as the exact
+    # identity x * sigmoid(2u), which needs no tanh.
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return x * tl.sigmoid(2.0 * u)
+
+
+@triton.jit
+def _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym,
+                    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr):  # fmt: skip
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    if APPLY_GELU:
+        acc = _gelu_tanh(acc)
+    if HAS_RESIDUAL:
+        acc += tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], acc.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _linear_kernel(
+    X, W, Bias, R, Y,
+    M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
+    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    group_size = GROUP_M * tiles_n
+    first_m = (pid // group_size) * GROUP_M
+    group_m = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % group_m
+    pid_n = (pid % group_size) // group_m
+
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    # Rows and columns past the edge wrap onto valid memory instead of being masked, so the loads in
+    # the loop stay unmasked along M and N; the wrapped results are dropped by the masked store.
+    x_ptrs = X + (rows % M)[:, None] * stride_xm + ks[None, :] * stride_xk
+    w_ptrs = W + (cols % N)[None, :] * stride_wn + ks[:, None] * stride_wk  # (BLOCK_K, BLOCK_N) of weight.T
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(x_ptrs, mask=ks[None, :] < k_left, other=0.0)
+        b = tl.load(w_ptrs, mask=ks[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+    _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
+
+
+@triton.jit
+def _linear_split_k_kernel(
+    X, W, P,
+    M, N, K, K_PER_SPLIT,
+    stride_xm, stride_xk, stride_wn, stride_wk,
+    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    split = tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M)  # all M <= BLOCK_M rows in one tile
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_lo = split * K_PER_SPLIT
+    k_hi = min(k_lo + K_PER_SPLIT, K)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_lo, k_hi, BLOCK_K):
+        ks = k + tl.arange(0, BLOCK_K)
+        a = tl.load(
+            X + rows[:, None] * stride_xm + ks[None, :] * stride_xk,
+            mask=(rows < M)[:, None] & (ks < k_hi)[None, :],
+            other=0.0,
+        )
+        b = tl.load(W + (cols % N)[None, :] * stride_wn + ks[:, None] * stride_wk, mask=(ks < k_hi)[:, None], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    tl.store(P + split * M * N + rows[:, None] * N + cols[None, :], acc, mask=mask)
+
+
+@triton.jit
+def _split_k_reduce_kernel(
+    P, Bias, R, Y,
+    M, N, SPLIT_K, stride_rm, stride_ym,
+    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for split in range(0, SPLIT_K):
+        acc += tl.load(P + split * M * N + rows[:, None] * N + cols[None, :], mask=mask, other=0.0)
+    _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
+
+
+def default_config(rows: int, out_features: int, in_features: int, dtype: torch.dtype, device) -> TileConfig:
+    limits = device_limits(device)
+    stages = 2 if limits.capability < (8, 0) else 3
+    block_k = 32 if dtype == torch.float32 else 64
+    if rows <= DECODE_ROWS:
+        block_n, block_k = 64, 128
+        # Enough programs to give every SM two weight slices to stream, but no split shorter than BLOCK_K.
+        split_k = max(1, min(2 * limits.num_sms // cdiv(out_features, block_n), cdiv(in_features, block_k)))
+        return TileConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k,
+                          num_warps=4, num_stages=4 if stages == 3 else 2)  # fmt: skip
+    block_m = 128 if rows > 64 else 64
+    return TileConfig(
+        block_m=block_m,
+        block_n=128,
+        block_k=block_k,
+        group_m=8,
+        split_k=1,
+        num_warps=8 if block_m == 128 else 4,
+        num_stages=stages,
+    )
+
+
+def resolve_config(config, rows, out_features, in_features, dtype, device) -> TileConfig:
+    cfg = as_config("linear", config).merged(default_config(rows, out_features, in_features, dtype, device))
+    check_fields("linear", cfg)
+    if cfg.split_k > 1 and rows > DECODE_ROWS:
+        raise ValueError(
+            f"linear: split_k={cfg.split_k} is only for decode-shaped inputs of at most {DECODE_ROWS} rows, got {rows}"
+        )
+    if cfg.split_k > 1 and cfg.block_m != 16:
+        raise ValueError(
+            f"linear: the split-K path keeps all rows in one tile, so block_m must be 16 (got {cfg.block_m})"
+        )
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    need = cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
+    what = f"{cfg.num_stages} stages of a {cfg.block_m}x{cfg.block_k} and a {cfg.block_k}x{cfg.block_n} tile"
+    check_shared_memory("linear", cfg, need, torch.device(device), what)
+    return cfg
+
+
+def linear(x, weight, bias=None, *, activation=None, residual=None, config=None):
+    """act(x @ weight.T + bias) + residual for x (..., in) and weight (out, in)."""
+    check_dtype("linear", x)
+    if activation not in (None, "gelu"):
+        raise ValueError(f"linear: activation={activation!r} is not supported (allowed: None, 'gelu')")
+    in_features = x.shape[-1]
+    if weight.dim() != 2 or weight.shape[1] != in_features:
+        raise ValueError(f"linear: weight must be (out, {in_features}), got {tuple(weight.shape)}")
+    out_features = weight.shape[0]
+    if bias is not None and bias.shape != (out_features,):
+        raise ValueError(f"linear: bias must be ({out_features},), got {tuple(bias.shape)}")
+    out_shape = (*x.shape[:-1], out_features)
+    if residual is not None and tuple(residual.shape) != out_shape:
+        raise ValueError(f"linear: residual must have shape {out_shape}, got {tuple(residual.shape)}")
+    x2 = x.reshape(-1, in_features)
+    rows = x2.shape[0]
+    if config == "autotune":
+        config = autotune.pick(
+            "linear_decode" if rows <= DECODE_ROWS else "linear",
+            (rows, out_features, in_features, x.dtype, bias is not None, activation, residual is not None),
+            lambda c: linear(x, weight, bias, activation=activation, residual=residual, config=c),
+            x.device,
+        )
+    cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device)
+    y = new_output((rows, out_features), x.dtype, x.device)
+    if rows == 0:
+        return y.view(out_shape)
+    r2 = residual.reshape(rows, out_features).contiguous() if residual is not None else y
+    b = bias if bias is not None else weight  # placeholder pointer, unused when HAS_BIAS is False
+    flags = dict(HAS_BIAS=bias is not None, APPLY_GELU=activation == "gelu", HAS_RESIDUAL=residual is not None)
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    with explain_resources("linear", cfg):
+        if cfg.split_k == 1:
+            grid = (cdiv(rows, cfg.block_m) * cdiv(out_features, cfg.block_n),)
+            _linear_kernel[grid](
+                x2, weight, b, r2, y,
+                rows, out_features, in_features,
+                x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), r2.stride(0), y.stride(0),
+                **flags, PRECISION=precision,
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            )  # fmt: skip
+        else:
+            k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
+            splits = cdiv(in_features, k_per_split)
+            partial = new_output((splits, rows, out_features), torch.float32, x.device)
+            _linear_split_k_kernel[(cdiv(out_features, cfg.block_n), splits)](
+                x2, weight, partial,
+                rows, out_features, in_features, k_per_split,
+                x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1),
+                PRECISION=precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            )  # fmt: skip
+            _split_k_reduce_kernel[(cdiv(out_features, 128),)](
+                partial, b, r2, y,
+                rows, out_features, splits, r2.stride(0), y.stride(0),
+                **flags, BLOCK_M=cfg.block_m, BLOCK_N=128, num_warps=4,
+            )  # fmt: skip
+    return y.view(out_shape)
+
+
+def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False, config=None,
+            dtype=torch.float16, device="cpu") -> Traffic:  # fmt: skip
+    """Modeled traffic of the fused launch(es) at these tiles. Every row tile reads the whole weight
+    and every column tile reads the whole input, so larger tiles mean fewer re-reads."""
+    cfg = resolve_config(config, rows, out_features, in_features, dtype, device)
+    x_bytes, w_bytes, y_bytes = (
+        rows * in_features * itemsize,
+        out_features * in_features * itemsize,
+        rows * out_features * itemsize,
+    )
+    b_bytes = out_features * itemsize if bias else 0
+    r_bytes = y_bytes if residual else 0
+    flops = 2 * rows * out_features * in_features + rows * out_features * (
+        (1 if bias else 0) + (1 if residual else 0) + (10 if activation else 0)
+    )
+    floor = x_bytes + w_bytes + b_bytes + r_bytes + y_bytes
+    if cfg.split_k == 1:
+        row_tiles = cdiv(rows, cfg.block_m)
+        reads = x_bytes * cdiv(out_features, cfg.block_n) + (w_bytes + b_bytes) * row_tiles + r_bytes
+        return Traffic(reads, y_bytes, flops, floor)
+    splits = cdiv(in_features, cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k)
+    partial = splits * rows * out_features * 4
+    reads = x_bytes * cdiv(out_features, cfg.block_n) + w_bytes + partial + b_bytes + r_bytes
+    return Traffic(reads, partial + y_bytes, flops, floor)
+
+
+def traffic_unfused(
+    rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False
+) -> Traffic:
+    """F.linear (at its floor: inputs read once, output written once), then F.gelu and the residual
+    add as separate launches, each reading and writing the whole activation."""
+    x_bytes, w_bytes, y_bytes = (
+        rows * in_features * itemsize,
+        out_features * in_features * itemsize,
+        rows * out_features * itemsize,
+    )
+    b_bytes = out_features * itemsize if bias else 0
+    mm = 2 * rows * out_features * in_features + (rows * out_features if bias else 0)
+    total = Traffic(x_bytes + w_bytes + b_bytes, y_bytes, mm, x_bytes + w_bytes + b_bytes + y_bytes)
+    if activation:
+        total = total + Traffic(y_bytes, y_bytes, 10 * rows * out_features, 2 * y_bytes)
+    if residual:
+        total = total + Traffic(2 * y_bytes, y_bytes, rows * out_features, 3 * y_bytes)
+    return total

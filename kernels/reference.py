@@ -1,0 +1,43 @@
+"""PyTorch twins of the Triton kernels, with the same signatures.
+
+They are the test oracle (called on float64 copies of the inputs), the baseline the benchmarks time
+against, and the "torch" backend of the decoder. `config` is accepted and ignored so either module
+can be dropped in for the other.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
+    if residual is None:
+        return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    s = x + residual
+    return F.layer_norm(s, (x.shape[-1],), weight, bias, eps), s
+
+
+def linear(x, weight, bias=None, *, activation=None, residual=None, config=None):
+    y = F.linear(x, weight, bias)
+    if activation == "gelu":
+        y = F.gelu(y, approximate="tanh")
+    elif activation is not None:
+        raise ValueError(f"linear: activation={activation!r} is not supported (allowed: None, 'gelu')")
+    return y if residual is None else y + residual
+
+
+def attention(q, k, v, *, causal=True, config=None):
+    tq, tk = q.shape[2], k.shape[2]
+    if not causal:
+        return F.scaled_dot_product_attention(q, k, v)
+    if tq == tk:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    # Bottom-right aligned: query i sits at key position tk - tq + i.
+    mask = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
+    # A mask over the whole allocation keeps shapes fixed and the host unsynchronised; it reads all
+    # T_max positions, which the Triton kernel does not.
+    keep = torch.arange(k_cache.shape[2], device=q.device)[None, :] < lengths[:, None]  # (B, T_max)
+    return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=keep[:, None, None, :])

@@ -1,0 +1,52 @@
+import pytest
+import torch
+
+from kernels import TileConfig, layer_norm, reference
+from tests.tolerances import DTYPES, assert_close, f64
+
+# (rows, width): sequence lengths 1, 17, 127, 1000 across GPT-2's width and two that are not powers of two.
+SHAPES = [(1, 768), (17, 96), (127, 200), (1000, 768), (5, 1)]
+CONFIGS = [None, TileConfig(block_m=1, num_warps=1), TileConfig(block_m=16, num_warps=2), "wide"]
+
+
+def _config(cfg, width):
+    if cfg == "wide":  # a block wider than the row: most lanes masked
+        return TileConfig(block_m=2, block_n=4 * max(16, 1 << (width - 1).bit_length()))
+    return cfg
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,width", SHAPES)
+@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_layer_norm_matches_reference(device, dtype, rows, width, cfg, with_residual):
+    x = torch.randn(rows, width, device=device, dtype=dtype) * 3 + 1
+    w = torch.randn(width, device=device, dtype=dtype)
+    b = torch.randn(width, device=device, dtype=dtype)
+    config = _config(cfg, width)
+    if not with_residual:
+        y = layer_norm(x, w, b, 1e-5, config=config)
+        assert_close("layer_norm", y, reference.layer_norm(*f64(x, w, b), 1e-5), dtype)
+        return
+    r = torch.randn_like(x)
+    y, s = layer_norm(x, w, b, 1e-5, residual=r, config=config)
+    # The sum is rounded to the input dtype before it is normalised, as torch's separate add does.
+    s_ref = (x + r).cpu().double()
+    assert_close("layer_norm", s, s_ref, dtype)
+    assert_close("layer_norm", y, reference.layer_norm(s_ref, *f64(w, b), 1e-5), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_batched_and_strided_rows(device, dtype):
+    big = torch.randn(2, 17, 300, device=device, dtype=dtype)
+    x = big[..., :200]  # rows 300 apart: the kernel must use the row stride
+    w, b = torch.randn(200, device=device, dtype=dtype), torch.randn(200, device=device, dtype=dtype)
+    y = layer_norm(x, w, b, 1e-6)
+    assert y.shape == x.shape
+    assert_close("layer_norm", y, reference.layer_norm(*f64(x, w, b), 1e-6), dtype)
+
+
+def test_layer_norm_rejects_mismatched_weight(device):
+    x = torch.randn(4, 96, device=device)
+    with pytest.raises(ValueError, match=r"weight and bias must have shape \(96,\)"):
+        layer_norm(x, torch.ones(95, device=device), torch.zeros(96, device=device))

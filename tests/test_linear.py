@@ -1,0 +1,75 @@
+import pytest
+import torch
+
+from kernels import TileConfig, linear, reference
+from tests.tolerances import DTYPES, assert_close, f64
+
+# (rows, in_features, out_features): decode rows 1 and 5, the 16-row boundary, prefill rows 17, 127, 1000,
+# and widths 768, 96, 200.
+SHAPES = [(1, 768, 200), (5, 96, 768), (16, 200, 96), (17, 768, 96), (127, 200, 768), (1000, 96, 200)]
+EPILOGUES = [
+    dict(bias=True, activation=None, residual=False),
+    dict(bias=True, activation="gelu", residual=False),
+    dict(bias=True, activation=None, residual=True),
+    dict(bias=False, activation="gelu", residual=True),
+]
+CONFIGS = [
+    None,
+    # Small tiles: many programs, a K tail (200 % 16 == 8 for K=200), grouped ordering with ragged groups.
+    TileConfig(block_m=16, block_n=16, block_k=16, group_m=2, split_k=1, num_warps=1, num_stages=1),
+    TileConfig(block_m=64, block_n=32, block_k=64, group_m=4, split_k=1),
+]
+# The split-K path, for decode shapes only: uneven splits (K=200 in chunks of 64: 64, 64, 64, 8).
+SPLIT_CONFIGS = [
+    TileConfig(block_m=16, block_n=32, block_k=32, split_k=4),
+    TileConfig(block_m=16, block_n=16, block_k=16, split_k=16),
+]
+
+
+def _inputs(device, dtype, rows, k, n, bias, residual):
+    x = torch.randn(rows, k, device=device, dtype=dtype)
+    w = torch.randn(n, k, device=device, dtype=dtype) / k**0.5
+    b = torch.randn(n, device=device, dtype=dtype) if bias else None
+    r = torch.randn(rows, n, device=device, dtype=dtype) if residual else None
+    return x, w, b, r
+
+
+def _check(device, dtype, rows, k, n, epi, cfg):
+    x, w, b, r = _inputs(device, dtype, rows, k, n, epi["bias"], epi["residual"])
+    y = linear(x, w, b, activation=epi["activation"], residual=r, config=cfg)
+    ref = reference.linear(*f64(x, w), None if b is None else f64(b)[0], activation=epi["activation"],
+                           residual=None if r is None else f64(r)[0])  # fmt: skip
+    assert y.shape == (rows, n)
+    assert_close("linear", y, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,k,n", SHAPES)
+@pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()))
+@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
+def test_linear_matches_reference(device, dtype, rows, k, n, epi, cfg):
+    if rows == 1000 and cfg is not None and cfg.block_m == 16:
+        pytest.skip("1000 rows in 16x16 tiles take minutes in the interpreter; covered by smaller rows")
+    _check(device, dtype, rows, k, n, epi, cfg)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,k,n", [(1, 200, 96), (3, 768, 200), (16, 96, 768)])
+@pytest.mark.parametrize("epi", EPILOGUES[1:3], ids=["gelu", "residual"])
+@pytest.mark.parametrize("cfg", SPLIT_CONFIGS, ids=str)
+def test_linear_split_k_decode_path(device, dtype, rows, k, n, epi, cfg):
+    _check(device, dtype, rows, k, n, epi, cfg)
+
+
+def test_linear_keeps_leading_dims(device):
+    x = torch.randn(2, 3, 96, device=device)
+    w = torch.randn(40, 96, device=device)
+    assert_close("linear", linear(x, w), reference.linear(*f64(x, w)), torch.float32)
+
+
+def test_linear_rejects_bad_activation_and_split(device):
+    x, w = torch.randn(32, 96, device=device), torch.randn(40, 96, device=device)
+    with pytest.raises(ValueError, match="activation='relu' is not supported"):
+        linear(x, w, activation="relu")
+    with pytest.raises(ValueError, match="split_k=4 is only for decode-shaped inputs of at most 16 rows, got 32"):
+        linear(x, w, config=TileConfig(block_m=16, split_k=4))

@@ -1,0 +1,43 @@
+"""One table of tolerances for comparing a kernel's output with the float64 PyTorch reference."""
+
+import pytest
+import torch
+
+# dtype: (atol, rtol). Each is a few units of the output's last place, since every kernel computes
+# in fp32 and rounds once when it stores.
+TOLERANCES = {
+    # fp32 in, fp32 math: only the summation order differs from the reference (seen: under 1e-6).
+    torch.float32: (1e-5, 1e-5),
+    # One rounding to fp16 (2^-11 = 4.9e-4 relative) on the output, plus fp16 operands in the dot.
+    torch.float16: (2e-3, 2e-3),
+    # bf16 keeps 8 mantissa bits: 2^-8 = 3.9e-3 relative per rounding.
+    torch.bfloat16: (2e-2, 2e-2),
+}
+
+# Loosenings, each with its reason. Key: (kernel, dtype).
+LOOSER = {
+    # Attention rounds the softmax probabilities to the input dtype before the P @ V product (as
+    # every flash kernel does, to use the tensor cores): a second rounding on top of the output's.
+    ("attention", torch.float16): (4e-3, 4e-3),
+    ("attention", torch.bfloat16): (3e-2, 3e-2),
+    # Matmuls on a GPU with fp32 inputs use fp32 FMA in a different order than the CPU reference over
+    # K up to 768 terms: error grows like sqrt(K) ulps.
+    ("linear", torch.float32): (1e-4, 1e-4),
+}
+
+DTYPES = [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)]
+
+
+def tolerance(kernel: str, dtype: torch.dtype) -> tuple[float, float]:
+    return LOOSER.get((kernel, dtype), TOLERANCES[dtype])
+
+
+def assert_close(kernel: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """Compare on the CPU in float64; NaN anywhere in `actual` (an unwritten element) fails."""
+    atol, rtol = tolerance(kernel, dtype)
+    torch.testing.assert_close(actual.detach().cpu().double(), expected.detach().cpu().double(), atol=atol, rtol=rtol)
+
+
+def f64(*tensors):
+    """float64 CPU copies for the reference."""
+    return [t.detach().cpu().double() if t.is_floating_point() else t.detach().cpu() for t in tensors]
