@@ -218,21 +218,18 @@ def _check_qkv(name, q, k, v):
 
 
 def attention(q, k, v, *, causal=True, config=None):
-    """Flash attention forward; q (B, H, Tq, D), k and v (B, H, Tk, D) with Tk >= Tq."""
+    """Flash attention forward; q (B, H, Tq, D), k and v (B, H, Tk, D) with Tk >= Tq -> o like q."""
     _check_qkv("attention", q, k, v)
     batch, heads, tq, head_dim = q.shape
     tk = k.shape[2]
     if tk < tq:
         raise ValueError(f"attention: keys ({tk}) must be at least as many as queries ({tq})")
     if config == "autotune":
-        config = autotune.pick(
-            "attention",
-            (*q.shape, tk, q.dtype, causal),
-            lambda c: attention(q, k, v, causal=causal, config=c),
-            q.device,
-        )
+        config = tuned_config(q, k, v, causal=causal)
     cfg = resolve_config(config, tq, head_dim, q.dtype, q.device)
-    o = new_output(q.shape, q.dtype, q.device)
+    # Stored as (B, Tq, H, D) and returned as its (B, H, Tq, D) view, so merging the heads back into
+    # (B, Tq, H * D) for the output projection is free.
+    o = new_output((batch, tq, heads, head_dim), q.dtype, q.device).transpose(1, 2)
     if o.numel() == 0:
         return o
     grid = (cdiv(tq, cfg.block_m), batch * heads)
@@ -285,12 +282,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
     if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != q.device:
         raise ValueError(f"decode_attention: lengths must be an int32/int64 tensor of shape ({batch},) on {q.device}")
     if config == "autotune":
-        config = autotune.pick(
-            "decode_attention",
-            (*q.shape, max_len, q.dtype),
-            lambda c: decode_attention(q, k_cache, v_cache, lengths, config=c),
-            q.device,
-        )
+        config = tuned_decode_config(q, k_cache, v_cache, lengths)
     cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, q.dtype, q.device)
     chunk, splits = decode_split(max_len, cfg)
     block_d = max(16, next_pow2(head_dim))
@@ -317,6 +309,18 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
     return o
 
 
+def tuned_config(q, k, v, *, causal=True):
+    """The fastest candidate tiles for these inputs (timed once per shape on a GPU; defaults on CPU)."""
+    run = lambda c: attention(q, k, v, causal=causal, config=c)
+    return autotune.pick("attention", (*q.shape, k.shape[2], q.dtype, causal), run, q.device)
+
+
+def tuned_decode_config(q, k_cache, v_cache, lengths):
+    """As tuned_config, for decode_attention; keyed by the cache size, not the lengths' values."""
+    run = lambda c: decode_attention(q, k_cache, v_cache, lengths, config=c)
+    return autotune.pick("decode_attention", (*q.shape, k_cache.shape[2], q.dtype), run, q.device)
+
+
 def _visible_keys(tq: int, tk: int, causal: bool) -> int:
     """Query-key pairs the mask lets through."""
     if not causal:
@@ -339,6 +343,13 @@ def traffic(batch, heads, tq, tk, head_dim, itemsize, *, causal=True, config=Non
     q_bytes, kv_bytes = tq * row, 2 * tk * row
     flops = 4 * batch * heads * head_dim * _visible_keys(tq, tk, causal)
     return Traffic(q_bytes + 2 * keys_loaded * row, q_bytes, flops, 2 * q_bytes + kv_bytes)
+
+
+def traffic_floor(batch, heads, tq, tk, head_dim, itemsize, *, causal=True):
+    """Any fused attention at its floor: q, k and v read once, o written once."""
+    row = batch * heads * head_dim * itemsize
+    flops = 4 * batch * heads * head_dim * _visible_keys(tq, tk, causal)
+    return Traffic((tq + 2 * tk) * row, tq * row, flops, (2 * tq + 2 * tk) * row)
 
 
 def traffic_naive(batch, heads, tq, tk, head_dim, itemsize, *, causal=True):

@@ -191,12 +191,7 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
     x2 = x.reshape(-1, in_features)
     rows = x2.shape[0]
     if config == "autotune":
-        config = autotune.pick(
-            "linear_decode" if rows <= DECODE_ROWS else "linear",
-            (rows, out_features, in_features, x.dtype, bias is not None, activation, residual is not None),
-            lambda c: linear(x, weight, bias, activation=activation, residual=residual, config=c),
-            x.device,
-        )
+        config = tuned_config(x, weight, bias, activation=activation, residual=residual)
     cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device)
     y = new_output((rows, out_features), x.dtype, x.device)
     if rows == 0:
@@ -233,6 +228,14 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
                 **flags, BLOCK_M=cfg.block_m, BLOCK_N=128, num_warps=4,
             )  # fmt: skip
     return y.view(out_shape)
+
+
+def tuned_config(x, weight, bias=None, *, activation=None, residual=None):
+    """The fastest candidate tiles for these inputs (timed once per shape on a GPU; defaults on CPU)."""
+    rows = x.numel() // x.shape[-1]
+    key = (rows, *weight.shape, x.dtype, bias is not None, activation, residual is not None)
+    run = lambda c: linear(x, weight, bias, activation=activation, residual=residual, config=c)
+    return autotune.pick("linear_decode" if rows <= DECODE_ROWS else "linear", key, run, x.device)
 
 
 def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False, config=None,

@@ -1,0 +1,190 @@
+"""A GPT-2 decoder whose every LayerNorm, projection, FFN and attention runs on kernels/.
+
+Names follow GPT-2's checkpoints (transformer.wte, h.N.attn.c_attn, mlp.c_fc, ln_f), so loading is a
+key-for-key copy; only Conv1D weights are transposed into F.linear's (out, in). Each block is pre-LN:
+
+    x = x + c_proj(attention(c_attn(ln_1(x))))      the residual add rides in c_proj's epilogue
+    x = x + c_proj(gelu(c_fc(ln_2(x))))             GELU in c_fc's epilogue, the add in c_proj's
+
+Three entry points share the blocks and differ only in how attention gets its keys:
+- forward(ids): the whole sequence, no cache (the O(n^2)-per-token path when generating);
+- prefill(ids, cache, lengths): right-padded prompts, K and V written to the cache;
+- decode(ids, cache): one token per sequence at its own position, attending over its cache.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from kernels.config import Traffic
+
+from .cache import KVCache
+from .ops import Ops, Recorder, Tiles
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    n_positions: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    layer_norm_epsilon: float = 1e-5
+    eos_token_id: int | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(width), requires_grad=False)
+
+
+class Linear(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(out_features, in_features), requires_grad=False)  # (out, in)
+        self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_attn = Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.c_proj = Linear(cfg.n_embd, cfg.n_embd)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = Linear(cfg.n_embd, 4 * cfg.n_embd)
+        self.c_proj = Linear(4 * cfg.n_embd, cfg.n_embd)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = LayerNorm(cfg.n_embd)
+        self.attn = Attention(cfg)
+        self.ln_2 = LayerNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, ops: Ops, attend, eps):
+        B, T, C = x.shape
+        h = ops.layer_norm(x, self.ln_1.weight, self.ln_1.bias, eps)
+        qkv = ops.linear("qkv/out proj", h, self.attn.c_attn.weight, self.attn.c_attn.bias)  # (B, T, 3C)
+        nh = attend.n_head
+        q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=-1))  # (B, nh, T, hs) views
+        o = attend(q, k, v)  # (B, nh, T, hs)
+        o = o.transpose(1, 2).reshape(B, T, C)  # a view when the kernel stored (B, T, nh, hs)
+        x = ops.linear("qkv/out proj", o, self.attn.c_proj.weight, self.attn.c_proj.bias, residual=x)
+        h = ops.layer_norm(x, self.ln_2.weight, self.ln_2.bias, eps)
+        h = ops.linear("ffn", h, self.mlp.c_fc.weight, self.mlp.c_fc.bias, activation="gelu")  # (B, T, 4C)
+        return ops.linear("ffn", h, self.mlp.c_proj.weight, self.mlp.c_proj.bias, residual=x)
+
+
+class _Attend:
+    """How one forward pass gets its keys; called once per layer in order."""
+
+    def __init__(self, ops: Ops, n_head: int, cache: KVCache | None = None, mode: str = "full"):
+        self.ops, self.n_head, self.cache, self.mode, self.layer = ops, n_head, cache, mode, 0
+
+    def __call__(self, q, k, v):
+        layer, self.layer = self.layer, self.layer + 1
+        if self.cache is None:
+            return self.ops.attention(q, k, v)
+        with self.ops.timer("kv write", k):
+            written = self.cache.write(layer, k, v, decode=self.mode == "decode")
+        self.ops.book("kv write", written)
+        if self.mode == "prefill":
+            return self.ops.attention(q, k, v)
+        c = self.cache
+        return self.ops.decode_attention(q, c.k[layer], c.v[layer], c.next_lengths, c.next_host_lengths)
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig, backend: str = "triton"):
+        super().__init__()
+        self.config = cfg
+        self.backend = backend
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+                wpe=nn.Embedding(cfg.n_positions, cfg.n_embd),
+                h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
+                ln_f=LayerNorm(cfg.n_embd),
+            )
+        )
+        self.requires_grad_(False)
+
+    def with_backend(self, backend: str) -> GPT:
+        """The same weights, another default backend (a shallow copy: nothing is duplicated)."""
+        Ops(backend)  # validates the name
+        other = copy.copy(self)
+        other.backend = backend
+        return other
+
+    @property
+    def device(self) -> torch.device:
+        return self.transformer.wte.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.transformer.wte.weight.dtype
+
+    def _run(self, ids, positions, ops: Ops, attend: _Attend, logits_at=None):
+        t = self.transformer
+        with ops.timer("embedding", ids):
+            x = t.wte(ids) + t.wpe(positions)  # (B, T, C)
+        item = x.element_size()
+        ops.book("embedding", Traffic(2 * x.numel() * item, x.numel() * item, x.numel(), 3 * x.numel() * item))
+        eps = self.config.layer_norm_epsilon
+        for block in t.h:
+            x = block(x, ops, attend, eps)
+        if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
+            x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
+        x = ops.layer_norm(x, t.ln_f.weight, t.ln_f.bias, eps)
+        return ops.linear("lm_head", x, t.wte.weight)  # tied to the token embedding
+
+    @torch.inference_mode()
+    def forward(self, ids, *, tiles: Tiles | None = None, backend=None, recorder: Recorder | None = None,
+                logits_at=None):  # fmt: skip
+        """ids (B, T) -> logits (B, T, vocab); with logits_at (B,), only those positions: (B, 1, vocab)."""
+        self._check_length(ids.shape[1])
+        ops = Ops(backend or self.backend, tiles, recorder)
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self._run(ids, positions, ops, _Attend(ops, self.config.n_head), logits_at)
+
+    @torch.inference_mode()
+    def prefill(self, ids, cache: KVCache, lengths: list[int], *, tiles=None, backend=None, recorder=None):
+        """Right-padded prompts ids (B, T) with true `lengths` -> next-token logits (B, vocab)."""
+        self._check_length(ids.shape[1])
+        ops = Ops(backend or self.backend, tiles, recorder)
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        last = torch.tensor([n - 1 for n in lengths], device=ids.device)
+        logits = self._run(ids, positions, ops, _Attend(ops, self.config.n_head, cache, "prefill"), last)
+        cache.set_lengths(lengths)
+        return logits[:, 0]
+
+    @torch.inference_mode()
+    def decode(self, ids, cache: KVCache, *, tiles=None, backend=None, recorder=None):
+        """One new token per sequence, ids (B,) -> next-token logits (B, vocab)."""
+        self._check_length(max(cache.host_lengths) + 1)
+        ops = Ops(backend or self.backend, tiles, recorder)
+        cache.begin_step()
+        positions = cache.lengths.unsqueeze(1)  # (B, 1): each sequence at its own position
+        logits = self._run(ids.unsqueeze(1), positions, ops, _Attend(ops, self.config.n_head, cache, "decode"))
+        cache.end_step()
+        return logits[:, 0]
+
+    def _check_length(self, length: int) -> None:
+        if length > self.config.n_positions:
+            raise ValueError(f"sequence of {length} tokens exceeds the model's {self.config.n_positions} positions")

@@ -1,0 +1,165 @@
+"""The decoder against transformers' GPT-2 on a small random checkpoint saved to disk and loaded
+through explorer.weights, like any other checkpoint."""
+
+import pytest
+import torch
+
+from explorer.cache import KVCache
+from explorer.generate import generate
+from explorer.weights import load_model
+
+BACKENDS = ["torch", "triton"]
+
+
+def max_rel_err(actual, expected):
+    return ((actual.double() - expected.double()).abs().max() / expected.double().abs().max()).item()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("random-gpt2")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    torch.manual_seed(1234)
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=96, vocab_size=len(fast),
+                     eos_token_id=fast.eos_token_id, bos_token_id=fast.eos_token_id)  # fmt: skip
+    hf = GPT2LMHeadModel(cfg).eval()
+    hf.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder, hf
+
+
+def hf_greedy(hf, prompt, n):
+    ids = torch.tensor([prompt])
+    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                      do_sample=False, pad_token_id=hf.config.eos_token_id)  # fmt: skip
+    return out[0, len(prompt) :].tolist()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_logits_match_transformers(checkpoint, backend):
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend=backend)
+    ids = torch.randint(0, hf.config.vocab_size, (2, 45))
+    assert max_rel_err(model(ids), hf(ids).logits) <= 1e-4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cached_prefill_and_decode_logits_match_transformers(checkpoint, backend):
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend=backend)
+    ids = torch.randint(0, hf.config.vocab_size, (2, 24))
+    ref = hf(ids).logits  # (B, T, vocab)
+    cache = KVCache.for_model(model, 2, 30)
+    logits = model.prefill(ids[:, :17], cache, [17, 17])
+    assert max_rel_err(logits, ref[:, 16]) <= 1e-4
+    for t in range(17, 24):
+        logits = model.decode(ids[:, t], cache)
+        assert max_rel_err(logits, ref[:, t]) <= 1e-4
+    assert cache.host_lengths == [24, 24]
+    assert cache.lengths.tolist() == [24, 24]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cache", [True, False])
+def test_greedy_generation_matches_transformers(checkpoint, backend, cache):
+    folder, hf = checkpoint
+    model, tok = load_model(folder, backend=backend)
+    prompt = torch.randint(0, hf.config.vocab_size, (7,)).tolist()
+    expected = hf_greedy(hf, prompt, 32)
+    steps = list(generate(model, prompt, max_new_tokens=32, cache=cache, eos_token_id=-1, tokenizer=tok))
+    assert [s.token_id for s in steps] == expected
+    assert [s.phase for s in steps] == ["prefill"] + ["decode"] * 31
+    assert [s.position for s in steps] == list(range(7, 39))
+    assert steps[-1].stop_reason == "reached max new tokens (32)"
+    assert "".join(s.text for s in steps) == tok.decode(expected)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache):
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend="triton")
+    prompts = [torch.randint(0, hf.config.vocab_size, (n,)).tolist() for n in (3, 11, 6)]
+    steps = list(generate(model, prompts, max_new_tokens=12, cache=cache, eos_token_id=-1))
+    for b, prompt in enumerate(prompts):
+        assert [s.token_ids[b] for s in steps] == hf_greedy(hf, prompt, 12), f"sequence {b}"
+    assert steps[0].positions == [3, 11, 6]
+
+
+def test_kv_cache_bytes_match_its_tensors(checkpoint):
+    folder, hf = checkpoint
+    model, _ = load_model(folder)
+    steps = list(generate(model, [[1, 2, 3], [4, 5, 6, 7, 8]], max_new_tokens=5, eos_token_id=-1, warmup=False))
+    cfg = hf.config
+    per_token = 2 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * 4
+    cache = KVCache.for_model(model, 2, 5 + 5)
+    assert steps[0].kv_allocated_bytes == cache.k.numel() * 4 + cache.v.numel() * 4 == per_token * 2 * 10
+    # After the prefill the cache holds the prompts; each decode step adds one position per sequence.
+    assert [s.kv_used_bytes for s in steps] == [per_token * (8 + 2 * i) for i in range(5)]
+    off = list(generate(model, [[1, 2, 3]], max_new_tokens=3, cache=False, eos_token_id=-1, warmup=False))
+    assert all(s.kv_used_bytes == 0 and s.kv_allocated_bytes == 0 for s in off)
+    assert [s.context_tokens for s in off] == [3, 4, 5]  # the recompute that grows instead
+
+
+def test_step_records_traffic_per_kernel(checkpoint):
+    folder, _ = checkpoint
+    model, _ = load_model(folder)
+    prefill, decode = list(generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False))
+    assert {"layer_norm", "qkv/out proj", "attention", "ffn", "lm_head", "embedding", "kv write"} <= set(
+        prefill.traffic
+    )
+    assert "decode attention" in decode.traffic and "attention" not in decode.traffic
+    assert decode.traffic["ffn"].bytes_read < prefill.traffic["ffn"].bytes_read
+    assert prefill.traffic["ffn"].flops == 2 * (2 * 9 * 64 * 256 * 2) + 9 * (256 * 11 + 64 * 2) * 2
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy(checkpoint):
+    folder, _ = checkpoint
+    model, _ = load_model(folder, backend="torch")
+    run = lambda **kw: [s.token_id for s in generate(model, [1, 2, 3], max_new_tokens=10, eos_token_id=-1, **kw)]
+    assert run(temperature=1.0, seed=3) == run(temperature=1.0, seed=3)
+    assert run(temperature=5.0, top_k=1, seed=3) == run()
+    assert len({tuple(run(temperature=5.0, seed=s)) for s in range(4)}) > 1
+
+
+def test_stops_at_position_limit_and_end_of_text(checkpoint):
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend="torch")
+    prompt = [7] * 90
+    steps = list(generate(model, prompt, max_new_tokens=20, eos_token_id=-1))
+    assert len(steps) == 96 - 90 + 1
+    assert steps[-1].stop_reason == "reached the model's position limit (96 positions)"
+    first = steps[0].token_id
+    steps = list(generate(model, prompt, max_new_tokens=20, eos_token_id=first))
+    assert len(steps) == 1 and steps[0].stop_reason == "end of text"
+
+
+def test_bad_inputs_are_clear_errors(checkpoint, tmp_path):
+    folder, _ = checkpoint
+    model, _ = load_model(folder, backend="torch")
+    with pytest.raises(ValueError, match="prompt is empty"):
+        next(generate(model, [], max_new_tokens=3))
+    with pytest.raises(ValueError, match="prompt of 97 tokens exceeds the model's 96 positions"):
+        next(generate(model, [1] * 97, max_new_tokens=3))
+    with pytest.raises(ValueError, match="backend='cuda' is not known"):
+        load_model(folder, backend="cuda")
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(ValueError, match="not GPT-2-family|could not load"):
+        load_model(tmp_path)
+
+
+def test_unreachable_hub_name_fails_fast(monkeypatch):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="cannot be reached|could not load"):
+        load_model("surely-not-a-cached-model/gpt2-xyz")
+    assert time.perf_counter() - start < 10
