@@ -26,6 +26,7 @@ from .config import (
     TileConfig,
     Traffic,
     as_config,
+    buffered_stages,
     cdiv,
     check_dtype,
     check_fields,
@@ -34,10 +35,11 @@ from .config import (
     explain_resources,
     new_output,
     next_pow2,
+    pipeline_stages,
 )
 
 LOG2E = 1.4426950408889634
-MASKED_SCORE = -1.0e30  # finite, so a row whose first tile is all masked gives no inf - inf = NaN
+MASKED_SCORE = tl.constexpr(-1.0e30)  # finite, so a row whose first tile is all masked gives no inf - inf = NaN
 
 
 @triton.jit
@@ -184,24 +186,40 @@ def _decode_merge_kernel(
     tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
-def _stages(device) -> int:
-    return 2 if device_limits(device).capability < (8, 0) else 3
-
-
-def default_config(tq: int, head_dim: int, device) -> TileConfig:
+def default_config(tq: int, head_dim: int, device, itemsize: int = 2) -> TileConfig:
+    """128-query tiles over 64-key tiles, or the largest smaller tiles this device's shared memory holds
+    (fp32, large head dims, small GPUs)."""
     block_m = max(16, min(128, next_pow2(tq)))
-    num_warps = 8 if block_m == 128 and head_dim > 64 else 4
-    return TileConfig(block_m=block_m, block_n=64, num_warps=num_warps, num_stages=_stages(device))
+    stages, limit = pipeline_stages(device), device_limits(device).shared_memory
+    for bm, bn in ((block_m, 64), (min(block_m, 64), 64), (min(block_m, 64), 32), (16, 16)):
+        cfg = TileConfig(block_m=bm, block_n=bn, num_warps=8 if bm == 128 and head_dim > 64 else 4, num_stages=stages)
+        if shared_memory(cfg, head_dim, itemsize, device) <= limit:
+            break
+    return cfg
+
+
+def shared_memory(cfg: TileConfig, head_dim: int, itemsize: int, device) -> int:
+    """Bytes of shared memory the flash kernel needs: the query tile, K and V tiles per pipeline stage,
+    and the probability tile (staged through shared memory on Turing)."""
+    block_d = max(16, next_pow2(head_dim))
+    stages = buffered_stages(cfg.num_stages, device)
+    return (cfg.block_m * block_d + 2 * stages * cfg.block_n * block_d + cfg.block_m * cfg.block_n) * itemsize
+
+
+def decode_shared_memory(cfg: TileConfig, head_dim: int, itemsize: int) -> int:
+    """No tl.dot in the decode kernel: K and V go to registers, and only the loads the pipeliner keeps
+    in flight (num_stages - 1 of them) are staged in shared memory."""
+    return 2 * max(1, cfg.num_stages - 1) * cfg.block_n * max(16, next_pow2(head_dim)) * itemsize
 
 
 def resolve_config(config, tq, head_dim, dtype, device) -> TileConfig:
-    cfg = as_config("attention", config).merged(default_config(tq, head_dim, device))
-    check_fields("attention", cfg)
     itemsize = torch.empty((), dtype=dtype).element_size()
+    cfg = as_config("attention", config).merged(default_config(tq, head_dim, device, itemsize))
+    check_fields("attention", cfg)
     block_d = max(16, next_pow2(head_dim))
-    need = (cfg.block_m + 2 * cfg.num_stages * cfg.block_n) * block_d * itemsize
+    need = shared_memory(cfg, head_dim, itemsize, device)
     what = f"a {cfg.block_m}x{block_d} query tile and {cfg.num_stages} stages of {cfg.block_n}x{block_d} K and V tiles"
-    check_shared_memory("attention", cfg, need, torch.device(device), what)
+    check_shared_memory("attention", cfg, need, device, what)
     return cfg
 
 
@@ -247,22 +265,20 @@ def attention(q, k, v, *, causal=True, config=None):
 
 def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
     limits = device_limits(device)
+    if limits.is_cpu:  # one program per head: the interpreter's cost is per program
+        return TileConfig(block_n=128, split_k=1, num_warps=4, num_stages=1)
     block_n = 64
     # Two programs per SM in all, but no chunk shorter than one key tile.
     split_k = max(1, min(cdiv(2 * limits.num_sms, batch_heads), cdiv(max_len, block_n), 256))
-    return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=4, num_stages=_stages(device))
+    return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=4, num_stages=pipeline_stages(device))
 
 
 def resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device) -> TileConfig:
     cfg = as_config("decode_attention", config).merged(default_decode_config(batch_heads, max_len, device))
     check_fields("decode_attention", cfg)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    # No tl.dot here: K and V go to registers, and only the loads the pipeliner keeps in flight
-    # (num_stages - 1 of them) are staged in shared memory.
-    stages = max(1, cfg.num_stages - 1)
-    need = 2 * stages * cfg.block_n * max(16, next_pow2(head_dim)) * itemsize
-    what = f"{stages} in-flight stages of {cfg.block_n}-key K and V tiles"
-    check_shared_memory("decode_attention", cfg, need, torch.device(device), what)
+    need = decode_shared_memory(cfg, head_dim, torch.empty((), dtype=dtype).element_size())
+    what = f"{max(1, cfg.num_stages - 1)} in-flight stages of {cfg.block_n}-key K and V tiles"
+    check_shared_memory("decode_attention", cfg, need, device, what)
     return cfg
 
 

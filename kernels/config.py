@@ -85,12 +85,31 @@ def _cuda_limits(index: int) -> DeviceLimits:
     return DeviceLimits(props.name, int(smem), props.multi_processor_count, capability, capability >= (8, 0))
 
 
-def device_limits(device: torch.device | str | None = None) -> DeviceLimits:
+def device_limits(device: torch.device | str | DeviceLimits | None = None) -> DeviceLimits:
     """What the kernels may use on `device` (read from the GPU; documented defaults on CPU)."""
+    if isinstance(device, DeviceLimits):
+        return device
     device = torch.device(device if device is not None else "cpu")
     if device.type == "cuda":
         return _cuda_limits(device.index if device.index is not None else torch.cuda.current_device())
     return DeviceLimits("CPU (Triton interpreter)", CPU_SHARED_MEMORY, CPU_NUM_SMS, (0, 0), False)
+
+
+def pipeline_stages(device) -> int:
+    """Default software-pipeline depth: 3 from Ampere on (async copies), 2 before. In the CPU
+    interpreter stages mean nothing, and 1 leaves the documented shared memory to larger tiles,
+    which the interpreter runs faster (its cost is per program, not per element)."""
+    limits = device_limits(device)
+    if limits.is_cpu:
+        return 1
+    return 2 if limits.capability < (8, 0) else 3
+
+
+def buffered_stages(num_stages: int, device) -> int:
+    """Pipeline buffers Triton allocates for num_stages: as many on Ampere and later, at least two on
+    Turing (seen in the kernels compiled for sm_75 by kernels.compile_check)."""
+    limits = device_limits(device)
+    return max(2, num_stages) if not limits.is_cpu and limits.capability < (8, 0) else num_stages
 
 
 def supported_dtypes(device: torch.device | str | None = None) -> list[torch.dtype]:

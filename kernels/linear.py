@@ -21,6 +21,7 @@ from .config import (
     TileConfig,
     Traffic,
     as_config,
+    buffered_stages,
     cdiv,
     check_dtype,
     check_fields,
@@ -28,6 +29,7 @@ from .config import (
     device_limits,
     explain_resources,
     new_output,
+    pipeline_stages,
 )
 
 DECODE_ROWS = 16  # at most this many rows take the split-K path (tl.dot needs 16 rows)
@@ -136,14 +138,18 @@ def _split_k_reduce_kernel(
 
 def default_config(rows: int, out_features: int, in_features: int, dtype: torch.dtype, device) -> TileConfig:
     limits = device_limits(device)
-    stages = 2 if limits.capability < (8, 0) else 3
+    stages = pipeline_stages(device)
+    if limits.is_cpu:  # few, large programs: the interpreter's cost is per program
+        if rows <= DECODE_ROWS:
+            return TileConfig(block_m=16, block_n=256, block_k=64, group_m=1, split_k=1, num_warps=4, num_stages=1)
+        return TileConfig(block_m=64, block_n=128, block_k=64, group_m=8, split_k=1, num_warps=4, num_stages=1)
     block_k = 32 if dtype == torch.float32 else 64
     if rows <= DECODE_ROWS:
         block_n, block_k = 64, 128
         # Enough programs to give every SM two weight slices to stream, but no split shorter than BLOCK_K.
         split_k = max(1, min(2 * limits.num_sms // cdiv(out_features, block_n), cdiv(in_features, block_k)))
         return TileConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k,
-                          num_warps=4, num_stages=4 if stages == 3 else 2)  # fmt: skip
+                          num_warps=4, num_stages=stages + 1)  # fmt: skip
     block_m = 128 if rows > 64 else 64
     return TileConfig(
         block_m=block_m,
@@ -154,6 +160,12 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
         num_warps=8 if block_m == 128 else 4,
         num_stages=stages,
     )
+
+
+def shared_memory(cfg: TileConfig, itemsize: int, device) -> int:
+    """Bytes of shared memory the matmul needs: one x tile and one weight tile per pipeline buffer
+    (exact on Hopper; Ampere keeps one buffer fewer)."""
+    return buffered_stages(cfg.num_stages, device) * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
 
 
 def resolve_config(config, rows, out_features, in_features, dtype, device) -> TileConfig:
@@ -167,10 +179,9 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
         raise ValueError(
             f"linear: the split-K path keeps all rows in one tile, so block_m must be 16 (got {cfg.block_m})"
         )
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    need = cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
+    need = shared_memory(cfg, torch.empty((), dtype=dtype).element_size(), device)
     what = f"{cfg.num_stages} stages of a {cfg.block_m}x{cfg.block_k} and a {cfg.block_k}x{cfg.block_n} tile"
-    check_shared_memory("linear", cfg, need, torch.device(device), what)
+    check_shared_memory("linear", cfg, need, device, what)
     return cfg
 
 

@@ -44,34 +44,35 @@ def hf_greedy(hf, prompt, n):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_logits_match_transformers(checkpoint, backend):
+def test_logits_match_transformers(checkpoint, backend, device):
     folder, hf = checkpoint
-    model, _ = load_model(folder, backend=backend)
+    model, _ = load_model(folder, backend=backend, device=device)
     ids = torch.randint(0, hf.config.vocab_size, (2, 45))
-    assert max_rel_err(model(ids), hf(ids).logits) <= 1e-4
+    assert max_rel_err(model(ids.to(device)).cpu(), hf(ids).logits) <= 1e-4
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_cached_prefill_and_decode_logits_match_transformers(checkpoint, backend):
+def test_cached_prefill_and_decode_logits_match_transformers(checkpoint, backend, device):
     folder, hf = checkpoint
-    model, _ = load_model(folder, backend=backend)
+    model, _ = load_model(folder, backend=backend, device=device)
     ids = torch.randint(0, hf.config.vocab_size, (2, 24))
     ref = hf(ids).logits  # (B, T, vocab)
+    ids = ids.to(device)
     cache = KVCache.for_model(model, 2, 30)
     logits = model.prefill(ids[:, :17], cache, [17, 17])
-    assert max_rel_err(logits, ref[:, 16]) <= 1e-4
+    assert max_rel_err(logits.cpu(), ref[:, 16]) <= 1e-4
     for t in range(17, 24):
         logits = model.decode(ids[:, t], cache)
-        assert max_rel_err(logits, ref[:, t]) <= 1e-4
+        assert max_rel_err(logits.cpu(), ref[:, t]) <= 1e-4
     assert cache.host_lengths == [24, 24]
     assert cache.lengths.tolist() == [24, 24]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("cache", [True, False])
-def test_greedy_generation_matches_transformers(checkpoint, backend, cache):
+def test_greedy_generation_matches_transformers(checkpoint, backend, cache, device):
     folder, hf = checkpoint
-    model, tok = load_model(folder, backend=backend)
+    model, tok = load_model(folder, backend=backend, device=device)
     prompt = torch.randint(0, hf.config.vocab_size, (7,)).tolist()
     expected = hf_greedy(hf, prompt, 32)
     steps = list(generate(model, prompt, max_new_tokens=32, cache=cache, eos_token_id=-1, tokenizer=tok))
@@ -83,9 +84,9 @@ def test_greedy_generation_matches_transformers(checkpoint, backend, cache):
 
 
 @pytest.mark.parametrize("cache", [True, False])
-def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache):
+def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache, device):
     folder, hf = checkpoint
-    model, _ = load_model(folder, backend="triton")
+    model, _ = load_model(folder, backend="triton", device=device)
     prompts = [torch.randint(0, hf.config.vocab_size, (n,)).tolist() for n in (3, 11, 6)]
     steps = list(generate(model, prompts, max_new_tokens=12, cache=cache, eos_token_id=-1))
     for b, prompt in enumerate(prompts):
@@ -93,9 +94,9 @@ def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache):
     assert steps[0].positions == [3, 11, 6]
 
 
-def test_kv_cache_bytes_match_its_tensors(checkpoint):
+def test_kv_cache_bytes_match_its_tensors(checkpoint, device):
     folder, hf = checkpoint
-    model, _ = load_model(folder)
+    model, _ = load_model(folder, device=device)
     steps = list(generate(model, [[1, 2, 3], [4, 5, 6, 7, 8]], max_new_tokens=5, eos_token_id=-1, warmup=False))
     cfg = hf.config
     per_token = 2 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * 4
@@ -108,9 +109,9 @@ def test_kv_cache_bytes_match_its_tensors(checkpoint):
     assert [s.context_tokens for s in off] == [3, 4, 5]  # the recompute that grows instead
 
 
-def test_step_records_traffic_per_kernel(checkpoint):
+def test_step_records_traffic_per_kernel(checkpoint, device):
     folder, _ = checkpoint
-    model, _ = load_model(folder)
+    model, _ = load_model(folder, device=device)
     prefill, decode = list(generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False))
     assert {"layer_norm", "qkv/out proj", "attention", "ffn", "lm_head", "embedding", "kv write"} <= set(
         prefill.traffic
@@ -163,3 +164,43 @@ def test_unreachable_hub_name_fails_fast(monkeypatch):
     with pytest.raises(ValueError, match="cannot be reached|could not load"):
         load_model("surely-not-a-cached-model/gpt2-xyz")
     assert time.perf_counter() - start < 10
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_precision_logits_match_transformers(checkpoint, device, dtype, backend):
+    """Low-precision weights and activations: compared with transformers run in float32 on the same
+    weights. The bound is relative to the largest logit; bf16 keeps 8 bits, so a few 2^-8 per layer."""
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend=backend, device=device, dtype=dtype)
+    ids = torch.randint(0, hf.config.vocab_size, (3, 80))
+    err = max_rel_err(model(ids.to(device)).float().cpu(), hf(ids).logits)
+    assert err <= (3e-2 if dtype == torch.bfloat16 else 5e-3), err
+
+
+@pytest.mark.gpu
+def test_gpt2_shaped_model_generates_256_tokens_cache_on_and_off(device):
+    """Random weights of GPT-2 small's shape in bf16, both backends, cache on and off. Greedy tokens of a
+    random model are often near-ties that bf16 rounding may flip, so each run is checked against
+    transformers in float32, teacher-forced on that run's own tokens: every chosen token must be the
+    reference's argmax up to a bf16-sized margin."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from explorer.weights import config_from_hf, from_hf_state_dict
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)).eval()
+    model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=torch.bfloat16)
+    hf = hf.to(device)
+    prompt = torch.randint(0, 50257, (32,)).tolist()
+    for backend in BACKENDS:
+        for cache in (True, False):
+            steps = list(generate(model, prompt, max_new_tokens=256, cache=cache, backend=backend, eos_token_id=-1))
+            tokens = [s.token_id for s in steps]
+            assert len(tokens) == 256
+            with torch.no_grad():
+                ref = hf(torch.tensor([prompt + tokens[:-1]], device=device)).logits[0, len(prompt) - 1 :].float()
+            chosen = ref.gather(1, torch.tensor(tokens, device=device)[:, None])[:, 0]
+            margin = 0.02 * (ref.max(1).values - ref.min(1).values)
+            assert bool((chosen >= ref.max(1).values - margin).all()), (backend, cache)

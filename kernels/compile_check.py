@@ -1,0 +1,115 @@
+"""Compile every kernel for the GPUs a Space may offer, without a GPU: python -m kernels.compile_check
+
+Triton compiles to PTX and cubin on any machine (ptxas ships with it), so this catches a kernel that
+does not build for an architecture, and reads the shared memory the compiled kernel really uses,
+which must stay within that GPU's limit and within what kernels/config.py estimates (the estimate is
+what refuses a config before launch). Run without TRITON_INTERPRET.
+"""
+
+import argparse
+import os
+import sys
+
+# GPUs a Space may have: compute capability -> shared memory one block may use (bytes).
+ARCHS = {75: ("T4", 65536), 80: ("A100", 166912), 86: ("A10G", 101376), 89: ("L4", 101376), 90: ("H100/H200", 232448)}
+TYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def _cases(dtype, arch):
+    """(name, jit function, args: name -> type or constexpr value, num_warps, num_stages, estimate)."""
+    import importlib
+
+    from .config import DeviceLimits, TileConfig
+
+    # The package re-exports functions under the modules' own names; fetch the modules themselves.
+    A, LN, L = (importlib.import_module(f"kernels.{m}") for m in ("attention", "layer_norm", "linear"))
+
+    limits = DeviceLimits(ARCHS[arch][0], ARCHS[arch][1], 132, divmod(arch, 10), arch >= 80)
+    t = "*" + TYPES[dtype]
+    item = 2 if dtype != "float32" else 4
+    prec = "ieee" if dtype == "float32" else "tf32"
+    yield ("layer_norm", LN._layer_norm_kernel, dict(X=t, R=t, Y=t, S=t, W=t, B=t, stride_xm="i32", stride_rm="i32",
+           stride_ym="i32", stride_sm="i32", M="i32", N="i32", eps="fp32", HAS_RESIDUAL=True, BLOCK_M=4, BLOCK_N=1024),
+           4, 1, 0)  # fmt: skip
+    ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)
+    import torch
+
+    tdt = getattr(torch, dtype)
+    for rows, split in ((4096, None), (1, TileConfig(split_k=4))):
+        cfg = L.resolve_config(split, rows, 3072, 768, tdt, limits)
+        est = L.shared_memory(cfg, item, limits)
+        blocks = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
+        if cfg.split_k == 1:
+            args = dict(X=t, W=t, Bias=t, R=t, Y=t, **ints, stride_rm="i32", stride_ym="i32", HAS_BIAS=True,
+                        APPLY_GELU=True, HAS_RESIDUAL=True, PRECISION=prec, **blocks, GROUP_M=cfg.group_m)  # fmt: skip
+            yield ("linear", L._linear_kernel, args, cfg.num_warps, cfg.num_stages, est)
+        else:
+            yield ("linear split-k", L._linear_split_k_kernel, dict(X=t, W=t, P="*fp32", **ints, K_PER_SPLIT="i32",
+                   PRECISION=prec, **blocks), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+            yield ("linear split-k reduce", L._split_k_reduce_kernel, dict(P="*fp32", Bias=t, R=t, Y=t, M="i32",
+                   N="i32", SPLIT_K="i32", stride_rm="i32", stride_ym="i32", HAS_BIAS=True, APPLY_GELU=True,
+                   HAS_RESIDUAL=False, BLOCK_M=16, BLOCK_N=128), 4, 1, 0)  # fmt: skip
+    strides = {f"stride_{x}{d}": "i32" for x in "qkvo" for d in ("b", "h", "m" if x in "qo" else "n")}
+    strides |= {f"stride_{x}d": 1 for x in "qkvo"}
+    cfg = A.resolve_config(None, 1024, 64, tdt, limits)
+    est = A.shared_memory(cfg, 64, item, limits)
+    yield ("attention", A._attention_kernel, dict(Q=t, K=t, V=t, Out=t, **strides, H="i32", TQ="i32", TK="i32",
+           qk_scale="fp32", CAUSAL=True, HEAD_DIM=64, PRECISION=prec, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+           BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+    cfg = A.resolve_decode_config(TileConfig(split_k=8), 12, 8192, 64, tdt, limits)
+    est = A.decode_shared_memory(cfg, 64, item)
+    dstrides = {k: v for k, v in strides.items() if not k.startswith("stride_o") and k != "stride_qm"}
+    yield ("decode attention", A._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", PartO="*fp32",
+           PartM="*fp32", PartL="*fp32", **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
+           BLOCK_N=cfg.block_n, BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+    yield ("decode merge", A._decode_merge_kernel, dict(PartO="*fp32", PartM="*fp32", PartL="*fp32", Out=t,
+           stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,
+           BLOCK_D=64), 4, 1, 0)  # fmt: skip
+
+
+def compile_all(archs, dtypes):
+    """Yield (arch, dtype, name, shared bytes used, estimate, limit); raises if a kernel fails to build."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    for arch in archs:
+        for dtype in dtypes:
+            if dtype == "bfloat16" and arch < 80:
+                continue  # no bf16 before Ampere; config.supported_dtypes does not offer it there
+            for name, fn, args, warps, stages, estimate in _cases(dtype, arch):
+                names = fn.arg_names
+                missing = set(names) - set(args)
+                assert not missing, f"{name}: no type for {missing}"
+                sig = {n: ("constexpr" if not isinstance(args[n], str) or n == "PRECISION" else args[n]) for n in names}
+                consts = {(names.index(n),): args[n] for n in names if sig[n] == "constexpr"}
+                # As the JIT specialises a launch: unit strides are constants (above), and pointers and
+                # integers are taken as multiples of 16, which GPT-2's widths are. Without that, masks
+                # along a contiguous dimension forbid vector loads and the loop is not pipelined.
+                aligned = [n for n in names if sig[n].startswith("*") or sig[n] == "i32"]
+                attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+                src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+                k = triton.compile(
+                    src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps, num_stages=stages)
+                )
+                yield arch, dtype, name, k.metadata.shared, estimate, ARCHS[arch][1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", type=int, nargs="*", default=sorted(ARCHS))
+    parser.add_argument("--dtype", nargs="*", default=["float16", "bfloat16"])
+    args = parser.parse_args()
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("unset TRITON_INTERPRET: this compiles the kernels for real GPUs")
+    failures = 0
+    for arch, dtype, name, shared, estimate, limit in compile_all(args.arch, args.dtype):
+        ok = shared <= limit and (estimate == 0 or shared <= estimate)
+        failures += not ok
+        head = f"sm_{arch} {ARCHS[arch][0]:10} {dtype:9} {name:22}"
+        print(f"{head} shared {shared:7} estimate {estimate:7} limit {limit:7} {'ok' if ok else 'OVER'}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
