@@ -124,7 +124,11 @@ def generate(model, prompt_ids, *, max_new_tokens: int, cache: bool = True, tile
              tokenizer=None, eos_token_id: int | None = None, profile: bool = False,
              warmup: bool = True) -> Iterator[Step]:  # fmt: skip
     """Yield one Step per generated token (per batch step). Stops at max_new_tokens, at end-of-text
-    (every sequence), or at the model's position limit; the last Step says which."""
+    (every sequence), or at the model's position limit; the last Step says which.
+
+    profile=True makes a profiling pass: each Step also carries the device time per kernel kind
+    (kernel_ms). The GPU spin that keeps launches out of those times inflates latency_ms, so step
+    latency is read from a run without profiling."""
     batch = as_batch(prompt_ids)
     n_pos = model.config.n_positions
     if max_new_tokens < 1:

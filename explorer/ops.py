@@ -66,12 +66,19 @@ class Recorder:
         return dict(out)
 
 
+# GPU cycles to spin before each timed operation in a profiling pass (~100 us at 2 GHz): the device
+# is busy while Python launches the operation, so the start event fires just before its kernels and
+# the events measure device time, not launch overhead.
+SPIN_CYCLES = 200_000
+
+
 class _Timer:
     def __init__(self, rec, kind, device):
         self.rec, self.kind, self.cuda = rec, kind, device.type == "cuda"
 
     def __enter__(self):
         if self.cuda:
+            torch.cuda._sleep(SPIN_CYCLES)
             self.start = torch.cuda.Event(enable_timing=True)
             self.start.record()
         else:

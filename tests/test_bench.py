@@ -1,0 +1,43 @@
+"""Sweeps and the CLI, end to end on CPU (small shapes, the bundled model)."""
+
+import pandas as pd
+
+from explorer import bench
+from kernels import TileConfig
+
+
+def test_tile_sweep_keeps_impossible_configs_with_the_reason(device):
+    seen = []
+    grid = {"block_m": [1, 4], "block_n": [64, 512], "num_warps": [2]}
+    sweep = bench.tile_sweep("layer_norm", {"M": 9, "C": 100}, device=device, grid=grid,
+                             progress=lambda i, n, d: seen.append((i, n)))  # fmt: skip
+    assert len(sweep) == 4
+    too_narrow = sweep[sweep.block_n == 64]
+    assert not too_narrow.valid.any()
+    assert too_narrow.reason.str.contains("smaller than the row width 100").all()
+    fine = sweep[sweep.valid]
+    assert len(fine) == 2 and (fine.ms > 0).all() and (fine.modeled_mb > 0).all()
+    assert seen[0] == (0, 4) and seen[-1] == (4, 4)
+    assert bench.best_config(sweep) in (TileConfig(block_m=1, block_n=512, num_warps=2),
+                                        TileConfig(block_m=4, block_n=512, num_warps=2))  # fmt: skip
+
+
+def test_grid_is_the_product_of_its_axes():
+    configs = bench.grid_configs("attention", {"block_m": [16, 32], "block_n": [16, 32, 64]})
+    assert len(configs) == 6 and configs[0] == TileConfig(block_m=16, block_n=16)
+
+
+def test_cli_sequence_sweep_writes_a_csv(tmp_path, capsys):
+    out = tmp_path / "seq.csv"
+    bench.main(["sequence", "--prompt-lengths", "3", "--new-tokens", "3", "--backend", "triton", "torch",
+                "--out", str(out)])  # fmt: skip
+    table = pd.read_csv(out)
+    assert set(table.backend) == {"triton", "torch"} and set(table.cache) == {"on", "off"}
+    assert len(table) == 2 * 2 * 3
+    off = table[(table.cache == "off") & (table.backend == "triton")]
+    assert off.context_tokens.tolist() == [3, 4, 5]  # the recompute that grows with the cache off
+    on = table[(table.cache == "on") & (table.backend == "triton")]
+    assert on.kv_used_mb.is_monotonic_increasing and on.context_tokens.tolist() == [3, 1, 1]
+    printed = capsys.readouterr().out
+    assert "Triton interpreter" in printed or "measured" in printed
+    assert "wrote" in printed
