@@ -1,0 +1,293 @@
+"""Pure functions from tidy DataFrames (explorer.metrics, explorer.bench) to plotly figures.
+
+Every figure sets a constant uirevision so a live update keeps the zoom a person chose, and every
+axis names its unit. A `run` column, when present, overlays runs for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+
+KIND_COLORS = {
+    "embedding": "#9e9e9e",
+    "layer_norm": "#8e6c8a",
+    "qkv/out proj": "#4c78a8",
+    "attention": "#e45756",
+    "decode attention": "#f58518",
+    "ffn": "#54a24b",
+    "lm_head": "#b279a2",
+    "kv write": "#72b7b2",
+}
+PHASE_SYMBOLS = {"prefill": "diamond", "decode": "circle"}
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, note: str = "") -> go.Figure:
+    fig.update_layout(
+        title=dict(text=title + (f"<br><sup>{note}</sup>" if note else ""), x=0.01),
+        xaxis_title=x,
+        yaxis_title=y,
+        uirevision="keep",  # live updates keep the user's zoom
+        margin=dict(l=60, r=20, t=60, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
+        template="plotly_white",
+        height=340,
+    )
+    return fig
+
+
+def _runs(frame: pd.DataFrame):
+    if "run" in frame.columns:
+        yield from frame.groupby("run", sort=False)
+    else:
+        yield "", frame
+
+
+def latency_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
+    """Per-token latency; the prefill (time to first token) marked apart from the decode steps."""
+    fig = go.Figure()
+    for run, frame in _runs(steps):
+        for phase, part in frame.groupby("phase", sort=False):
+            fig.add_trace(
+                go.Scatter(
+                    x=part.step,
+                    y=part.latency_ms,
+                    mode="lines+markers" if phase == "decode" else "markers",
+                    marker=dict(symbol=PHASE_SYMBOLS.get(phase, "circle"), size=10 if phase == "prefill" else 5),
+                    name=f"{run} {phase}".strip(),
+                )
+            )
+    return _layout(fig, "Latency per token", "generated token", "ms", note)
+
+
+def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
+    """Modeled memory traffic per step, stacked by kernel kind (one run)."""
+    fig = go.Figure()
+    if not kernels.empty:
+        for kind, part in kernels.groupby("kind", sort=False):
+            fig.add_trace(go.Bar(x=part.step, y=part.modeled_mb, name=kind, marker_color=KIND_COLORS.get(kind)))
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Memory traffic per step (modeled)", "generated token", "MB moved", note)
+
+
+def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: str = "") -> go.Figure:
+    """Achieved bandwidth per step (modeled bytes over measured time) against the measured peak."""
+    fig = go.Figure()
+    for run, frame in _runs(steps):
+        fig.add_trace(
+            go.Scatter(x=frame.step, y=frame.achieved_gbs, mode="lines+markers", name=f"{run} achieved".strip())
+        )
+    if peak_gbs:
+        fig.add_hline(y=peak_gbs, line_dash="dash", annotation_text=f"measured peak {peak_gbs:.0f} GB/s")
+    return _layout(fig, "Achieved bandwidth", "generated token", "GB/s", note)
+
+
+def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
+    """KV cache used and allocated vs tokens; with the cache off, the context recomputed each step."""
+    fig = go.Figure()
+    for run, frame in _runs(steps):
+        if frame.kv_allocated_mb.max() > 0:
+            fig.add_trace(go.Scatter(x=frame.position, y=frame.kv_used_mb, mode="lines", name=f"{run} used".strip()))
+            fig.add_trace(
+                go.Scatter(
+                    x=frame.position,
+                    y=frame.kv_allocated_mb,
+                    mode="lines",
+                    line_dash="dot",
+                    name=f"{run} allocated".strip(),
+                )
+            )
+            if frame.memory_mb.notna().any():
+                fig.add_trace(
+                    go.Scatter(
+                        x=frame.position,
+                        y=frame.memory_mb,
+                        mode="lines",
+                        line_dash="dash",
+                        name=f"{run} GPU memory allocated".strip(),
+                    )
+                )
+        else:
+            fig.add_trace(
+                go.Scatter(
+                    x=frame.position,
+                    y=frame.context_tokens,
+                    mode="lines+markers",
+                    yaxis="y2",
+                    name=f"{run} cache off: tokens recomputed".strip(),
+                )
+            )
+    fig.update_layout(yaxis2=dict(title="tokens recomputed per step", overlaying="y", side="right", showgrid=False))
+    return _layout(fig, "KV cache growth", "sequence position", "MB", note)
+
+
+def kernel_share_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
+    """Share of a decode step per kernel kind: measured time when profiled, else modeled bytes."""
+    decode = kernels[kernels.phase == "decode"] if (kernels.phase == "decode").any() else kernels
+    timed = decode.kernel_ms.notna().any() if not decode.empty else False
+    column, what = ("kernel_ms", "device time") if timed else ("modeled_mb", "modeled bytes")
+    share = decode.groupby("kind", sort=False)[column].sum() if not decode.empty else pd.Series(dtype=float)
+    fig = go.Figure(
+        go.Pie(
+            labels=share.index,
+            values=share.values,
+            hole=0.45,
+            sort=False,
+            marker=dict(colors=[KIND_COLORS.get(k) for k in share.index]),
+        )
+    )
+    fig = _layout(fig, f"Where a decode step goes ({what})", "", "", note)
+    fig.update_layout(height=320)
+    return fig
+
+
+def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: str = "") -> go.Figure:
+    """Best (lowest ms, or highest rate) of `value` over the other axes, per (x, y) tile pair; cells
+    where no config is valid say why."""
+    lower_is_better = value == "ms"
+    xs = sorted(sweep[x].dropna().unique())
+    ys = sorted(sweep[y].dropna().unique())
+    z, text = [], []
+    for yv in ys:
+        row_z, row_t = [], []
+        for xv in xs:
+            cell = sweep[(sweep[x] == xv) & (sweep[y] == yv)]
+            valid = cell[cell.valid] if "valid" in cell else cell
+            if valid.empty or valid[value].isna().all():
+                row_z.append(None)
+                reason = cell.reason.iloc[0] if len(cell) and "reason" in cell else ""
+                row_t.append("✗ " + _short(reason))
+            else:
+                best = valid[value].min() if lower_is_better else valid[value].max()
+                row_z.append(best)
+                row_t.append(f"{best:.3g}")
+        z.append(row_z)
+        text.append(row_t)
+    fig = go.Figure(
+        go.Heatmap(
+            x=[str(v) for v in xs],
+            y=[str(v) for v in ys],
+            z=z,
+            text=text,
+            texttemplate="%{text}",
+            colorscale="Viridis",
+            reversescale=lower_is_better,
+            colorbar=dict(title=value),
+        )
+    )
+    fig = _layout(fig, f"Tile sweep: {value} ({'lower' if lower_is_better else 'higher'} is better)", x, y, note)
+    fig.update_layout(height=420)
+    return fig
+
+
+def _short(reason: str) -> str:
+    if "shared memory" in reason:
+        return "shared memory"
+    if "smaller than the row width" in reason:
+        return "row does not fit"
+    return reason[:24]
+
+
+def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
+    """Decode latency against sequence position for every (backend, cache, prompt) run of a sweep:
+    O(n) growth with the cache on, O(n^2) total work with it off."""
+    fig = go.Figure()
+    keys = [k for k in ("backend", "cache", "prompt_tokens") if k in seq.columns]
+    for key, part in seq.groupby(keys, sort=False):
+        label = ", ".join(f"{k}={v}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        part = part[part.phase == "decode"]
+        fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms, mode="lines", name=label))
+    return _layout(fig, "Decode latency vs sequence position", "sequence position", "ms per token", note)
+
+
+def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:
+    """Bytes of each fused kernel next to its unfused alternative, with the floor marked."""
+    fig = go.Figure()
+    for variant, part in lessons.groupby("variant", sort=False):
+        fig.add_trace(go.Bar(x=part.lesson, y=part.mb, name=variant, text=[f"{v:.2f}" for v in part.mb]))
+    floors = lessons.groupby("lesson", sort=False).floor_mb.min()
+    fig.add_trace(
+        go.Scatter(
+            x=floors.index,
+            y=floors.values,
+            mode="markers",
+            marker_symbol="line-ew-open",
+            marker_size=40,
+            name="floor: inputs once, outputs once",
+        )
+    )
+    fig.update_layout(barmode="group")
+    return _layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note)
+
+
+def roofline_figure(
+    points: pd.DataFrame, peak_tflops: float | None, peak_gbs: float | None, note: str = ""
+) -> go.Figure:
+    """Achieved TFLOP/s against arithmetic intensity per kernel kind, under the measured ceilings."""
+    fig = go.Figure()
+    if peak_tflops and peak_gbs and not points.empty:
+        lo = min(points.intensity.min(), 0.1)
+        hi = max(points.intensity.max(), peak_tflops * 1e3 / peak_gbs) * 10
+        xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=[min(peak_tflops, x * peak_gbs / 1e3) for x in xs],
+                mode="lines",
+                line=dict(color="black", dash="dash"),
+                name="measured ceiling",
+            )
+        )
+    for (phase, kind), part in points.groupby(["phase", "kind"], sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=part.intensity,
+                y=part.achieved_tflops,
+                mode="markers",
+                name=f"{kind} ({phase})",
+                marker=dict(size=12, color=KIND_COLORS.get(kind), symbol=PHASE_SYMBOLS.get(phase)),
+            )
+        )
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return _layout(fig, "Roofline", "arithmetic intensity (FLOP/byte)", "TFLOP/s", note)
+
+
+def hierarchy_html(kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.DataFrame | None = None) -> str:
+    """The HBM -> SRAM -> compute picture with this run's numbers: per kernel kind in one decode step,
+    bytes loaded into SRAM (tiles included), the HBM floor, and the time those bytes need at the
+    measured bandwidth."""
+    decode = kernels[kernels.phase == "decode"] if (kernels.phase == "decode").any() else kernels
+    if decode.empty:
+        return "<p>Generate to see where the bytes go.</p>"
+    steps = max(1, decode.step.nunique())
+    per_kind = decode.groupby("kind", sort=False)[["modeled_mb", "floor_mb", "gflop"]].sum() / steps
+    rows = []
+    for kind, r in per_kind.iterrows():
+        at_peak = f"{r.modeled_mb * 1.048576 / peak_gbs * 1e3:.1f} µs" if peak_gbs else "n/a on CPU"
+        rows.append(
+            f"<tr><td>{kind}</td><td>{r.modeled_mb:.3f}</td><td>{r.floor_mb:.3f}</td>"
+            f"<td>{r.gflop * 1e3:.2f}</td><td>{at_peak}</td></tr>"
+        )
+    saved = ""
+    if lessons is not None and not lessons.empty:
+        pivot = lessons.pivot(index="lesson", columns="variant", values="mb")
+        items = [
+            f"<li>{lesson}: {row['unfused']:.2f} MB unfused → {row['fused (ours)']:.2f} MB fused "
+            f"({_ratio(row['unfused'], row['fused (ours)'])})</li>"
+            for lesson, row in pivot.iterrows()
+        ]
+        saved = "<p><b>Fusion at the prompt length</b>, one layer:</p><ul>" + "".join(items) + "</ul>"
+    bw = f"{peak_gbs:.0f} GB/s measured" if peak_gbs else "CPU: no HBM here, the interpreter models it"
+    return (
+        '<div class="hierarchy"><p><b>HBM</b> (' + bw + ") ⟶ <b>SRAM</b> (tiles, shared memory) ⟶ "
+        "<b>registers / tensor cores</b>. Per decode step:</p>"
+        "<table><tr><th>kernel</th><th>MB loaded (tiles)</th><th>MB floor</th><th>MFLOP</th>"
+        "<th>time at peak bandwidth</th></tr>" + "".join(rows) + "</table>" + saved + "</div>"
+    )
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.1f}x fewer bytes" if b > 0 and not math.isnan(a / b) else ""

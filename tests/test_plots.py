@@ -1,0 +1,100 @@
+"""Figures carry the right traces and the data they were given."""
+
+import pandas as pd
+
+from explorer import metrics, plots
+from explorer.generate import Step
+from kernels.config import Traffic
+
+
+def _steps(n=5, kv=True):
+    out = []
+    for i in range(n):
+        traffic = {
+            "ffn": Traffic(100 + i, 50, 1000, 150),
+            "decode attention" if i else "attention": Traffic(10 * i + 5, 5, 100, 10),
+        }
+        out.append(Step(index=i, phase="prefill" if i == 0 else "decode", token_ids=[7], texts=["x"], positions=[4 + i],
+                        context_tokens=1 if kv and i else 4 + i, latency_ms=10.0 if i == 0 else 2.0 + i, timer="test",
+                        kv_used_bytes=(4 + i) * 1024 if kv else 0, kv_allocated_bytes=64 * 1024 if kv else 0,
+                        traffic=traffic, kernel_ms={"ffn": 1.0, "decode attention": 0.5} if i else {}))  # fmt: skip
+    return out
+
+
+def test_latency_figure_marks_prefill_apart():
+    fig = plots.latency_figure(metrics.step_frame(_steps()))
+    names = [t.name for t in fig.data]
+    assert names == ["prefill", "decode"]
+    assert list(fig.data[0].y) == [10.0] and list(fig.data[1].y) == [3.0, 4.0, 5.0, 6.0]
+    assert fig.layout.uirevision == "keep"
+
+
+def test_overlaid_runs_get_their_own_traces():
+    a = metrics.step_frame(_steps()).assign(run="A")
+    b = metrics.step_frame(_steps(3)).assign(run="B")
+    fig = plots.latency_figure(pd.concat([a, b]))
+    assert [t.name for t in fig.data] == ["A prefill", "A decode", "B prefill", "B decode"]
+
+
+def test_traffic_figure_stacks_kinds_per_step():
+    fig = plots.traffic_figure(metrics.kernel_frame(_steps()))
+    by_name = {t.name: t for t in fig.data}
+    assert set(by_name) == {"ffn", "attention", "decode attention"}
+    assert fig.layout.barmode == "stack"
+    assert list(by_name["ffn"].x) == [0, 1, 2, 3, 4]
+    assert by_name["ffn"].y[0] == (100 + 50) / metrics.MB
+
+
+def test_kv_figure_shows_cache_or_recompute():
+    with_cache = plots.kv_figure(metrics.step_frame(_steps()))
+    assert [t.name for t in with_cache.data] == ["used", "allocated"]
+    assert list(with_cache.data[0].y) == [(4 + i) / 1024 for i in range(5)]
+    without = plots.kv_figure(metrics.step_frame(_steps(kv=False)))
+    assert [t.name for t in without.data] == ["cache off: tokens recomputed"]
+    assert list(without.data[0].y) == [4, 5, 6, 7, 8]
+
+
+def test_kernel_share_uses_measured_time_when_profiled():
+    fig = plots.kernel_share_figure(metrics.kernel_frame(_steps()))
+    pie = fig.data[0]
+    assert dict(zip(pie.labels, pie.values, strict=True)) == {"ffn": 4.0, "decode attention": 2.0}
+    assert "device time" in fig.layout.title.text
+
+
+def test_sweep_heatmap_marks_invalid_cells():
+    sweep = pd.DataFrame(
+        [
+            dict(block_m=16, block_n=16, valid=True, reason="", ms=2.0),
+            dict(block_m=16, block_n=16, valid=True, reason="", ms=1.5),
+            dict(
+                block_m=32,
+                block_n=16,
+                valid=False,
+                reason="attention: ... needs about 1 bytes of shared memory",
+                ms=None,
+            ),
+        ]
+    )
+    fig = plots.sweep_heatmap(sweep, "block_m", "block_n")
+    heat = fig.data[0]
+    assert list(heat.x) == ["16", "32"] and list(heat.y) == ["16"]
+    assert heat.z[0][0] == 1.5 and heat.z[0][1] is None
+    assert heat.text[0][1] == "✗ shared memory"
+
+
+def test_bandwidth_figure_draws_the_peak():
+    fig = plots.bandwidth_figure(metrics.step_frame(_steps()), peak_gbs=4300.0)
+    assert any("4300" in (a.text or "") for a in fig.layout.annotations)
+
+
+def test_fusion_and_hierarchy_use_the_models_numbers():
+    from explorer.model import GPTConfig
+
+    cfg = GPTConfig(vocab_size=100, n_positions=64, n_embd=64, n_layer=2, n_head=4)
+    lessons = metrics.fusion_lessons(cfg, 32, 2)
+    fig = plots.fusion_figure(lessons)
+    bars = {t.name: t for t in fig.data if t.type == "bar"}
+    fused, unfused = list(bars["fused (ours)"].y), list(bars["unfused"].y)
+    assert all(f < u for f, u in zip(fused, unfused, strict=True))
+    html = plots.hierarchy_html(metrics.kernel_frame(_steps()), None, lessons)
+    assert "decode attention" in html and "fewer bytes" in html and "CPU" in html
