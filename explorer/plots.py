@@ -30,12 +30,19 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, note: str = "") -> go.Fi
         xaxis_title=x,
         yaxis_title=y,
         uirevision="keep",  # live updates keep the user's zoom
-        margin=dict(l=60, r=20, t=60, b=50),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
+        margin=dict(l=60, r=20, t=60, b=40),
+        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
         template="plotly_white",
-        height=340,
+        height=380,
+        uniformtext=dict(minsize=10, mode="hide"),  # labels too small to read are dropped, not overlapped
     )
+    if x in ("generated token", "sequence position"):  # whole tokens only, however few
+        fig.update_xaxes(tickformat="d", dtick=None if fig.data and _max_x(fig) > 12 else 1)
     return fig
+
+
+def _max_x(fig: go.Figure) -> float:
+    return max((max(t.x) for t in fig.data if t.x is not None and len(t.x)), default=0)
 
 
 def _runs(frame: pd.DataFrame):
@@ -135,6 +142,7 @@ def kernel_share_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
             values=share.values,
             hole=0.45,
             sort=False,
+            textposition="inside",
             marker=dict(colors=[KIND_COLORS.get(k) for k in share.index]),
         )
     )

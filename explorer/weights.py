@@ -42,14 +42,33 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def _in_hf_cache(name: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
+
+
+@functools.cache
+def _hub_reachable_once() -> bool:
+    return _hub_reachable()
+
+
+def model_status(name: str) -> tuple[bool, str]:
+    """Whether `name` can load here, and if not, why (for the model picker)."""
+    path = resolve_name(name)
+    if Path(path).is_dir() or _in_hf_cache(path):
+        return True, ""
+    if _hub_reachable_once():
+        return True, "downloads on first use"
+    return False, "not in the local cache and the Hugging Face Hub is unreachable"
+
+
 def _pretrained_kwargs(name: str) -> dict:
     """Local folders and files already in the Hugging Face cache load offline; other names need the Hub,
     checked first with a short timeout so an offline machine answers at once instead of retrying."""
     if Path(name).is_dir():
         return {}
-    from huggingface_hub import try_to_load_from_cache
-
-    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+    if _in_hf_cache(name):
         return {"local_files_only": True}
     if not _hub_reachable():
         raise ValueError(

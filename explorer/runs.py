@@ -1,0 +1,357 @@
+"""What the app's buttons do, as plain functions: settings in, text / frames / figures out.
+
+ui.py only lays out controls and wires them here. Every problem a visitor can cause (a bad value, an
+unavailable model, tiles that do not fit, GPU memory) comes out as a UserError with one clear
+message, never a trace, and leaves nothing behind that would stop the next run.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from kernels import TileConfig
+from kernels.config import supported_dtypes
+
+from . import bench, metrics, plots
+from .generate import generate
+from .ops import Tiles
+from .weights import DEFAULT_MODEL, HUB_MODELS, load_model, model_status
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+MAX_NEW_TOKENS = 2048
+MAX_BATCH = 16
+CHART_INTERVAL_S = 0.5  # charts refresh at most this often; the text streams every token
+
+
+class UserError(Exception):
+    """A message for the person using the app (shown as is)."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    model: str = DEFAULT_MODEL
+    prompt: str = "def fibonacci(n):"
+    prompt_tokens: int = 0  # 0: the prompt as written; N: repeated or cut to exactly N tokens
+    new_tokens: int = 64
+    batch: int = 1
+    dtype: str = ""  # "" picks the device's default
+    backend: str = "triton"
+    cache: bool = True
+    temperature: float = 0.0
+    top_k: int = 0
+    seed: int = 0
+    tiles: Tiles = field(default_factory=Tiles)
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype() -> str:
+    return "bfloat16" if torch.bfloat16 in supported_dtypes(device()) else "float32"
+
+
+def dtype_choices() -> list[str]:
+    names = {v: k for k, v in DTYPES.items()}
+    return [names[d] for d in supported_dtypes(device())]
+
+
+@functools.cache
+def header() -> str:
+    """What the app runs on, measured once."""
+    peaks = metrics.device_peaks(str(device()), DTYPES[default_dtype()])
+    if peaks is None:
+        return f"**{metrics.CPU_LABEL}.** Kernels run in Triton's interpreter: correct, but slow and not GPU timings."
+    return f"**{peaks.label}**"
+
+
+def peaks():
+    return metrics.device_peaks(str(device()), DTYPES[default_dtype()])
+
+
+_DEFAULT = {"model": DEFAULT_MODEL}
+
+
+def set_default_model(name: str) -> None:
+    """The model the picker starts on (app.py's --model)."""
+    _DEFAULT["model"] = name or DEFAULT_MODEL
+
+
+def default_model() -> str:
+    return _DEFAULT["model"]
+
+
+def model_choices() -> list[tuple[str, str]]:
+    """(label, value) pairs; models that cannot load here say why in their label."""
+    out = [("bundled: tiny GPT-2 trained on Python's standard library (offline)", DEFAULT_MODEL)]
+    extra = [default_model()] if default_model() not in (DEFAULT_MODEL, *HUB_MODELS) else []
+    for name in [*extra, *HUB_MODELS]:
+        ok, why = model_status(name)
+        out.append((name if ok else f"{name} (unavailable: {why})", name))
+    return out
+
+
+# The tile choices the app offers per kernel (the Tiles field each sets, and its allowed values).
+TILE_FIELDS = {
+    "attention": {"block_m": [16, 32, 64, 128, 256], "block_n": [16, 32, 64, 128], "num_warps": [2, 4, 8],
+                  "num_stages": [1, 2, 3, 4]},
+    "decode_attention": {"block_n": [16, 32, 64, 128, 256], "split_k": [1, 2, 4, 8, 16, 32, 64],
+                         "num_warps": [2, 4, 8]},
+    "layer_norm": {"block_m": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8]},
+    "linear": {"block_m": [16, 32, 64, 128], "block_n": [32, 64, 128, 256], "block_k": [16, 32, 64, 128],
+               "num_stages": [1, 2, 3, 4]},
+    "linear_decode": {"block_n": [16, 32, 64, 128, 256], "block_k": [32, 64, 128, 256], "split_k": [1, 2, 4, 8, 16]},
+}  # fmt: skip
+# Which sweep kernel fills which Tiles field when its best config is sent to the Generate tab.
+SWEEP_TO_TILES = {"attention": "attention", "decode_attention": "decode_attention", "layer_norm": "layer_norm",
+                  "linear": "linear"}  # fmt: skip
+
+
+def tiles_from(fields_by_kernel: dict[str, dict]) -> Tiles:
+    """UI values -> Tiles. Each kernel's dict holds field -> "default" | int, plus autotune: bool."""
+    chosen = {}
+    for kernel, values in fields_by_kernel.items():
+        if values.get("autotune"):
+            chosen[kernel] = "autotune"
+            continue
+        picked = {k: int(v) for k, v in values.items() if k != "autotune" and v not in (None, "", "default")}
+        chosen[kernel] = TileConfig(**picked) if picked else None
+    return Tiles(**chosen)
+
+
+def check(s: RunSettings) -> None:
+    """Refuse impossible settings before anything runs."""
+    if not s.prompt.strip():
+        raise UserError("The prompt is empty: type some text to continue.")
+    if not 1 <= s.new_tokens <= MAX_NEW_TOKENS:
+        raise UserError(f"New tokens must be between 1 and {MAX_NEW_TOKENS} (got {s.new_tokens}).")
+    if not 1 <= s.batch <= MAX_BATCH:
+        raise UserError(f"Batch size must be between 1 and {MAX_BATCH} (got {s.batch}).")
+    if s.prompt_tokens < 0:
+        raise UserError("Prompt length must be 0 (as written) or a positive number of tokens.")
+    if s.backend not in ("triton", "torch"):
+        raise UserError(f"Backend must be 'triton' or 'torch' (got {s.backend!r}).")
+    if (s.dtype or default_dtype()) not in dtype_choices():
+        raise UserError(f"{s.dtype} is not available on this device (allowed: {', '.join(dtype_choices())}).")
+    if s.temperature < 0 or s.top_k < 0:
+        raise UserError("Temperature and top-k must not be negative (temperature 0 is greedy).")
+
+
+def prompt_ids(tok, s: RunSettings, n_positions: int) -> list[int]:
+    ids = tok.encode(s.prompt)
+    if s.prompt_tokens:
+        if s.prompt_tokens >= n_positions:
+            raise UserError(f"Prompt length {s.prompt_tokens} leaves no room: the model has {n_positions} positions.")
+        ids = (ids * (s.prompt_tokens // len(ids) + 1))[-s.prompt_tokens :]  # repeat, keep the last N
+    if len(ids) >= n_positions:
+        raise UserError(f"The prompt is {len(ids)} tokens; the model has {n_positions} positions.")
+    return ids
+
+
+@dataclass
+class Update:
+    """One refresh of the Generate view."""
+
+    texts: list[str]
+    steps: pd.DataFrame
+    kernels: pd.DataFrame
+    summary: dict
+    charts: bool  # whether this update should redraw the charts
+    done: bool = False
+
+
+def _friendly(e: Exception) -> UserError:
+    if isinstance(e, UserError):
+        return e
+    if isinstance(e, torch.cuda.OutOfMemoryError):
+        torch.cuda.empty_cache()
+        return UserError("The GPU ran out of memory for these settings: lower the batch, the new tokens or the "
+                         "prompt length, or pick a smaller model.")  # fmt: skip
+    if isinstance(e, ValueError):  # validation of tiles, dtypes, lengths and models says what and why
+        return UserError(str(e))
+    return UserError(f"The run failed: {type(e).__name__}: {e}")
+
+
+def run_generation(s: RunSettings) -> Iterator[Update]:
+    """Generate token by token, yielding text on every token and charts at most every half second.
+    After the run, a short profiling pass adds the device time per kernel kind."""
+    try:
+        check(s)
+        model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()], backend=s.backend)
+        ids = prompt_ids(tok, s, model.config.n_positions)
+        batch = [ids] * s.batch
+        kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
+        steps, texts, last_chart = [], [s.prompt] * s.batch, 0.0
+        for step in generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, **kw):
+            steps.append(step)
+            texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
+            now = time.monotonic()
+            charts = now - last_chart >= CHART_INTERVAL_S
+            if charts:
+                last_chart = now
+            yield Update(texts, metrics.step_frame(steps), metrics.kernel_frame(steps), metrics.summary(steps, peaks()),
+                         charts)  # fmt: skip
+        profiled = list(generate(model, batch, max_new_tokens=min(6, s.new_tokens), seed=s.seed, profile=True,
+                                 warmup=False, **kw))  # fmt: skip
+        kernels = metrics.kernel_frame(steps)
+        timed = metrics.kernel_frame(profiled).groupby(["phase", "kind"]).kernel_ms.median()
+        kernels["kernel_ms"] = [timed.get((p, k), math.nan) for p, k in zip(kernels.phase, kernels.kind, strict=True)]
+        yield Update(texts, metrics.step_frame(steps), kernels, metrics.summary(steps, peaks()), True, done=True)
+    except Exception as e:  # every failure becomes one message; the app serves the next request
+        raise _friendly(e) from None
+
+
+def summary_markdown(summary: dict) -> str:
+    if not summary:
+        return ""
+    cpu = "interpreter" in summary.get("timer", "")
+    bandwidth = f"{summary['achieved_gbs']:.3g} GB/s"
+    if "bandwidth_fraction" in summary:
+        bandwidth += f" ({summary['bandwidth_fraction']:.0%} of measured peak)"
+    memory = summary["peak_memory_mb"]
+    rows = [
+        ("time to first token", f"{summary['ttft_ms']:.1f} ms"),
+        ("decode", f"{summary['tokens_per_s']:.1f} tokens/s"),
+        ("ms/token p50 / p90", f"{summary['ms_per_token_p50']:.2f} / {summary['ms_per_token_p90']:.2f}"),
+        ("warm-up (compile, first run)", f"{summary['warmup_ms']:.0f} ms, not counted above"),
+        ("bytes per token (modeled)", f"{summary['mb_per_token']:.2f} MB"),
+        ("achieved bandwidth", bandwidth),
+        ("KV cache", f"{summary['kv_cache_mb']:.2f} MB"),
+        ("peak GPU memory", "n/a on CPU" if math.isnan(memory) else f"{memory:.0f} MB"),
+        ("stopped", summary.get("stop_reason") or "running"),
+    ]
+    head = "CPU timings (Triton interpreter), not GPU timings\n\n" if cpu else ""
+    return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def generation_figures(steps: pd.DataFrame, kernels: pd.DataFrame, previous: pd.DataFrame | None = None):
+    """The four live charts; with `previous`, the last run overlaid on latency and KV growth."""
+    p = peaks()
+    note = "" if p else "CPU interpreter timings"
+    both = steps
+    if previous is not None and not previous.empty:
+        both = pd.concat([previous.assign(run="previous"), steps.assign(run="this run")], ignore_index=True)
+    return (
+        plots.latency_figure(both, note),
+        plots.traffic_figure(kernels, "bytes from each kernel's traffic model at the chosen tiles"),
+        plots.kv_figure(both, note),
+        plots.kernel_share_figure(kernels, note),
+        plots.bandwidth_figure(both, p.bandwidth_gbs if p else None, note),
+    )
+
+
+def hierarchy(s: RunSettings, kernels: pd.DataFrame) -> str:
+    try:
+        model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
+        tokens = max(1, len(prompt_ids(tok, s, model.config.n_positions)))
+        lessons = metrics.fusion_lessons(model.config, tokens, model.dtype.itemsize, s.tiles, model.dtype, device())
+    except Exception:
+        lessons = None
+    p = peaks()
+    return plots.hierarchy_html(kernels, p.bandwidth_gbs if p else None, lessons)
+
+
+def run_sweep(kernel: str, shape: dict, dtype: str, progress=None) -> tuple[pd.DataFrame, TileConfig | None]:
+    try:
+        frame = bench.tile_sweep(
+            kernel, shape, dtype=DTYPES[dtype or default_dtype()], device=device(), progress=progress
+        )
+    except Exception as e:
+        raise _friendly(e) from None
+    try:
+        best = bench.best_config(frame)
+    except ValueError:
+        best = None
+    return frame, best
+
+
+def run_compare(s: RunSettings, prompt_lengths: list[int], progress=None) -> pd.DataFrame:
+    try:
+        check(s)
+        model, _ = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
+        return bench.sequence_sweep(model, prompt_lengths, s.new_tokens, tiles=s.tiles, progress=progress)
+    except Exception as e:
+        raise _friendly(e) from None
+
+
+def export(frame: pd.DataFrame | None, name: str, fmt: str) -> str:
+    if frame is None or len(frame) == 0:
+        raise UserError("Nothing to export yet: run something first.")
+    folder = tempfile.mkdtemp(prefix="explorer-")
+    return metrics.export(frame, os.path.join(folder, f"{name}.{fmt}"))
+
+
+DEFAULT_SHAPES = bench.DEFAULT_SHAPES
+# Small shapes for the interpreter, where every program runs in Python.
+CPU_SHAPES = {
+    "attention": dict(B=1, H=2, T=128, D=64),
+    "decode_attention": dict(B=1, H=2, T=512, D=64),
+    "linear": dict(M=64, K=256, N=512),
+    "layer_norm": dict(M=256, C=256),
+}
+
+
+def shape_text(kernel: str) -> str:
+    shapes = DEFAULT_SHAPES if device().type == "cuda" else CPU_SHAPES
+    return ",".join(f"{k}={v}" for k, v in shapes[kernel].items())
+
+
+def sweep_axes(kernel: str) -> list[str]:
+    return list(bench.GRIDS[kernel])
+
+
+def parse_shape(text: str) -> dict:
+    try:
+        shape = {k.strip(): int(v) for k, v in (part.split("=") for part in text.split(",") if part.strip())}
+    except ValueError:
+        raise UserError(f"Shape {text!r} is not KEY=NUMBER pairs, e.g. B=1,H=12,T=1024,D=64.") from None
+    if any(v < 1 for v in shape.values()):
+        raise UserError("Every dimension of the shape must be at least 1.")
+    return shape
+
+
+def parse_lengths(text: str) -> list[int]:
+    try:
+        lengths = [int(p) for p in text.replace(",", " ").split()]
+    except ValueError:
+        raise UserError(
+            f"Prompt lengths {text!r} must be whole numbers separated by commas, e.g. 16, 64, 256."
+        ) from None
+    if not lengths or any(n < 1 or n > 4096 for n in lengths):
+        raise UserError("Give one to a few prompt lengths between 1 and 4096 tokens.")
+    return lengths
+
+
+def timer_note() -> str:
+    return "" if device().type == "cuda" else "CPU interpreter timings"
+
+
+def fusion_table(s: RunSettings, tokens: int) -> pd.DataFrame:
+    dtype = DTYPES[s.dtype or default_dtype()]
+    model, _ = load_model(s.model, device=device(), dtype=dtype)
+    return metrics.fusion_lessons(model.config, tokens, dtype.itemsize, s.tiles, dtype, device())
+
+
+def compare_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of a sequence sweep: time to first token, decode median and last step."""
+    keys = ["backend", "cache", "prompt_tokens"]
+    decode = (
+        frame[frame.phase == "decode"]
+        .groupby(keys, as_index=False)
+        .agg(
+            decode_ms_p50=("latency_ms", "median"),
+            last_step_ms=("latency_ms", "last"),
+            mb_per_step=("modeled_mb", "median"),
+        )
+    )
+    first = frame[frame.phase == "prefill"][[*keys, "latency_ms"]].rename(columns={"latency_ms": "ttft_ms"})
+    return first.merge(decode, on=keys, how="left").round(3)

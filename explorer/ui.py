@@ -1,0 +1,244 @@
+"""The Gradio app: layout and event wiring only. Every handler is a few lines around explorer.runs."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import gradio as gr
+
+from . import plots, runs
+
+EXAMPLES = ["def fibonacci(n):", "class Config:", "import os\nimport sys\n\n\ndef main(", '"""Return the number of']
+THEME = gr.themes.Soft(primary_hue="indigo")
+CSS = """
+.gradio-container {max-width: 1400px !important}
+.hierarchy table {border-collapse: collapse; margin: 0.5em 0}
+.hierarchy td, .hierarchy th {border: 1px solid #ccc; padding: 4px 10px; text-align: right}
+.hierarchy td:first-child, .hierarchy th:first-child {text-align: left}
+#out textarea {font-family: ui-monospace, monospace}
+"""
+INTRO = """# Triton Decoder Explorer
+A small GPT-2 decoder generating token by token on our own Triton kernels. GPU speed is mostly about
+moving bytes between HBM and on-chip SRAM: pick tiles, fusion and the KV cache, and watch latency,
+memory traffic and the cache change."""
+GPU = dict(concurrency_id="gpu", concurrency_limit=1)  # one run on the GPU at a time; others wait in line
+NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None}
+
+
+def _fail(e: runs.UserError):
+    return gr.Error(str(e), print_exception=False)
+
+
+def _tile_controls():
+    """One dropdown per tile field ('default' or a power of two) and an autotune box per kernel."""
+    controls = []
+    for kernel, field_choices in runs.TILE_FIELDS.items():
+        with gr.Row():
+            gr.Markdown(f"**{kernel.replace('_', ' ')}**")
+            for name, values in field_choices.items():
+                controls.append(gr.Dropdown(["default", *map(str, values)], value="default", label=name, min_width=90))
+            controls.append(gr.Checkbox(False, label="autotune", min_width=90))
+    return controls
+
+
+TILE_NAMES = [f"{kernel}_{name}" for kernel, fields in runs.TILE_FIELDS.items() for name in [*fields, "autotune"]]
+
+
+def _with_tile_names(fn):
+    """Name the handler's *tiles parameters (attention_block_m, ...) so API users can pass them by name."""
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_POSITIONAL and p.name != "progress"]
+    tiles = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in TILE_NAMES]
+    extra = [p for p in sig.parameters.values() if p.name == "progress"]
+
+    if inspect.isgeneratorfunction(fn):  # Gradio streams only what it sees as a generator function
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            yield from fn(*args, **kwargs)
+    else:
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=[*params, *tiles, *extra])
+    return wrapper
+
+
+def _tiles(values) -> runs.Tiles:
+    it = iter(values)
+    chosen = {}
+    for kernel, field_choices in runs.TILE_FIELDS.items():
+        chosen[kernel] = {name: next(it) for name in field_choices} | {"autotune": next(it)}
+    return runs.tiles_from(chosen)
+
+
+def _settings(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed, tiles):
+    return runs.RunSettings(
+        model=model, prompt=prompt, prompt_tokens=int(prompt_tokens), new_tokens=int(new_tokens), batch=int(batch),
+        dtype=dtype, backend=backend, cache=bool(cache), temperature=float(temperature), top_k=int(top_k),
+        seed=int(seed), tiles=_tiles(tiles),
+    )  # fmt: skip
+
+
+def generate(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed,
+             overlay, state, *tiles):  # fmt: skip
+    """Stream the text on every token and the charts at a throttled rate."""
+    s = _settings(
+        model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed, tiles
+    )
+    state = dict(state or NEW_STATE)
+    previous = state.get("steps") if overlay else None
+    try:
+        for u in runs.run_generation(s):
+            text = "\n\n".join(t if len(u.texts) == 1 else f"[{i + 1}] {t}" for i, t in enumerate(u.texts))
+            figures = runs.generation_figures(u.steps, u.kernels, previous) if u.charts else [gr.skip()] * 5
+            if u.done:
+                state = {**state, "previous": state.get("steps"), "steps": u.steps, "kernels": u.kernels}
+                yield (text, runs.summary_markdown(u.summary), *figures, runs.hierarchy(s, u.kernels), state)
+            else:
+                yield (text, runs.summary_markdown(u.summary), *figures, gr.skip(), gr.skip())
+    except runs.UserError as e:
+        raise _fail(e) from None
+
+
+def sweep(kernel, shape, dtype, x, y, value, state, progress=gr.Progress()):
+    try:
+        frame, best = runs.run_sweep(kernel, runs.parse_shape(shape), dtype,
+                                     progress=lambda i, n, d: progress(i / max(n, 1), desc=d))  # fmt: skip
+    except runs.UserError as e:
+        raise _fail(e) from None
+    heat = plots.sweep_heatmap(frame, x, y, value, note=runs.timer_note())
+    best_text = f"Fastest valid: `{best}`" if best else "No valid config in this grid."
+    return heat, frame, best_text, {**(state or NEW_STATE), "sweep": frame, "best": (kernel, best)}
+
+
+def sweep_axes(kernel):
+    axes = runs.sweep_axes(kernel)
+    return runs.shape_text(kernel), gr.update(choices=axes, value=axes[0]), gr.update(choices=axes, value=axes[-1])
+
+
+def use_best(state):
+    """Send the sweep's fastest config to the Generate tab's tile controls."""
+    kernel, best = (state or {}).get("best") or (None, None)
+    if best is None:
+        raise gr.Error("Run a tile sweep first.", print_exception=False)
+    target = runs.SWEEP_TO_TILES[kernel]
+    updates = []
+    for name_kernel, field_choices in runs.TILE_FIELDS.items():
+        for name in field_choices:
+            value = getattr(best, name) if name_kernel == target else None
+            updates.append(gr.update(value=str(value)) if value is not None else gr.skip())
+        updates.append(gr.update(value=False) if name_kernel == target else gr.skip())
+    gr.Info(f"{kernel} tiles set to {best} in Generate.")
+    return updates
+
+
+def compare(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed,
+            lengths, state, *tiles, progress=gr.Progress()):  # fmt: skip
+    s = _settings(
+        model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed, tiles
+    )
+    try:
+        frame = runs.run_compare(
+            s, runs.parse_lengths(lengths), progress=lambda i, n, d: progress(i / max(n, 1), desc=d)
+        )
+        lessons = runs.fusion_table(s, max(runs.parse_lengths(lengths)))
+    except runs.UserError as e:
+        raise _fail(e) from None
+    note = runs.timer_note()
+    return (plots.compare_figure(frame, note), plots.fusion_figure(lessons), runs.compare_table(frame),
+            {**(state or NEW_STATE), "compare": frame})  # fmt: skip
+
+
+def export(which, fmt, state):
+    frames = {"last run: steps": "steps", "last run: kernels": "kernels", "tile sweep": "sweep", "compare": "compare"}
+    try:
+        return runs.export((state or {}).get(frames[which]), frames[which], fmt)
+    except runs.UserError as e:
+        raise _fail(e) from None
+
+
+def build() -> gr.Blocks:
+    with gr.Blocks(title="Triton Decoder Explorer") as demo:
+        state = gr.State(NEW_STATE)
+        gr.Markdown(INTRO)
+        gr.Markdown(runs.header())
+        with gr.Tabs():
+            with gr.Tab("Generate"):
+                with gr.Row():
+                    with gr.Column(scale=1, min_width=340):
+                        model = gr.Dropdown(runs.model_choices(), value=runs.default_model(), label="model")
+                        prompt = gr.Textbox(EXAMPLES[0], lines=3, label="prompt")
+                        gr.Examples([[e] for e in EXAMPLES], [prompt], label="examples")
+                        prompt_tokens = gr.Slider(0, 1000, 0, step=1, label="prompt length in tokens (0: as written)")
+                        new_tokens = gr.Slider(1, runs.MAX_NEW_TOKENS, 64, step=1, label="new tokens")
+                        batch = gr.Slider(1, runs.MAX_BATCH, 1, step=1, label="batch (copies of the prompt)")
+                        with gr.Row():
+                            dtype = gr.Radio(runs.dtype_choices(), value=runs.default_dtype(), label="dtype")
+                            backend = gr.Radio(["triton", "torch"], value="triton", label="backend")
+                        with gr.Row():
+                            cache = gr.Checkbox(True, label="KV cache")
+                            overlay = gr.Checkbox(True, label="overlay previous run")
+                        with gr.Accordion("sampling", open=False):
+                            temperature = gr.Slider(0, 2, 0, step=0.05, label="temperature (0: greedy)")
+                            top_k = gr.Slider(0, 200, 0, step=1, label="top-k (0: all)")
+                            seed = gr.Number(0, precision=0, label="seed")
+                        with gr.Accordion("tiles (default, a power of two, or autotune)", open=False):
+                            tiles = _tile_controls()
+                        with gr.Row():
+                            go_btn = gr.Button("Generate", variant="primary")
+                            stop_btn = gr.Button("Stop")
+                    with gr.Column(scale=2):
+                        out = gr.Textbox(label="output", lines=8, elem_id="out")
+                        summary = gr.Markdown()
+                        with gr.Row():
+                            latency_plot, traffic_plot = gr.Plot(show_label=False), gr.Plot(show_label=False)
+                        with gr.Row():
+                            kv_plot, share_plot = gr.Plot(show_label=False), gr.Plot(show_label=False)
+                        bandwidth_plot = gr.Plot(show_label=False)
+            with gr.Tab("Memory hierarchy"):
+                hierarchy = gr.HTML("<p>Generate to see where the bytes go.</p>")
+            with gr.Tab("Tile sweep"):
+                with gr.Row():
+                    kernel = gr.Dropdown(list(runs.DEFAULT_SHAPES), value="attention", label="kernel")
+                    shape = gr.Textbox(runs.shape_text("attention"), label="shape")
+                    sweep_dtype = gr.Radio(runs.dtype_choices(), value=runs.default_dtype(), label="dtype")
+                with gr.Row():
+                    x_axis = gr.Dropdown(["block_m", "block_n"], value="block_m", label="x")
+                    y_axis = gr.Dropdown(["block_n", "num_warps", "num_stages"], value="block_n", label="y")
+                    value = gr.Radio(["ms", "gbs", "tflops"], value="ms", label="show")
+                with gr.Row():
+                    sweep_btn = gr.Button("Run sweep", variant="primary")
+                    best_btn = gr.Button("Use best in Generate")
+                best_md = gr.Markdown()
+                heat = gr.Plot(label="tile sweep")
+                sweep_table = gr.Dataframe(label="every config, impossible ones with the reason")
+            with gr.Tab("Compare"):
+                lengths = gr.Textbox("16, 64, 256", label="prompt lengths (tokens)")
+                compare_btn = gr.Button("Compare cache on/off and backends", variant="primary")
+                compare_plot, fusion_plot = gr.Plot(label="decode latency"), gr.Plot(label="fusion")
+                compare_df = gr.Dataframe(label="per run")
+            with gr.Tab("Export"):
+                which = gr.Radio(["last run: steps", "last run: kernels", "tile sweep", "compare"],
+                                 value="last run: steps", label="table")  # fmt: skip
+                fmt = gr.Radio(["csv", "json"], value="csv", label="format")
+                export_btn = gr.Button("Export")
+                file = gr.File(label="download")
+        settings = [model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed]
+        figures = [latency_plot, traffic_plot, kv_plot, share_plot, bandwidth_plot]
+        outputs = [out, summary, *figures, hierarchy, state]
+        run = go_btn.click(_with_tile_names(generate), [*settings, overlay, state, *tiles], outputs,
+                           api_name="generate", **GPU)  # fmt: skip
+        stop_btn.click(None, None, None, cancels=[run])
+        kernel.change(sweep_axes, kernel, [shape, x_axis, y_axis], api_visibility="private")
+        sweep_btn.click(sweep, [kernel, shape, sweep_dtype, x_axis, y_axis, value, state],
+                        [heat, sweep_table, best_md, state], api_name="sweep", **GPU)  # fmt: skip
+        best_btn.click(use_best, state, tiles, api_visibility="private")
+        compared = [compare_plot, fusion_plot, compare_df, state]
+        compare_btn.click(_with_tile_names(compare), [*settings, lengths, state, *tiles], compared,
+                          api_name="compare", **GPU)  # fmt: skip
+        export_btn.click(export, [which, fmt, state], file, api_name="export")
+    return demo

@@ -1,0 +1,82 @@
+"""The app launched in-process and driven through gradio_client, as an API user would."""
+
+import base64
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.io as pio
+import pytest
+
+from explorer import runs
+from tests.serve import running_app
+
+gradio_client = pytest.importorskip("gradio_client")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with running_app() as url:
+        yield gradio_client.Client(url, verbose=False)
+
+
+def _values(array):
+    """Plotly sends numeric arrays as typed base64 buffers ({'dtype', 'bdata'}) or plain lists."""
+    if isinstance(array, dict) and "bdata" in array:
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=np.dtype(array["dtype"]))
+    return np.asarray(array)
+
+
+def _points(plot) -> int:
+    """Number of latency points in a streamed plot output (-1 for an update that skipped the chart)."""
+    if not isinstance(plot, dict) or "plot" not in plot:
+        return -1
+    return sum(len(_values(t["x"])) for t in json.loads(plot["plot"])["data"])
+
+
+def test_generation_streams_text_and_growing_charts(client):
+    job = client.submit(prompt="def add(a, b):", new_tokens=5, api_name="/generate")
+    final = job.result()
+    outputs = job.outputs()
+    assert len(outputs) >= 3, "the text should arrive token by token"
+    texts = [o[0] for o in outputs]
+    assert all(t.startswith("def add(a, b):") for t in texts)
+    assert len(texts[-1]) > len("def add(a, b):")
+    points = [_points(o[2]) for o in outputs if _points(o[2]) >= 0]
+    assert points[0] < points[-1] == 5, "the latency chart gains a point per token"
+    assert "tokens/s" in final[1] and "time to first token" in final[1]
+    assert "decode" in final[7] or "kernel" in final[7]  # the memory-hierarchy table after the run
+
+
+def test_bad_inputs_are_clear_errors_and_the_app_keeps_serving(client):
+    with pytest.raises(gradio_client.exceptions.AppError, match="prompt is empty"):
+        client.predict(prompt="   ", new_tokens=2, api_name="/generate")
+    with pytest.raises(gradio_client.exceptions.AppError, match="shared memory"):
+        # 256-query tiles with 128-key tiles and 4 stages do not fit any GPU's shared memory
+        client.predict(prompt="x = 1", new_tokens=2, attention_block_m="256", attention_block_n="128",
+                       attention_num_stages="4",
+                       api_name="/generate")  # fmt: skip
+    text = client.predict(prompt="x = 1", new_tokens=2, api_name="/generate")[0]
+    assert text.startswith("x = 1") and len(text) > len("x = 1")
+
+
+def test_export_of_the_last_run(client):
+    client.predict(prompt="import os", new_tokens=3, api_name="/generate")
+    path = client.predict("last run: steps", "csv", api_name="/export")
+    frame = pd.read_csv(path)
+    assert frame.step.tolist() == [0, 1, 2] and set(frame.phase) == {"prefill", "decode"}
+    with pytest.raises(gradio_client.exceptions.AppError, match="Nothing to export"):
+        client.predict("compare", "json", api_name="/export")
+
+
+def test_tile_sweep_endpoint(client):
+    heat, table, best, *_ = client.predict("layer_norm", "M=8,C=64", runs.default_dtype(), "block_m", "num_warps",
+                                           "ms", api_name="/sweep")  # fmt: skip
+    rows = pd.DataFrame(table["data"], columns=table["headers"])
+    assert len(rows) == 20 and "Fastest valid" in best
+    assert pio.from_json(heat["plot"]).data[0].type == "heatmap"
+
+
+def test_named_endpoints(client):
+    api = client.view_api(print_info=False, return_format="dict")
+    assert {"/generate", "/sweep", "/compare", "/export"} <= set(api["named_endpoints"])

@@ -1,0 +1,50 @@
+"""A real browser (Debian's chromium, driven by playwright) opens the app, clicks Generate and waits
+for streamed tokens and a rendered chart. The screenshot lands in artifacts/."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.serve import running_app
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run"]  # fmt: skip
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not shutil.which(CHROMIUM):
+        if os.environ.get("EXPLORER_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{CHROMIUM} is missing; .ci/run installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def test_generate_in_a_browser(browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app() as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url, wait_until="load")
+        prompt = page.get_by_label("prompt", exact=True)
+        prompt.fill("def greet(name):")
+        page.get_by_role("button", name="Generate", exact=True).click()
+        output = page.locator("#out textarea")
+        # Tokens stream in: the output grows past the prompt while the run goes on.
+        page.wait_for_function(
+            "() => { const t = document.querySelector('#out textarea'); return t && t.value.length > 20; }",
+            timeout=120_000,
+        )
+        # Plotly draws the charts into .js-plotly-plot elements with an SVG inside.
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=120_000)
+        assert output.input_value().startswith("def greet(name):")
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(ARTIFACTS / "generate.png"), full_page=True)
+        assert (ARTIFACTS / "generate.png").stat().st_size > 10_000
