@@ -176,6 +176,15 @@ def _parse_shape(text: str | None) -> dict:
         raise SystemExit(f"--shape {text!r}: expected KEY=INT pairs such as B=1,H=12,T=1024,D=64") from None
 
 
+def _parse_grid(text: str | None) -> dict | None:
+    if not text:
+        return None
+    try:
+        return {k.strip(): [int(v) for v in vs.split(",")] for k, vs in (axis.split("=") for axis in text.split(";"))}
+    except ValueError:
+        raise SystemExit(f"--grid {text!r}: expected 'field=v1,v2;field=v1,v2'") from None
+
+
 def _tqdm_progress(title: str):
     from tqdm import tqdm
 
@@ -202,6 +211,7 @@ def main(argv=None):
     )
     parser.add_argument("--kernel", default="attention", choices=list(GRIDS))
     parser.add_argument("--shape", help="tile sweep shape, e.g. B=1,H=12,T=1024,D=64 or M=1024,K=768,N=3072")
+    parser.add_argument("--grid", help="tile sweep grid, e.g. 'block_m=64,128;block_n=32,64' (default: the full grid)")
     parser.add_argument("--prompt", default="def main(")
     parser.add_argument("--prompt-lengths", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -215,8 +225,9 @@ def main(argv=None):
     peaks = metrics.device_peaks(str(device), dtype)
     print(peaks.label if peaks else metrics.CPU_LABEL)
     if args.sweep == "tiles":
-        table = tile_sweep(args.kernel, _parse_shape(args.shape), dtype=dtype, device=device,
-                           progress=_tqdm_progress(f"tile sweep {args.kernel}"))  # fmt: skip
+        shape, grid = _parse_shape(args.shape), _parse_grid(args.grid)
+        progress = _tqdm_progress(f"tile sweep {args.kernel}")
+        table = tile_sweep(args.kernel, shape, dtype=dtype, device=device, grid=grid, progress=progress)
         shown = table.sort_values("ms").drop(columns=["kernel", "shape", "timer"])
         shown["reason"] = shown.reason.str.replace(r"^.*? needs", "needs", regex=True).str.slice(0, 60)
     else:

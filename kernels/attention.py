@@ -33,6 +33,7 @@ from .config import (
     check_shared_memory,
     device_limits,
     explain_resources,
+    fit_defaults,
     new_output,
     next_pow2,
     pipeline_stages,
@@ -186,16 +187,12 @@ def _decode_merge_kernel(
     tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
-def default_config(tq: int, head_dim: int, device, itemsize: int = 2) -> TileConfig:
-    """128-query tiles over 64-key tiles, or the largest smaller tiles this device's shared memory holds
-    (fp32, large head dims, small GPUs)."""
+def default_config(tq: int, head_dim: int, device) -> TileConfig:
+    """128-query tiles (fewer for short prompts) over 64-key tiles; resolve_config shrinks what the
+    device's shared memory cannot hold (fp32, large head dims, small GPUs)."""
     block_m = max(16, min(128, next_pow2(tq)))
-    stages, limit = pipeline_stages(device), device_limits(device).shared_memory
-    for bm, bn in ((block_m, 64), (min(block_m, 64), 64), (min(block_m, 64), 32), (16, 16)):
-        cfg = TileConfig(block_m=bm, block_n=bn, num_warps=8 if bm == 128 and head_dim > 64 else 4, num_stages=stages)
-        if shared_memory(cfg, head_dim, itemsize, device) <= limit:
-            break
-    return cfg
+    num_warps = 8 if block_m == 128 and head_dim > 64 else 4
+    return TileConfig(block_m=block_m, block_n=64, num_warps=num_warps, num_stages=pipeline_stages(device))
 
 
 def shared_memory(cfg: TileConfig, head_dim: int, itemsize: int, device) -> int:
@@ -214,8 +211,10 @@ def decode_shared_memory(cfg: TileConfig, head_dim: int, itemsize: int) -> int:
 
 def resolve_config(config, tq, head_dim, dtype, device) -> TileConfig:
     itemsize = torch.empty((), dtype=dtype).element_size()
-    cfg = as_config("attention", config).merged(default_config(tq, head_dim, device, itemsize))
-    check_fields("attention", cfg)
+    user = as_config("attention", config)
+    check_fields("attention", user)
+    cfg = user.merged(default_config(tq, head_dim, device))
+    cfg = fit_defaults("attention", cfg, user, lambda c: shared_memory(c, head_dim, itemsize, device), device)
     block_d = max(16, next_pow2(head_dim))
     need = shared_memory(cfg, head_dim, itemsize, device)
     what = f"a {cfg.block_m}x{block_d} query tile and {cfg.num_stages} stages of {cfg.block_n}x{block_d} K and V tiles"
@@ -274,9 +273,12 @@ def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
 
 
 def resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device) -> TileConfig:
-    cfg = as_config("decode_attention", config).merged(default_decode_config(batch_heads, max_len, device))
-    check_fields("decode_attention", cfg)
-    need = decode_shared_memory(cfg, head_dim, torch.empty((), dtype=dtype).element_size())
+    user = as_config("decode_attention", config)
+    check_fields("decode_attention", user)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    cfg = user.merged(default_decode_config(batch_heads, max_len, device))
+    cfg = fit_defaults("decode_attention", cfg, user, lambda c: decode_shared_memory(c, head_dim, itemsize), device)
+    need = decode_shared_memory(cfg, head_dim, itemsize)
     what = f"{max(1, cfg.num_stages - 1)} in-flight stages of {cfg.block_n}-key K and V tiles"
     check_shared_memory("decode_attention", cfg, need, device, what)
     return cfg

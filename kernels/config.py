@@ -170,6 +170,23 @@ def check_shared_memory(kernel: str, cfg: TileConfig, need: int, device: torch.d
         )
 
 
+def fit_defaults(kernel: str, cfg: TileConfig, user: TileConfig, need, device) -> TileConfig:
+    """Shrink the fields the user left unset (stages first, then the tiles) until `need(cfg)` bytes
+    fit this device's shared memory. A user's own choices are never changed: if they do not fit,
+    validation says so."""
+    limit = device_limits(device).shared_memory
+    lows = BOUNDS[kernel]
+    while need(cfg) > limit:
+        for name in ("num_stages", "block_k", "block_n", "block_m"):
+            value = getattr(cfg, name)
+            if name in lows and getattr(user, name) is None and value is not None and value > lows[name][0]:
+                cfg = replace(cfg, **{name: value - 1 if name == "num_stages" else value // 2})
+                break
+        else:
+            return cfg
+    return cfg
+
+
 @contextmanager
 def explain_resources(kernel: str, cfg: TileConfig):
     """Turn Triton's compile-time out-of-resources error into the same ValueError validation raises."""

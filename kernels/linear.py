@@ -28,6 +28,7 @@ from .config import (
     check_shared_memory,
     device_limits,
     explain_resources,
+    fit_defaults,
     new_output,
     pipeline_stages,
 )
@@ -148,6 +149,7 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
         block_n, block_k = 64, 128
         # Enough programs to give every SM two weight slices to stream, but no split shorter than BLOCK_K.
         split_k = max(1, min(2 * limits.num_sms // cdiv(out_features, block_n), cdiv(in_features, block_k)))
+        split_k = 1 << (split_k.bit_length() - 1)  # tiles are powers of two: round down
         return TileConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k,
                           num_warps=4, num_stages=stages + 1)  # fmt: skip
     block_m = 128 if rows > 64 else 64
@@ -169,8 +171,11 @@ def shared_memory(cfg: TileConfig, itemsize: int, device) -> int:
 
 
 def resolve_config(config, rows, out_features, in_features, dtype, device) -> TileConfig:
-    cfg = as_config("linear", config).merged(default_config(rows, out_features, in_features, dtype, device))
-    check_fields("linear", cfg)
+    user = as_config("linear", config)
+    check_fields("linear", user)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    cfg = user.merged(default_config(rows, out_features, in_features, dtype, device))
+    cfg = fit_defaults("linear", cfg, user, lambda c: shared_memory(c, itemsize, device), device)
     if cfg.split_k > 1 and rows > DECODE_ROWS:
         raise ValueError(
             f"linear: split_k={cfg.split_k} is only for decode-shaped inputs of at most {DECODE_ROWS} rows, got {rows}"
@@ -179,7 +184,7 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
         raise ValueError(
             f"linear: the split-K path keeps all rows in one tile, so block_m must be 16 (got {cfg.block_m})"
         )
-    need = shared_memory(cfg, torch.empty((), dtype=dtype).element_size(), device)
+    need = shared_memory(cfg, itemsize, device)
     what = f"{cfg.num_stages} stages of a {cfg.block_m}x{cfg.block_k} and a {cfg.block_k}x{cfg.block_n} tile"
     check_shared_memory("linear", cfg, need, device, what)
     return cfg

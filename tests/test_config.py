@@ -3,7 +3,7 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 from kernels import TileConfig, attention, decode_attention, layer_norm, linear
-from kernels.config import CPU_SHARED_MEMORY, device_limits, explain_resources, supported_dtypes
+from kernels.config import CPU_SHARED_MEMORY, DeviceLimits, device_limits, explain_resources, supported_dtypes
 
 
 def test_config_fields_merge_over_defaults():
@@ -100,3 +100,32 @@ def test_autotune_picks_a_working_config(device):
     x = torch.randn(2, 768, device=device, dtype=torch.float16)
     w = torch.randn(3072, 768, device=device, dtype=torch.float16) / 30
     torch.testing.assert_close(linear(x, w, config="autotune"), reference.linear(x, w), atol=2e-3, rtol=2e-3)
+
+
+GPUS = {  # what device_limits reads on GPUs a Space may have
+    "T4": DeviceLimits("T4", 65536, 40, (7, 5), False),
+    "A10G": DeviceLimits("A10G", 101376, 80, (8, 6), True),
+    "L4": DeviceLimits("L4", 101376, 58, (8, 9), True),
+    "H100": DeviceLimits("H100", 232448, 132, (9, 0), True),
+}
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_default_tiles_are_valid_on_every_space_gpu(gpu, dtype):
+    """The defaults a GPU picks pass the same validation a user's choice does, for GPT-2 shapes from
+    one decode row to long prompts (resolved with that GPU's limits, no GPU needed)."""
+    from kernels.attention import resolve_config, resolve_decode_config
+    from kernels.layer_norm import resolve_config as ln_resolve
+    from kernels.linear import resolve_config as lin_resolve
+
+    limits = GPUS[gpu]
+    for rows in (1, 5, 16, 17, 1000, 8192):
+        for out_f, in_f in ((2304, 768), (3072, 768), (768, 3072), (50257, 768), (96, 200)):
+            lin_resolve(None, rows, out_f, in_f, dtype, limits)
+        ln_resolve(None, rows, 768)
+    for tq in (1, 17, 1000, 4096):
+        for head_dim in (64, 40, 128):
+            resolve_config(None, tq, head_dim, dtype, limits)
+    for batch_heads, max_len in ((12, 1024), (96, 8192), (1, 17), (400, 64)):
+        resolve_decode_config(None, batch_heads, max_len, 64, dtype, limits)
