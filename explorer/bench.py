@@ -116,8 +116,13 @@ def tile_sweep(kernel: str, shape: dict | None = None, *, dtype=torch.float16, d
         try:
             traffic = model(cfg)
             ms = time_call(lambda c=cfg: call(c), device)
-        except ValueError as e:
+        except ValueError as e:  # refused by validation, or out of resources when compiled
             rows.append(dict(row, valid=False, reason=str(e), ms=math.nan))
+            continue
+        except Exception as e:  # a config the compiler rejects in another way: recorded, the sweep goes on
+            rows.append(
+                dict(row, valid=False, reason=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", ms=math.nan)
+            )
             continue
         rows.append(dict(row, valid=True, reason="", ms=ms, modeled_mb=traffic.bytes / metrics.MB,
                          gbs=traffic.bytes / ms / 1e6, tflops=traffic.flops / ms / 1e9))  # fmt: skip

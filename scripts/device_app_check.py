@@ -1,0 +1,57 @@
+"""Drive the app on a GPU machine the way a visitor's client would: python scripts/device_app_check.py [TOKENS]
+
+Launches the app in-process (compiled kernels, bf16), then generates through its /generate endpoint
+with the bundled model and with random weights of GPT-2 small's shape (12 layers, width 768, the
+bundled tokenizer's 4096-token vocabulary), printing the summary the UI shows for each.
+"""
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+
+def gpt2_shaped(folder: Path) -> str:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=4096, bos_token_id=0,
+                     eos_token_id=0)  # fmt: skip
+    GPT2LMHeadModel(cfg).save_pretrained(folder)
+    bundled = Path(__file__).resolve().parent.parent / "assets" / "tiny-gpt2"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(bundled / name, folder / name)
+    return str(folder)
+
+
+def main(new_tokens: int):
+    from gradio_client import Client
+
+    from explorer import runs
+    from tests.serve import running_app
+
+    random_model = gpt2_shaped(Path("/tmp/gpt2-shaped"))
+    runs.set_default_model(random_model)  # puts the folder in the picker's choices
+    print(runs.header())
+    with running_app() as url:
+        client = Client(url, verbose=False)
+        for model in ("bundled", random_model):
+            for cache in (True, False):
+                t0 = time.perf_counter()
+                out = client.predict(model=model, prompt="def fibonacci(n):", new_tokens=new_tokens, cache=cache,
+                                     api_name="/generate")  # fmt: skip
+                wall = time.perf_counter() - t0
+                print(
+                    f"\n### {model}, cache {'on' if cache else 'off'}: {new_tokens} new tokens, {wall:.1f} s end to end"
+                )
+                print(out[1])
+                print("text:", repr(out[0][:200]))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 128)
