@@ -9,12 +9,16 @@ the full length, warmed up once, then timed end to end (wall clock after a devic
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from explorer.generate import generate
-from explorer.weights import config_from_hf, from_hf_state_dict
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from explorer.generate import generate  # noqa: E402
+from explorer.weights import config_from_hf, from_hf_state_dict  # noqa: E402
 
 
 def _timed(fn, repeats):

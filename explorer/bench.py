@@ -27,6 +27,7 @@ from kernels.attention import traffic as attention_traffic
 from kernels.config import TileConfig
 from kernels.layer_norm import traffic as layer_norm_traffic
 from kernels.linear import traffic as linear_traffic
+from kernels.timing import device_ms
 
 from . import metrics
 from .generate import generate
@@ -86,11 +87,10 @@ def _inputs(kernel: str, shape: dict, dtype, device):
 
 
 def time_call(fn, device: torch.device, reps: int = 3) -> float:
-    """Median ms of fn(): do_bench (CUDA events, warm-up excluded) on a GPU; perf_counter on CPU."""
+    """Median ms of fn(): device time from CUDA-graph replays on a GPU (launch overhead out, since at
+    small shapes it would swamp the differences between tiles); perf_counter on CPU."""
     if device.type == "cuda":
-        from triton.testing import do_bench
-
-        return do_bench(fn, warmup=10, rep=40, return_mode="median")
+        return device_ms(fn, reps=20, samples=10)
     fn()  # warm-up
     times = []
     for _ in range(reps):
@@ -131,7 +131,7 @@ def tile_sweep(kernel: str, shape: dict | None = None, *, dtype=torch.float16, d
     out = pd.DataFrame(rows)
     out.insert(0, "kernel", kernel)
     out["shape"] = ",".join(f"{k}={v}" for k, v in shape.items())
-    out["timer"] = "do_bench median" if device.type == "cuda" else metrics.CPU_LABEL
+    out["timer"] = "CUDA-graph replay median (device time)" if device.type == "cuda" else metrics.CPU_LABEL
     return out
 
 

@@ -11,49 +11,25 @@ The ratio is baseline time / our time: above 1.0 means ours is faster.
 
 import argparse
 import datetime
-import statistics
 
 import torch
 import torch.nn.functional as F
 
 from . import attention, decode_attention, layer_norm, linear, reference
 from .config import device_limits
+from .timing import device_ms
 
 L2_ROTATE_BYTES = 256 << 20  # more than the H200's 60 MB of L2 (and any other GPU's)
 
 
 def copy_bandwidth(device) -> float:
-    """Device-to-device copy of 2 GiB, bytes read plus written over the median time: GB/s."""
-    src = torch.randn(1 << 29, device=device)  # 2 GiB of fp32
+    """Device-to-device copy of 1 GiB, bytes read plus written over the do_bench median: GB/s."""
+    from triton.testing import do_bench
+
+    src = torch.randn(1 << 28, device=device)  # 1 GiB of fp32, far past any L2
     dst = torch.empty_like(src)
-    ms = _graph_ms(lambda: dst.copy_(src), reps=10)
+    ms = do_bench(lambda: dst.copy_(src), warmup=10, rep=50, return_mode="median")
     return 2 * src.numel() * 4 / ms / 1e6
-
-
-def _graph_ms(fn, reps=50, samples=15) -> float:
-    """Median ms of one fn() call, timed as replays of a CUDA graph that holds `reps` calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up on the capture stream: compilation, cuBLAS handles, workspaces
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return statistics.median(times)
 
 
 def _rotating(make_inputs, bytes_per_set):
@@ -76,7 +52,7 @@ def _time_pair(ours, theirs, make_inputs, bytes_per_set):
     row = {}
     for name, fn in (("ours", ours), ("torch", theirs)):
         call = lambda fn=fn: fn(*pick())
-        row[f"{name}_ms"] = _graph_ms(call)
+        row[f"{name}_ms"] = device_ms(call)
         row[f"{name}_eager_ms"] = do_bench(call, warmup=25, rep=100, return_mode="median")
     return row
 

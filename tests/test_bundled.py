@@ -1,0 +1,42 @@
+"""The bundled default model loads with no network, writes text, and its tokenizer round-trips."""
+
+import pytest
+import torch
+
+from explorer.generate import generate
+from explorer.weights import BUNDLED, load_model
+
+TEXTS = ["def f(x):\n    return x ** 2  # square\n", "The quick brown fox.\tTabs, ümlauts — and 日本語 🙂\r\n", ""]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_bundled_files_are_small_and_present():
+    files = {p.name: p.stat().st_size for p in BUNDLED.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(files)
+    assert sum(files.values()) <= 15 * 1024 * 1024
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_tokenizer_round_trips(text):
+    _, tok = load_model("bundled")
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_bundled_model_generates_the_same_text_as_transformers(device):
+    from transformers import GPT2LMHeadModel
+
+    model, tok = load_model("bundled", device=device)
+    prompt = tok.encode("def parse_args(")
+    steps = list(generate(model, prompt, max_new_tokens=12, tokenizer=tok))
+    hf = GPT2LMHeadModel.from_pretrained(BUNDLED, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt])
+    expected = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                           pad_token_id=tok.eos_token_id)[0, len(prompt):].tolist()  # fmt: skip
+    assert [s.token_id for s in steps] == expected[: len(steps)]
+    text = "".join(s.text for s in steps)
+    # Readable: mostly letters, spaces and code punctuation, not byte noise.
+    assert len(text) >= 12 and sum(c.isascii() and (c.isprintable() or c in "\n\t") for c in text) / len(text) > 0.95

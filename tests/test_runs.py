@@ -1,0 +1,82 @@
+"""The app's actions called directly: validation messages, tile choices, handlers' outputs."""
+
+import gradio as gr
+import pytest
+import torch
+
+from explorer import runs, ui
+from kernels import TileConfig
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (dict(prompt="  "), "prompt is empty"),
+        (dict(new_tokens=0), "New tokens must be between 1 and 2048"),
+        (dict(batch=17), "Batch size must be between 1 and 16"),
+        (dict(backend="cuda"), "Backend must be 'triton' or 'torch'"),
+        (dict(temperature=-1.0), "must not be negative"),
+    ],
+)
+def test_settings_are_refused_with_a_reason(change, message):
+    with pytest.raises(runs.UserError, match=message):
+        runs.check(runs.RunSettings(**change))
+
+
+def test_dtype_not_on_this_device_is_refused():
+    if torch.cuda.is_available():
+        pytest.skip("CPU behaviour")
+    with pytest.raises(runs.UserError, match=r"bfloat16 is not available on this device \(allowed: float32, float16\)"):
+        runs.check(runs.RunSettings(dtype="bfloat16"))
+
+
+def test_tiles_from_controls():
+    tiles = runs.tiles_from({
+        "attention": {"block_m": "64", "block_n": "default", "autotune": False},
+        "linear": {"block_m": "default", "autotune": True},
+        "layer_norm": {"block_m": "default", "num_warps": "default", "autotune": False},
+    })  # fmt: skip
+    assert tiles.attention == TileConfig(block_m=64)
+    assert tiles.linear == "autotune"
+    assert tiles.layer_norm is None and tiles.decode_attention is None
+
+
+def test_prompt_length_repeats_or_cuts_to_exactly_n_tokens():
+    _, tok = runs.load_model("bundled")
+    ids = runs.prompt_ids(tok, runs.RunSettings(prompt="def f(x):", prompt_tokens=50), 1024)
+    assert len(ids) == 50
+    with pytest.raises(runs.UserError, match="leaves no room: the model has 1024 positions"):
+        runs.prompt_ids(tok, runs.RunSettings(prompt_tokens=1024), 1024)
+
+
+def test_out_of_memory_becomes_advice():
+    err = runs._friendly(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert "ran out of memory" in str(err) and "lower the batch" in str(err)
+    assert str(runs._friendly(ValueError("linear: block_k=512 is not allowed"))) == "linear: block_k=512 is not allowed"
+
+
+def test_generate_handler_streams_and_keeps_the_run_in_state():
+    values = ["default"] * len(ui.TILE_NAMES)
+    values = [False if name.endswith("autotune") else v for name, v in zip(ui.TILE_NAMES, values, strict=True)]
+    outputs = list(ui.generate("bundled", "import os", 0, 3, 1, runs.default_dtype(), "triton", True, 0, 0, 0, True,
+                               ui.NEW_STATE, *values))  # fmt: skip
+    assert len(outputs) == 4  # one per token, then the run with its profiling pass
+    assert all(len(o) == 9 for o in outputs)
+    assert outputs[-1][0].startswith("import os") and "time to first token" in outputs[-1][1]
+    state = outputs[-1][-1]
+    assert list(state["steps"].step) == [0, 1, 2] and state["previous"] is None
+
+
+def test_use_best_sends_the_sweep_winner_to_the_tile_controls():
+    best = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
+    updates = ui.use_best({"best": ("attention", best)})
+    assert len(updates) == len(ui.TILE_NAMES)
+    named = dict(zip(ui.TILE_NAMES, updates, strict=True))
+    assert named["attention_block_m"]["value"] == "64" and named["attention_num_stages"]["value"] == "2"
+    assert named["attention_autotune"]["value"] is False
+    assert isinstance(named["linear_block_m"], type(gr.skip()))
+
+
+def test_export_without_a_run_is_a_clear_error():
+    with pytest.raises(gr.Error, match="Nothing to export yet"):
+        ui.export("last run: steps", "csv", ui.NEW_STATE)
