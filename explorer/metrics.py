@@ -11,7 +11,7 @@ import functools
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -218,11 +218,3 @@ def export(frame: pd.DataFrame, path: str) -> str:
     else:
         frame.to_csv(path, index=False)
     return path
-
-
-def summary_frame(summary_dict: dict) -> pd.DataFrame:
-    return pd.DataFrame([summary_dict])
-
-
-def peaks_dict(peaks: Peaks | None) -> dict:
-    return asdict(peaks) if peaks else {"label": CPU_LABEL}

@@ -28,7 +28,6 @@ from kernels.linear import traffic_unfused as linear_traffic_unfused
 from kernels.linear import tuned_config as linear_tuned
 
 BACKENDS = ("triton", "torch")
-KINDS = ("embedding", "layer_norm", "qkv/out proj", "attention", "decode attention", "ffn", "lm_head", "kv write")
 
 
 @dataclass(frozen=True)

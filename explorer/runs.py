@@ -249,6 +249,13 @@ def generation_figures(steps: pd.DataFrame, kernels: pd.DataFrame, previous: pd.
     )
 
 
+def roofline_figure(kernels: pd.DataFrame):
+    """Each kernel kind's profiled decode and prefill work against the measured ceilings."""
+    p = peaks()
+    points = metrics.roofline(kernels, p)
+    return plots.roofline_figure(points, p.tflops if p else None, p.bandwidth_gbs if p else None, timer_note())
+
+
 def hierarchy(s: RunSettings, kernels: pd.DataFrame) -> str:
     try:
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])

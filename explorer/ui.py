@@ -97,9 +97,17 @@ def generate(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, ca
             figures = runs.generation_figures(u.steps, u.kernels, previous) if u.charts else [gr.skip()] * 5
             if u.done:
                 state = {**state, "previous": state.get("steps"), "steps": u.steps, "kernels": u.kernels}
-                yield (text, runs.summary_markdown(u.summary), *figures, runs.hierarchy(s, u.kernels), state)
+                hierarchy = runs.hierarchy(s, u.kernels)
+                yield (
+                    text,
+                    runs.summary_markdown(u.summary),
+                    *figures,
+                    hierarchy,
+                    runs.roofline_figure(u.kernels),
+                    state,
+                )
             else:
-                yield (text, runs.summary_markdown(u.summary), *figures, gr.skip(), gr.skip())
+                yield (text, runs.summary_markdown(u.summary), *figures, gr.skip(), gr.skip(), gr.skip())
     except runs.UserError as e:
         raise _fail(e) from None
 
@@ -201,6 +209,7 @@ def build() -> gr.Blocks:
                         bandwidth_plot = gr.Plot(show_label=False)
             with gr.Tab("Memory hierarchy"):
                 hierarchy = gr.HTML("<p>Generate to see where the bytes go.</p>")
+                roofline_plot = gr.Plot(show_label=False)
             with gr.Tab("Tile sweep"):
                 with gr.Row():
                     kernel = gr.Dropdown(list(runs.DEFAULT_SHAPES), value="attention", label="kernel")
@@ -229,7 +238,7 @@ def build() -> gr.Blocks:
                 file = gr.File(label="download")
         settings = [model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed]
         figures = [latency_plot, traffic_plot, kv_plot, share_plot, bandwidth_plot]
-        outputs = [out, summary, *figures, hierarchy, state]
+        outputs = [out, summary, *figures, hierarchy, roofline_plot, state]
         run = go_btn.click(_with_tile_names(generate), [*settings, overlay, state, *tiles], outputs,
                            api_name="generate", **GPU)  # fmt: skip
         stop_btn.click(None, None, None, cancels=[run])

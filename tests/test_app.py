@@ -45,7 +45,8 @@ def test_generation_streams_text_and_growing_charts(client):
     points = [_points(o[2]) for o in outputs if _points(o[2]) >= 0]
     assert points[0] < points[-1] == 5, "the latency chart gains a point per token"
     assert "tokens/s" in final[1] and "time to first token" in final[1]
-    assert "decode" in final[7] or "kernel" in final[7]  # the memory-hierarchy table after the run
+    assert "MB loaded (tiles)" in final[7]  # the memory-hierarchy table after the run
+    assert pio.from_json(final[8]["plot"]).layout.xaxis.type == "log"  # and the roofline
 
 
 def test_bad_inputs_are_clear_errors_and_the_app_keeps_serving(client):

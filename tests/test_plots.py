@@ -98,3 +98,13 @@ def test_fusion_and_hierarchy_use_the_models_numbers():
     assert all(f < u for f, u in zip(fused, unfused, strict=True))
     html = plots.hierarchy_html(metrics.kernel_frame(_steps()), None, lessons)
     assert "decode attention" in html and "fewer bytes" in html and "CPU" in html
+
+
+def test_roofline_puts_each_kind_under_the_measured_ceiling():
+    steps = _steps()
+    peaks = metrics.Peaks(bandwidth_gbs=4000.0, tflops=800.0, label="test")
+    fig = plots.roofline_figure(metrics.roofline(metrics.kernel_frame(steps), peaks), 800.0, 4000.0)
+    names = [t.name for t in fig.data]
+    assert names[0] == "measured ceiling" and {"ffn (decode)", "decode attention (decode)"} <= set(names)
+    ceiling = fig.data[0]
+    assert max(ceiling.y) == 800.0 and fig.layout.xaxis.type == "log"

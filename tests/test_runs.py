@@ -61,7 +61,7 @@ def test_generate_handler_streams_and_keeps_the_run_in_state():
     outputs = list(ui.generate("bundled", "import os", 0, 3, 1, runs.default_dtype(), "triton", True, 0, 0, 0, True,
                                ui.NEW_STATE, *values))  # fmt: skip
     assert len(outputs) == 4  # one per token, then the run with its profiling pass
-    assert all(len(o) == 9 for o in outputs)
+    assert all(len(o) == 10 for o in outputs)
     assert outputs[-1][0].startswith("import os") and "time to first token" in outputs[-1][1]
     state = outputs[-1][-1]
     assert list(state["steps"].step) == [0, 1, 2] and state["previous"] is None
