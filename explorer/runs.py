@@ -157,6 +157,25 @@ def prompt_ids(tok, s: RunSettings, n_positions: int) -> list[int]:
     return ids
 
 
+def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int) -> None:
+    """Resolve every kernel's tiles for this run's shapes up front, so a config the device cannot run
+    is refused before the first launch rather than in the middle of a step."""
+    from kernels.attention import resolve_config as attention_tiles
+    from kernels.attention import resolve_decode_config
+    from kernels.layer_norm import resolve_config as layer_norm_tiles
+    from kernels.linear import resolve_config as linear_tiles
+
+    cfg, dev, dt = model.config, model.device, model.dtype
+    pick = lambda t: None if t == "autotune" else t
+    layer_norm_tiles(pick(tiles.layer_norm), batch * prompt_len, cfg.n_embd)
+    for out_f, in_f in ((3 * cfg.n_embd, cfg.n_embd), (4 * cfg.n_embd, cfg.n_embd), (cfg.n_embd, 4 * cfg.n_embd)):
+        if batch * prompt_len > 16:
+            linear_tiles(pick(tiles.linear), batch * prompt_len, out_f, in_f, dt, dev)
+        linear_tiles(pick(tiles.linear_decode), batch, out_f, in_f, dt, dev)
+    attention_tiles(pick(tiles.attention), prompt_len, cfg.head_dim, dt, dev)
+    resolve_decode_config(pick(tiles.decode_attention), batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)
+
+
 @dataclass
 class Update:
     """One refresh of the Generate view."""
@@ -188,6 +207,8 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         check(s)
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()], backend=s.backend)
         ids = prompt_ids(tok, s, model.config.n_positions)
+        if s.backend == "triton":
+            check_tiles(model, s.tiles, s.batch, len(ids), min(len(ids) + s.new_tokens, model.config.n_positions))
         batch = [ids] * s.batch
         kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
         steps, texts, last_chart = [], [s.prompt] * s.batch, 0.0

@@ -80,3 +80,14 @@ def test_use_best_sends_the_sweep_winner_to_the_tile_controls():
 def test_export_without_a_run_is_a_clear_error():
     with pytest.raises(gr.Error, match="Nothing to export yet"):
         ui.export("last run: steps", "csv", ui.NEW_STATE)
+
+
+def test_tiles_that_cannot_run_are_refused_before_any_launch(monkeypatch):
+    import kernels
+
+    launched = []
+    monkeypatch.setattr(kernels, "layer_norm", lambda *a, **k: launched.append(1))
+    s = runs.RunSettings(new_tokens=2, tiles=runs.Tiles(linear_decode=TileConfig(block_n=256, block_k=256)))
+    with pytest.raises(runs.UserError, match="linear: .* shared memory"):
+        list(runs.run_generation(s))
+    assert launched == []
