@@ -190,9 +190,7 @@ def fusion_lessons(cfg, tokens: int, itemsize: int, tiles=None, dtype=torch.floa
     from .ops import Tiles
 
     tiles = tiles or Tiles()
-    cfg_attn = tiles.attention if tiles.attention != "autotune" else None
-    cfg_lin = tiles.linear if tiles.linear != "autotune" else None
-    cfg_ln = tiles.layer_norm if tiles.layer_norm != "autotune" else None
+    cfg_attn, cfg_lin, cfg_ln = tiles.fixed("attention"), tiles.fixed("linear"), tiles.fixed("layer_norm")
     C, H, D = cfg.n_embd, cfg.n_head, cfg.head_dim
     on = dict(dtype=dtype, device=device)
     pairs = [

@@ -40,6 +40,12 @@ class Tiles:
     attention: kernels.TileConfig | str | None = None
     decode_attention: kernels.TileConfig | str | None = None
 
+    def fixed(self, kernel: str) -> kernels.TileConfig | None:
+        """The kernel's tiles where they are fixed in advance; None (its defaults) for autotune, whose
+        pick is only known at the first launch."""
+        cfg = getattr(self, kernel)
+        return None if cfg == "autotune" else cfg
+
 
 @dataclass
 class Recorder:

@@ -166,14 +166,13 @@ def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int
     from kernels.linear import resolve_config as linear_tiles
 
     cfg, dev, dt = model.config, model.device, model.dtype
-    pick = lambda t: None if t == "autotune" else t
-    layer_norm_tiles(pick(tiles.layer_norm), batch * prompt_len, cfg.n_embd)
+    layer_norm_tiles(tiles.fixed("layer_norm"), batch * prompt_len, cfg.n_embd)
     for out_f, in_f in ((3 * cfg.n_embd, cfg.n_embd), (4 * cfg.n_embd, cfg.n_embd), (cfg.n_embd, 4 * cfg.n_embd)):
         if batch * prompt_len > 16:
-            linear_tiles(pick(tiles.linear), batch * prompt_len, out_f, in_f, dt, dev)
-        linear_tiles(pick(tiles.linear_decode), batch, out_f, in_f, dt, dev)
-    attention_tiles(pick(tiles.attention), prompt_len, cfg.head_dim, dt, dev)
-    resolve_decode_config(pick(tiles.decode_attention), batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)
+            linear_tiles(tiles.fixed("linear"), batch * prompt_len, out_f, in_f, dt, dev)
+        linear_tiles(tiles.fixed("linear_decode"), batch, out_f, in_f, dt, dev)
+    attention_tiles(tiles.fixed("attention"), prompt_len, cfg.head_dim, dt, dev)
+    resolve_decode_config(tiles.fixed("decode_attention"), batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)
 
 
 @dataclass
@@ -181,8 +180,8 @@ class Update:
     """One refresh of the Generate view."""
 
     texts: list[str]
-    steps: pd.DataFrame
-    kernels: pd.DataFrame
+    steps: pd.DataFrame | None  # None when this update leaves the charts as they are
+    kernels: pd.DataFrame | None
     summary: dict
     charts: bool  # whether this update should redraw the charts
     done: bool = False
@@ -219,8 +218,9 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
             charts = now - last_chart >= CHART_INTERVAL_S
             if charts:
                 last_chart = now
-            yield Update(texts, metrics.step_frame(steps), metrics.kernel_frame(steps), metrics.summary(steps, peaks()),
-                         charts)  # fmt: skip
+            # The frames cover every step so far: build them only when the charts will redraw.
+            frames = (metrics.step_frame(steps), metrics.kernel_frame(steps)) if charts else (None, None)
+            yield Update(texts, *frames, metrics.summary(steps, peaks()), charts)
         profiled = list(generate(model, batch, max_new_tokens=min(6, s.new_tokens), seed=s.seed, profile=True,
                                  warmup=False, **kw))  # fmt: skip
         kernels = metrics.kernel_frame(steps)
