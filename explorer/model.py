@@ -101,8 +101,7 @@ class _Attend:
         layer, self.layer = self.layer, self.layer + 1
         if self.cache is None:
             return self.ops.attention(q, k, v)
-        with self.ops.timer("kv write", k):
-            written = self.cache.write(layer, k, v, decode=self.mode == "decode")
+        written = self.ops.call("kv write", k, lambda: self.cache.write(layer, k, v, decode=self.mode == "decode"))
         self.ops.book("kv write", written)
         if self.mode == "prefill":
             return self.ops.attention(q, k, v)
@@ -142,8 +141,7 @@ class GPT(nn.Module):
 
     def _run(self, ids, positions, ops: Ops, attend: _Attend, logits_at=None):
         t = self.transformer
-        with ops.timer("embedding", ids):
-            x = t.wte(ids) + t.wpe(positions)  # (B, T, C)
+        x = ops.call("embedding", ids, lambda: t.wte(ids) + t.wpe(positions))  # (B, T, C)
         item = x.element_size()
         ops.book("embedding", Traffic(2 * x.numel() * item, x.numel() * item, x.numel(), 3 * x.numel() * item))
         eps = self.config.layer_norm_epsilon

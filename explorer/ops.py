@@ -49,19 +49,56 @@ class Tiles:
 
 @dataclass
 class Recorder:
-    """Modeled traffic per kind for one step; with `timed`, measured time per kind as well."""
+    """Modeled traffic per kind for one step; with `timed`, measured time per kind as well.
+
+    On a GPU a timed call is measured as device time: a spin kernel is queued first and the call's
+    kernels are launched while the device is still spinning, so the events around them see the
+    kernels back to back, without the Python launch overhead in between. That holds only if the
+    whole call was launched before the spin ended; the launch's host time is checked against the
+    spin's measured length, and a call launched too slowly is run again behind a longer spin (the
+    timed operations are pure, or idempotent like the cache write). The host time of each launch is
+    kept too (`launch_ms`): it is the overhead a CUDA graph removes."""
 
     timed: bool = False
     traffic: dict[str, Traffic] = field(default_factory=dict)
     launches: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    per_length: list = field(default_factory=list)  # (kind, f(host_lengths) -> Traffic), see add_per_length
     _events: list = field(default_factory=list)
+    _host: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def add(self, kind: str, t: Traffic) -> None:
         self.traffic[kind] = self.traffic[kind] + t if kind in self.traffic else t
         self.launches[kind] += 1
 
-    def time(self, kind: str, device: torch.device):
-        return _Timer(self, kind, device) if self.timed else _NO_TIMER
+    def add_per_length(self, kind: str, host_lengths: list[int], model) -> None:
+        """Traffic that grows with the sequences' lengths (decode attention): booked now, and kept as
+        model(lengths) so a replayed CUDA graph can book it at later lengths."""
+        self.per_length.append((kind, model))
+        self.add(kind, model(host_lengths))
+
+    def call(self, kind: str, device: torch.device, fn):
+        if not self.timed:
+            return fn()
+        if device.type != "cuda":
+            t0 = time.perf_counter()
+            out = fn()
+            self._events.append((kind, t0, time.perf_counter()))
+            return out
+        for _ in range(_MAX_RESPINS):
+            cycles = _spin.cycles
+            host0 = time.perf_counter()
+            torch.cuda._sleep(cycles)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            host = (time.perf_counter() - host0) * 1e3
+            if host < _SPIN_MARGIN * _spin.ms(cycles, device):
+                break
+            _spin.cycles = min(4 * cycles, _MAX_SPIN_CYCLES)  # launched after the spin ended: longer spin, again
+        self._events.append((kind, start, end))
+        self._host[kind] += host
+        return out
 
     def times_ms(self) -> dict[str, float]:
         """Time per kind, after the caller synchronised the device once."""
@@ -70,43 +107,39 @@ class Recorder:
             out[kind] += start.elapsed_time(end) if isinstance(start, torch.cuda.Event) else (end - start) * 1e3
         return dict(out)
 
-
-# GPU cycles to spin before each timed operation in a profiling pass (~100 us at 2 GHz): the device
-# is busy while Python launches the operation, so the start event fires just before its kernels and
-# the events measure device time, not launch overhead.
-SPIN_CYCLES = 200_000
+    def launch_ms(self) -> dict[str, float]:
+        """Host time spent launching each kind (GPU profiling passes only)."""
+        return dict(self._host)
 
 
-class _Timer:
-    def __init__(self, rec, kind, device):
-        self.rec, self.kind, self.cuda = rec, kind, device.type == "cuda"
+_SPIN_MARGIN = 0.8  # a launch must end within 80% of the spin
+_MAX_RESPINS = 6
+_MAX_SPIN_CYCLES = 1 << 27  # about 70 ms at 2 GHz
 
-    def __enter__(self):
-        if self.cuda:
-            torch.cuda._sleep(SPIN_CYCLES)
-            self.start = torch.cuda.Event(enable_timing=True)
-            self.start.record()
-        else:
-            self.start = time.perf_counter()
 
-    def __exit__(self, *exc):
-        if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
+class _Spin:
+    """GPU cycles to spin before a timed call, grown whenever a launch outlasts the spin; the spin's
+    length in ms is measured once per device with events."""
+
+    def __init__(self, cycles: int = 400_000):
+        self.cycles = cycles
+        self._ms_per_cycle: dict[int, float] = {}
+
+    def ms(self, cycles: int, device: torch.device) -> float:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index not in self._ms_per_cycle:
+            probe = 1_000_000
+            torch.cuda._sleep(probe)  # first call: a warm-up
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(probe)
             end.record()
-        else:
-            end = time.perf_counter()
-        self.rec._events.append((self.kind, self.start, end))
+            end.synchronize()
+            self._ms_per_cycle[index] = start.elapsed_time(end) / probe
+        return cycles * self._ms_per_cycle[index]
 
 
-class _NoTimer:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
-
-
-_NO_TIMER = _NoTimer()
+_spin = _Spin()
 
 
 def _itemsize(t: torch.Tensor) -> int:
@@ -122,15 +155,15 @@ class Ops:
         self.rec = recorder
         self.fn = kernels if backend == "triton" else reference
 
-    def timer(self, kind, x):
-        return self.rec.time(kind, x.device) if self.rec else _NO_TIMER
+    def call(self, kind: str, x: torch.Tensor, fn):
+        """fn(), timed under `kind` in a profiling pass."""
+        return self.rec.call(kind, x.device, fn) if self.rec else fn()
 
     def layer_norm(self, x, weight, bias, eps):
         cfg = self.tiles.layer_norm
         if self.backend == "triton" and cfg == "autotune":
             cfg = layer_norm_tuned(x, weight, bias, eps)
-        with self.timer("layer_norm", x):
-            y = self.fn.layer_norm(x, weight, bias, eps, config=cfg)
+        y = self.call("layer_norm", x, lambda: self.fn.layer_norm(x, weight, bias, eps, config=cfg))
         if self.rec:
             rows, width = x.numel() // x.shape[-1], x.shape[-1]
             if self.backend == "triton":
@@ -146,8 +179,9 @@ class Ops:
         cfg = self.tiles.linear_decode if decode else self.tiles.linear
         if self.backend == "triton" and cfg == "autotune":
             cfg = linear_tuned(x, weight, bias, activation=activation, residual=residual)
-        with self.timer(kind, x):
-            y = self.fn.linear(x, weight, bias, activation=activation, residual=residual, config=cfg)
+        y = self.call(
+            kind, x, lambda: self.fn.linear(x, weight, bias, activation=activation, residual=residual, config=cfg)
+        )
         if self.rec:
             shape = (rows, weight.shape[0], weight.shape[1], _itemsize(x))
             flags = dict(bias=bias is not None, activation=activation, residual=residual is not None)
@@ -162,8 +196,7 @@ class Ops:
         cfg = self.tiles.attention
         if self.backend == "triton" and cfg == "autotune":
             cfg = tuned_config(q, k, v)
-        with self.timer("attention", q):
-            o = self.fn.attention(q, k, v, causal=True, config=cfg)
+        o = self.call("attention", q, lambda: self.fn.attention(q, k, v, causal=True, config=cfg))
         if self.rec:
             b, h, tq, d = q.shape
             if self.backend == "triton":
@@ -177,16 +210,20 @@ class Ops:
         cfg = self.tiles.decode_attention
         if self.backend == "triton" and cfg == "autotune":
             cfg = tuned_decode_config(q, k_cache, v_cache, lengths)
-        with self.timer("decode attention", q):
-            o = self.fn.decode_attention(q, k_cache, v_cache, lengths, config=cfg)
+        o = self.call("decode attention", q, lambda: self.fn.decode_attention(q, k_cache, v_cache, lengths, config=cfg))
         if self.rec:
             _, h, max_len, d = k_cache.shape
+            item, dtype, device = _itemsize(q), q.dtype, q.device
             if self.backend == "triton":
-                t = decode_traffic(host_lengths, h, max_len, d, _itemsize(q), config=cfg,
-                                                 dtype=q.dtype, device=q.device)  # fmt: skip
+
+                def model(lengths):
+                    return decode_traffic(lengths, h, max_len, d, item, config=cfg, dtype=dtype, device=device)
             else:  # the masked SDPA reads every allocated position
-                t = traffic_floor(len(host_lengths), h, 1, max_len, d, _itemsize(q), causal=False)
-            self.rec.add("decode attention", t)
+
+                def model(lengths):
+                    return traffic_floor(len(lengths), h, 1, max_len, d, item, causal=False)
+
+            self.rec.add_per_length("decode attention", host_lengths, model)
         return o
 
     def book(self, kind: str, t: Traffic) -> None:
