@@ -154,22 +154,32 @@ def run_frame(steps, **labels) -> pd.DataFrame:
 
 
 def sequence_sweep(model, prompt_lengths, new_tokens: int, *, caches=(True, False), backends=("triton", "torch"),
-                   tiles: Tiles | None = None, seed: int = 0, progress: Progress | None = None):  # fmt: skip
+                   tiles: Tiles | None = None, seed: int = 0, progress: Progress | None = None,
+                   graphs=(None,)):  # fmt: skip
     """Per-step latency and modeled bytes for every (backend, cache, prompt length): cache on grows
-    O(n) per token in bytes read, cache off O(n^2) in recomputation."""
-    runs = list(itertools.product(backends, caches, prompt_lengths))
+    O(n) per token in bytes read, cache off O(n^2) in recomputation. `graphs` holds generate's graph
+    choices to run (None: CUDA graphs wherever they apply); a graph with the cache off is skipped."""
+    runs = [
+        (backend, cache, graph, length)
+        for backend, cache, graph, length in itertools.product(backends, caches, graphs, prompt_lengths)
+        if cache or not graph
+    ]
     gen = torch.Generator().manual_seed(seed)
     frames = []
-    for i, (backend, cache, length) in enumerate(runs):
+    for i, (backend, cache, graph, length) in enumerate(runs):
         if progress:
             progress(i, len(runs), f"{backend}, cache {'on' if cache else 'off'}, prompt {length}")
         prompt = torch.randint(0, model.config.vocab_size, (length,), generator=gen).tolist()
         steps = list(generate(model, prompt, max_new_tokens=new_tokens, cache=cache, backend=backend, tiles=tiles,
-                              eos_token_id=-1))  # fmt: skip
+                              eos_token_id=-1, graph=graph))  # fmt: skip
         frames.append(run_frame(steps, backend=backend, cache="on" if cache else "off", prompt_tokens=length))
     if progress:
         progress(len(runs), len(runs), "done")
     return pd.concat(frames, ignore_index=True)
+
+
+CACHE_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
+GRAPH_CHOICES = {"auto": (None,), "on": (True,), "off": (False,), "both": (False, True)}
 
 
 def _parse_shape(text: str | None) -> dict:
@@ -222,6 +232,8 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--cache", choices=["on", "off", "both"], default="both")
     parser.add_argument("--backend", nargs="+", default=["triton", "torch"], choices=["triton", "torch"])
+    parser.add_argument("--graph", choices=["auto", "on", "off", "both"], default="auto",
+                        help="replay decode steps from a CUDA graph (auto: on a GPU with the cache on)")  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="generate: also a profiling pass per kernel kind")
     parser.add_argument("--out", help="write the table as .csv or .json")
     args = parser.parse_args(argv)
@@ -240,10 +252,10 @@ def main(argv=None):
 
         model, tok = load_model(args.model, device=device, dtype=dtype)
         if args.sweep == "sequence":
-            caches = {"on": (True,), "off": (False,), "both": (True, False)}[args.cache]
-            table = sequence_sweep(model, args.prompt_lengths, args.new_tokens, caches=caches, backends=args.backend,
+            table = sequence_sweep(model, args.prompt_lengths, args.new_tokens, caches=CACHE_CHOICES[args.cache],
+                                   backends=args.backend, graphs=GRAPH_CHOICES[args.graph],
                                    progress=_tqdm_progress("sequence sweep"))  # fmt: skip
-            shown = table.groupby(["backend", "cache", "prompt_tokens", "phase"], as_index=False).agg(
+            shown = table.groupby(["backend", "cache", "graph", "prompt_tokens", "phase"], as_index=False).agg(
                 steps=("step", "count"), ms_p50=("latency_ms", "median"), mb_per_step=("modeled_mb", "median"),
                 last_step_ms=("latency_ms", "last"), kv_mb=("kv_used_mb", "max"))  # fmt: skip
         else:
@@ -256,29 +268,46 @@ def main(argv=None):
 
 def _generate_report(model, tok, args, peaks):
     ids = tok.encode(args.prompt)
-    caches = {"on": (True,), "off": (False,), "both": (True, False)}[args.cache]
     frames, summaries = [], []
-    for backend in args.backend:
-        for cache in caches:
-            steps = list(
-                generate(model, ids, max_new_tokens=args.new_tokens, cache=cache, backend=backend, tokenizer=tok)
-            )
-            s = metrics.summary(steps, peaks)
-            summaries.append(dict(backend=backend, cache="on" if cache else "off", **s))
-            if args.profile:
-                prof = list(generate(model, ids, max_new_tokens=min(8, args.new_tokens), cache=cache, backend=backend,
-                                     profile=True, warmup=False))  # fmt: skip
-                frames.append(metrics.kernel_frame(prof).assign(backend=backend, cache="on" if cache else "off"))
-            print(f"[{backend}, cache {'on' if cache else 'off'}] {args.prompt}{''.join(x.text for x in steps)!r}")
+    for backend, cache in itertools.product(args.backend, CACHE_CHOICES[args.cache]):
+        label = dict(backend=backend, cache="on" if cache else "off")
+        for graph in GRAPH_CHOICES[args.graph]:
+            if graph and not cache:
+                continue
+            steps = list(generate(model, ids, max_new_tokens=args.new_tokens, cache=cache, backend=backend,
+                                  tokenizer=tok, graph=graph))  # fmt: skip
+            summaries.append(dict(**label, **metrics.summary(steps, peaks)))
+            how = "graph" if steps[-1].graph else "eager"
+            print(f"[{backend}, cache {label['cache']}, {how}] {args.prompt}{''.join(x.text for x in steps)!r}")
+        if args.profile:
+            prof = list(generate(model, ids, max_new_tokens=min(8, args.new_tokens), cache=cache, backend=backend,
+                                 profile=True, warmup=False))  # fmt: skip
+            frames.append(metrics.kernel_frame(prof).assign(**label))
     table = pd.DataFrame(summaries)
     if frames:
-        kern = (
+        per_kind = (
             pd.concat(frames)
-            .groupby(["backend", "cache", "phase", "kind"], as_index=False)[["kernel_ms", "modeled_mb"]]
+            .groupby(["backend", "cache", "phase", "kind"], as_index=False)[["kernel_ms", "launch_ms", "modeled_mb"]]
             .median()
         )
-        print(kern.to_string(index=False))
+        print(per_kind.to_string(index=False))
+        print(step_budget(per_kind, table).to_string(index=False))
     return table, table
+
+
+def step_budget(per_kind: pd.DataFrame, summaries: pd.DataFrame) -> pd.DataFrame:
+    """One decode step, per (backend, cache): the kernels' summed device time and launch time from the
+    profiling pass, next to the measured step time eager and replayed from a CUDA graph."""
+    decode = per_kind[per_kind.phase == "decode"]
+    out = decode.groupby(["backend", "cache"], as_index=False).agg(
+        kernels_ms=("kernel_ms", "sum"), launching_ms=("launch_ms", "sum"), modeled_mb=("modeled_mb", "sum")
+    )
+    if "cuda_graph" not in summaries:
+        return out
+    for graph, column in ((False, "step_eager_ms"), (True, "step_graph_ms")):
+        rows = summaries[summaries.cuda_graph == graph].set_index(["backend", "cache"]).ms_per_token_p50
+        out[column] = [rows.get((b, c), math.nan) for b, c in zip(out.backend, out.cache, strict=True)]
+    return out
 
 
 if __name__ == "__main__":

@@ -54,10 +54,14 @@ class KVCache:
         self.lengths.copy_(torch.tensor(lengths, dtype=torch.int32))
         self.next_lengths, self.next_host_lengths = self.lengths, self.host_lengths
 
-    def begin_step(self) -> None:
-        """A decode step writes at position lengths[b] and then attends over lengths[b] + 1 keys."""
+    def check_room(self) -> None:
+        """Raise before a decode step that would write past the last position."""
         if max(self.host_lengths) >= self.max_len:
             raise ValueError(f"the KV cache is full ({self.max_len} positions)")
+
+    def begin_step(self) -> None:
+        """A decode step writes at position lengths[b] and then attends over lengths[b] + 1 keys."""
+        self.check_room()
         self.next_lengths = self.lengths + 1
         self.next_host_lengths = [n + 1 for n in self.host_lengths]
 

@@ -17,6 +17,7 @@ import torch
 from kernels.config import Traffic
 
 from .cache import KVCache
+from .graphs import DecodeGraph
 from .ops import Recorder, Tiles
 
 
@@ -33,9 +34,12 @@ class Step:
     kv_used_bytes: int
     kv_allocated_bytes: int
     traffic: dict[str, Traffic]  # modeled, per kernel kind
-    kernel_ms: dict[str, float] = field(default_factory=dict)  # measured per kind, when profiling
+    kernel_ms: dict[str, float] = field(default_factory=dict)  # measured device time per kind, when profiling
+    launch_ms: dict[str, float] = field(default_factory=dict)  # host time launching each kind, when profiling
+    launches: int = 0  # operations (kernels and torch ops) in the step, launched one by one unless `graph`
+    graph: bool = False  # the step was one CUDA graph replay
     memory_bytes: int | None = None  # torch.cuda.memory_allocated after the step (GPU only)
-    warmup_ms: float = 0.0  # compile + first-run time spent before step 0 (step 0 only)
+    warmup_ms: float = 0.0  # compile + first-run time before step 0; CUDA graph capture before step 1
     finished: list[bool] = field(default_factory=list)
     stop_reason: str | None = None  # set on the last step
 
@@ -122,13 +126,17 @@ class _Texts:
 def generate(model, prompt_ids, *, max_new_tokens: int, cache: bool = True, tiles: Tiles | None = None,
              backend: str | None = None, temperature: float = 0.0, top_k: int = 0, seed: int = 0,
              tokenizer=None, eos_token_id: int | None = None, profile: bool = False,
-             warmup: bool = True) -> Iterator[Step]:  # fmt: skip
+             warmup: bool = True, graph: bool | None = None) -> Iterator[Step]:  # fmt: skip
     """Yield one Step per generated token (per batch step). Stops at max_new_tokens, at end-of-text
     (every sequence), or at the model's position limit; the last Step says which.
 
     profile=True makes a profiling pass: each Step also carries the device time per kernel kind
-    (kernel_ms). The GPU spin that keeps launches out of those times inflates latency_ms, so step
-    latency is read from a run without profiling."""
+    (kernel_ms) and the host time spent launching it (launch_ms). The GPU spin that keeps launches
+    out of those times inflates latency_ms, so step latency is read from a run without profiling.
+
+    graph=True replays every decode step from a CUDA graph captured once (see explorer.graphs): it
+    needs a CUDA device and the cache on, and is not used in a profiling pass. None (the default)
+    uses it wherever it can be."""
     batch = as_batch(prompt_ids)
     n_pos = model.config.n_positions
     if max_new_tokens < 1:
@@ -138,8 +146,9 @@ def generate(model, prompt_ids, *, max_new_tokens: int, cache: bool = True, tile
     if eos_token_id is None:
         eos_token_id = model.config.eos_token_id
     device = model.device
+    graph = _use_graph(graph, device, cache, profile)
     warmup_ms = _warm_up(model, batch, cache, tiles, backend) if warmup else 0.0
-    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, profile)
+    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph)
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
@@ -149,6 +158,7 @@ def generate(model, prompt_ids, *, max_new_tokens: int, cache: bool = True, tile
 
     for index in range(max_new_tokens):
         recorder = Recorder(timed=profile)
+        capture_ms = run.prepare(index)
         clock.start()
         logits = run.step(index, recorder)
         next_ids = sample(logits, temperature, top_k, generator)
@@ -178,8 +188,11 @@ def generate(model, prompt_ids, *, max_new_tokens: int, cache: bool = True, tile
             kv_allocated_bytes=run.kv.allocated_bytes if run.kv else 0,
             traffic=dict(recorder.traffic),
             kernel_ms=recorder.times_ms() if profile else {},
+            launch_ms=recorder.launch_ms() if profile else {},
+            launches=sum(recorder.launches.values()),
+            graph=run.replayed,
             memory_bytes=torch.cuda.memory_allocated(device) if device.type == "cuda" else None,
-            warmup_ms=warmup_ms if index == 0 else 0.0,
+            warmup_ms=warmup_ms if index == 0 else capture_ms,
             finished=list(finished),
             stop_reason=stop,
         )
@@ -192,8 +205,9 @@ def generate(model, prompt_ids, *, max_new_tokens: int, cache: bool = True, tile
 class _Run:
     """The state of one generation: the cache (or the growing token buffer when it is off)."""
 
-    def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, profile):
-        self.model, self.tiles, self.backend = model, tiles, backend
+    def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, graph):
+        self.model, self.tiles, self.backend, self.use_graph = model, tiles, backend, graph
+        self.graph, self.replayed = None, False
         self.lengths = [len(p) for p in batch]
         total = min(max(self.lengths) + max_new_tokens, model.config.n_positions)
         device = model.device
@@ -204,11 +218,22 @@ class _Run:
         self.next_ids = None
         self.context_tokens = 0
 
+    def prepare(self, index: int) -> float:
+        """Capture the decode graph before the first decode step is timed; returns the ms it took."""
+        if self.use_graph and index == 1 and self.graph is None:
+            self.graph = DecodeGraph(self.model, self.kv, tiles=self.tiles, backend=self.backend)
+            return self.graph.capture_ms
+        return 0.0
+
     def step(self, index: int, recorder: Recorder) -> torch.Tensor:
         kw = dict(tiles=self.tiles, backend=self.backend, recorder=recorder)
         m = self.model
+        self.replayed = False
         if self.kv is not None and index > 0:
             self.context_tokens = len(self.lengths)
+            if self.graph is not None:
+                self.replayed = True
+                return self.graph.step(self.next_ids, recorder)
             return m.decode(self.next_ids, self.kv, **kw)
         width = max(self.lengths)
         self.context_tokens = len(self.lengths) * width
@@ -224,11 +249,24 @@ class _Run:
         self.next_ids = next_ids
 
 
+def _use_graph(graph: bool | None, device: torch.device, cache: bool, profile: bool) -> bool:
+    if graph is None:
+        return device.type == "cuda" and cache and not profile
+    if graph and not cache:
+        raise ValueError("CUDA graphs need the KV cache on: without it every step has a new shape")
+    if graph and profile:
+        raise ValueError("a profiling pass times each kernel as it is launched, so it cannot replay a CUDA graph")
+    if graph and device.type != "cuda":
+        raise ValueError(f"CUDA graphs need a CUDA GPU; this model runs on {device.type}")
+    return bool(graph)
+
+
 def _warm_up(model, batch, cache, tiles, backend) -> float:
     """Run the first two steps once, untimed and unrecorded, so Triton's compilation (and autotuning)
     is spent here and reported apart; returns its wall time in ms."""
     t0 = time.perf_counter()
-    steps = generate(model, batch, max_new_tokens=2, cache=cache, tiles=tiles, backend=backend, warmup=False)
+    steps = generate(model, batch, max_new_tokens=2, cache=cache, tiles=tiles, backend=backend, warmup=False,
+                     graph=False)  # fmt: skip
     for _ in steps:
         pass
     if model.device.type == "cuda":

@@ -102,6 +102,8 @@ def step_frame(steps) -> pd.DataFrame:
                 kv_allocated_mb=s.kv_allocated_bytes / MB,
                 memory_mb=s.memory_bytes / MB if s.memory_bytes is not None else math.nan,
                 warmup_ms=s.warmup_ms,
+                launches=s.launches,
+                graph=s.graph,
                 timer=s.timer,
             )
         )
@@ -114,6 +116,7 @@ def kernel_frame(steps) -> pd.DataFrame:
     for s in steps:
         for kind, t in s.traffic.items():
             ms = s.kernel_ms.get(kind, math.nan)
+            launch = s.launch_ms.get(kind, math.nan)
             rows.append(
                 dict(
                     step=s.index,
@@ -126,6 +129,7 @@ def kernel_frame(steps) -> pd.DataFrame:
                     gflop=t.flops / 1e9,
                     intensity=t.flops / t.bytes if t.bytes else math.nan,  # FLOP per byte
                     kernel_ms=ms,
+                    launch_ms=launch,  # host time launching it (GPU profiling pass)
                     achieved_gbs=t.bytes / ms / 1e6 if ms and ms > 0 else math.nan,
                     achieved_tflops=t.flops / ms / 1e9 if ms and ms > 0 else math.nan,
                 )
@@ -148,7 +152,7 @@ def summary(steps, peaks: Peaks | None = None) -> dict:
     out = dict(
         timer=steps[0].timer,
         tokens=len(steps) * batch,
-        warmup_ms=steps[0].warmup_ms,
+        warmup_ms=sum(s.warmup_ms for s in steps),  # compilation before step 0, graph capture before step 1
         ttft_ms=steps[0].latency_ms,
         ms_per_token_p50=percentile(decode_ms, 50),
         ms_per_token_p90=percentile(decode_ms, 90),
@@ -158,6 +162,8 @@ def summary(steps, peaks: Peaks | None = None) -> dict:
         kv_cache_mb=steps[-1].kv_used_bytes / MB,
         peak_memory_mb=max(memory) / MB if memory else math.nan,
         stop_reason=steps[-1].stop_reason,
+        cuda_graph=any(s.graph for s in decode),
+        launches_per_step=statistics.median(s.launches for s in decode) if decode else math.nan,
     )
     if peaks is not None:
         out["peak_gbs"] = peaks.bandwidth_gbs

@@ -46,6 +46,7 @@ class RunSettings:
     dtype: str = ""  # "" picks the device's default
     backend: str = "triton"
     cache: bool = True
+    cuda_graph: bool = True  # replay decode steps from a CUDA graph where possible (GPU, cache on)
     temperature: float = 0.0
     top_k: int = 0
     seed: int = 0
@@ -54,6 +55,13 @@ class RunSettings:
 
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+GRAPH_INFO = "replay each decode step as one launch (with the KV cache on); off: every kernel launched from Python"
+
+
+def graphs_available() -> bool:
+    return device().type == "cuda"
 
 
 def default_dtype() -> str:
@@ -210,8 +218,9 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
             check_tiles(model, s.tiles, s.batch, len(ids), min(len(ids) + s.new_tokens, model.config.n_positions))
         batch = [ids] * s.batch
         kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
+        graph = s.cuda_graph and s.cache and graphs_available()
         steps, texts, last_chart = [], [s.prompt] * s.batch, 0.0
-        for step in generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, **kw):
+        for step in generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, graph=graph, **kw):
             steps.append(step)
             texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
             now = time.monotonic()
@@ -224,8 +233,10 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         profiled = list(generate(model, batch, max_new_tokens=min(6, s.new_tokens), seed=s.seed, profile=True,
                                  warmup=False, **kw))  # fmt: skip
         kernels = metrics.kernel_frame(steps)
-        timed = metrics.kernel_frame(profiled).groupby(["phase", "kind"]).kernel_ms.median()
-        kernels["kernel_ms"] = [timed.get((p, k), math.nan) for p, k in zip(kernels.phase, kernels.kind, strict=True)]
+        timed = metrics.kernel_frame(profiled).groupby(["phase", "kind"])[["kernel_ms", "launch_ms"]].median()
+        for column in ("kernel_ms", "launch_ms"):
+            kernels[column] = [timed[column].get((p, k), math.nan) for p, k in zip(kernels.phase, kernels.kind,
+                                                                                   strict=True)]  # fmt: skip
         yield Update(texts, metrics.step_frame(steps), kernels, metrics.summary(steps, peaks()), True, done=True)
     except Exception as e:  # every failure becomes one message; the app serves the next request
         raise _friendly(e) from None
@@ -244,6 +255,7 @@ def summary_markdown(summary: dict) -> str:
         ("decode", f"{summary['tokens_per_s']:.1f} tokens/s"),
         ("ms/token p50 / p90", f"{summary['ms_per_token_p50']:.2f} / {summary['ms_per_token_p90']:.2f}"),
         ("warm-up (compile, first run)", f"{summary['warmup_ms']:.0f} ms, not counted above"),
+        ("launches per decode step", _launches(summary)),
         ("bytes per token (modeled)", f"{summary['mb_per_token']:.2f} MB"),
         ("achieved bandwidth", bandwidth),
         ("KV cache", f"{summary['kv_cache_mb']:.2f} MB"),
@@ -252,6 +264,15 @@ def summary_markdown(summary: dict) -> str:
     ]
     head = "CPU timings (Triton interpreter), not GPU timings\n\n" if cpu else ""
     return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _launches(summary: dict) -> str:
+    n = summary.get("launches_per_step", math.nan)
+    if math.isnan(n):
+        return "no decode step yet"
+    if summary.get("cuda_graph"):
+        return f"{n:.0f} operations, replayed as one CUDA graph"
+    return f"{n:.0f} operations, each launched from Python"
 
 
 def generation_figures(steps: pd.DataFrame, kernels: pd.DataFrame, previous: pd.DataFrame | None = None):
@@ -306,7 +327,9 @@ def run_compare(s: RunSettings, prompt_lengths: list[int], progress=None) -> pd.
     try:
         check(s)
         model, _ = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
-        return bench.sequence_sweep(model, prompt_lengths, s.new_tokens, tiles=s.tiles, progress=progress)
+        graph = None if s.cuda_graph else False  # None: wherever a graph applies (cache on, GPU)
+        return bench.sequence_sweep(model, prompt_lengths, s.new_tokens, tiles=s.tiles, progress=progress,
+                                    graphs=(graph,))  # fmt: skip
     except Exception as e:
         raise _friendly(e) from None
 

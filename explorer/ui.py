@@ -75,20 +75,22 @@ def _tiles(values) -> runs.Tiles:
     return runs.tiles_from(chosen)
 
 
-def _settings(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed, tiles):
+def _settings(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k,
+              seed, tiles):  # fmt: skip
     return runs.RunSettings(
         model=model, prompt=prompt, prompt_tokens=int(prompt_tokens), new_tokens=int(new_tokens), batch=int(batch),
-        dtype=dtype, backend=backend, cache=bool(cache), temperature=float(temperature), top_k=int(top_k),
-        seed=int(seed), tiles=_tiles(tiles),
+        dtype=dtype, backend=backend, cache=bool(cache), cuda_graph=bool(cuda_graph), temperature=float(temperature),
+        top_k=int(top_k), seed=int(seed), tiles=_tiles(tiles),
     )  # fmt: skip
 
 
-def generate(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed,
-             overlay, state, *tiles):  # fmt: skip
+def generate(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k,
+             seed, overlay, state, *tiles):  # fmt: skip
     """Stream the text on every token and the charts at a throttled rate."""
     s = _settings(
-        model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed, tiles
-    )
+        model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k, seed,
+        tiles,
+    )  # fmt: skip
     state = dict(state or NEW_STATE)
     previous = state.get("steps") if overlay else None
     try:
@@ -144,11 +146,12 @@ def use_best(state):
     return updates
 
 
-def compare(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed,
-            lengths, state, *tiles, progress=gr.Progress()):  # fmt: skip
+def compare(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k,
+            seed, lengths, state, *tiles, progress=gr.Progress()):  # fmt: skip
     s = _settings(
-        model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed, tiles
-    )
+        model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k, seed,
+        tiles,
+    )  # fmt: skip
     try:
         frame = runs.run_compare(
             s, runs.parse_lengths(lengths), progress=lambda i, n, d: progress(i / max(n, 1), desc=d)
@@ -189,6 +192,10 @@ def build() -> gr.Blocks:
                             backend = gr.Radio(["triton", "torch"], value="triton", label="backend")
                         with gr.Row():
                             cache = gr.Checkbox(True, label="KV cache")
+                            cuda_graph = gr.Checkbox(
+                                runs.graphs_available(), label="CUDA graph", interactive=runs.graphs_available(),
+                                info=runs.GRAPH_INFO if runs.graphs_available() else "needs a GPU",
+                            )  # fmt: skip
                             overlay = gr.Checkbox(True, label="overlay previous run")
                         with gr.Accordion("sampling", open=False):
                             temperature = gr.Slider(0, 2, 0, step=0.05, label="temperature (0: greedy)")
@@ -236,7 +243,8 @@ def build() -> gr.Blocks:
                 fmt = gr.Radio(["csv", "json"], value="csv", label="format")
                 export_btn = gr.Button("Export")
                 file = gr.File(label="download")
-        settings = [model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, temperature, top_k, seed]
+        settings = [model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature,
+                    top_k, seed]  # fmt: skip
         figures = [latency_plot, traffic_plot, kv_plot, share_plot, bandwidth_plot]
         outputs = [out, summary, *figures, hierarchy, roofline_plot, state]
         run = go_btn.click(_with_tile_names(generate), [*settings, overlay, state, *tiles], outputs,

@@ -41,14 +41,13 @@ def main(new_tokens: int):
     with running_app() as url:
         client = Client(url, verbose=False)
         for model in ("bundled", random_model):
-            for cache in (True, False):
+            for cache, graph in ((True, True), (True, False), (False, False)):
                 t0 = time.perf_counter()
                 out = client.predict(model=model, prompt="def fibonacci(n):", new_tokens=new_tokens, cache=cache,
-                                     api_name="/generate")  # fmt: skip
+                                     cuda_graph=graph, api_name="/generate")  # fmt: skip
                 wall = time.perf_counter() - t0
-                print(
-                    f"\n### {model}, cache {'on' if cache else 'off'}: {new_tokens} new tokens, {wall:.1f} s end to end"
-                )
+                how = f"cache {'on' if cache else 'off'}, {'CUDA graph' if graph else 'eager'}"
+                print(f"\n### {model}, {how}: {new_tokens} new tokens, {wall:.1f} s end to end")
                 print(out[1])
                 print("text:", repr(out[0][:200]))
 

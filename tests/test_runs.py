@@ -58,8 +58,8 @@ def test_out_of_memory_becomes_advice():
 def test_generate_handler_streams_and_keeps_the_run_in_state():
     values = ["default"] * len(ui.TILE_NAMES)
     values = [False if name.endswith("autotune") else v for name, v in zip(ui.TILE_NAMES, values, strict=True)]
-    outputs = list(ui.generate("bundled", "import os", 0, 3, 1, runs.default_dtype(), "triton", True, 0, 0, 0, True,
-                               ui.NEW_STATE, *values))  # fmt: skip
+    settings = ("bundled", "import os", 0, 3, 1, runs.default_dtype(), "triton", True, True, 0, 0, 0)
+    outputs = list(ui.generate(*settings, True, ui.NEW_STATE, *values))
     assert len(outputs) == 4  # one per token, then the run with its profiling pass
     assert all(len(o) == 10 for o in outputs)
     assert outputs[-1][0].startswith("import os") and "time to first token" in outputs[-1][1]

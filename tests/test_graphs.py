@@ -1,0 +1,77 @@
+"""Decode steps replayed from a CUDA graph give exactly what eager steps give, and the profiling pass
+times kernels on the device rather than their launches."""
+
+import pytest
+import torch
+
+from explorer.generate import generate
+from explorer.weights import config_from_hf, from_hf_state_dict
+
+BACKENDS = ["torch", "triton"]
+
+
+def random_model(device, dtype=torch.float32, n_positions=64, n_layer=2, n_embd=64, n_head=4, vocab=97):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(7)
+    cfg = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_positions=n_positions, vocab_size=vocab)
+    hf = GPT2LMHeadModel(cfg).eval()
+    return from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=dtype)
+
+
+def test_graph_needs_a_gpu_and_the_cache(device):
+    model = random_model(device)
+    if device.type != "cuda":
+        with pytest.raises(ValueError, match="CUDA graphs need a CUDA GPU"):
+            next(generate(model, [1, 2, 3], max_new_tokens=2, graph=True, warmup=False))
+        steps = list(generate(model, [1, 2, 3], max_new_tokens=3, warmup=False))  # the default falls back to eager
+        assert not any(s.graph for s in steps)
+    with pytest.raises(ValueError, match="KV cache on"):
+        next(generate(model, [1, 2, 3], max_new_tokens=2, cache=False, graph=True, warmup=False))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_graph_replays_equal_eager_steps(backend, dtype, device):
+    """Same kernels, same inputs: the tokens of a batch of unequal prompts, the modeled traffic and the
+    cache bookkeeping of every step are identical with and without the graph."""
+    model = random_model(device, dtype)
+    prompts = [[5, 6, 7], list(range(1, 18)), [9]]
+    kw = dict(max_new_tokens=40, backend=backend, eos_token_id=-1, temperature=0.8, top_k=20, seed=3)
+    eager = list(generate(model, prompts, graph=False, **kw))
+    graphed = list(generate(model, prompts, graph=True, **kw))
+    assert [s.graph for s in graphed] == [False] + [True] * 39
+    assert [s.token_ids for s in graphed] == [s.token_ids for s in eager]
+    for g, e in zip(graphed, eager, strict=True):
+        assert g.traffic == e.traffic and g.launches == e.launches
+        assert (g.positions, g.kv_used_bytes, g.context_tokens) == (e.positions, e.kv_used_bytes, e.context_tokens)
+    assert graphed[1].warmup_ms > 0  # the capture, reported with the warm-up
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_stops_at_the_position_limit(backend, device):
+    model = random_model(device, torch.float16, n_positions=24)
+    kw = dict(max_new_tokens=100, backend=backend, eos_token_id=-1)
+    steps = list(generate(model, list(range(1, 11)), graph=True, **kw))
+    eager = list(generate(model, list(range(1, 11)), graph=False, **kw))
+    assert steps[-1].stop_reason.startswith("reached the model's position limit") and steps[-1].graph
+    assert [s.token_ids for s in steps] == [s.token_ids for s in eager]
+
+
+@pytest.mark.gpu
+def test_profiling_times_the_device_not_the_launches(device):
+    """GPT-2-small-shaped layers launch ~14 operations each, and their launches take longer on the host
+    than their kernels on the device. The profiled device time of a decode step must come out near the
+    step replayed from a graph (device time only), far below the eager step that pays every launch."""
+    model = random_model(device, torch.bfloat16, n_positions=256, n_layer=6, n_embd=768, n_head=12, vocab=4096)
+    prompt = list(range(1, 33))
+    graphed = list(generate(model, prompt, max_new_tokens=24, eos_token_id=-1, graph=True))[4:]
+    profiled = list(generate(model, prompt, max_new_tokens=8, eos_token_id=-1, profile=True))[2:]
+    replay_ms = sorted(s.latency_ms for s in graphed)[len(graphed) // 2]
+    device_ms = sorted(sum(s.kernel_ms.values()) for s in profiled)[len(profiled) // 2]
+    launch_ms = sorted(sum(s.launch_ms.values()) for s in profiled)[len(profiled) // 2]
+    assert set(profiled[0].kernel_ms) == set(profiled[0].traffic)
+    assert all(ms > 0 for s in profiled for ms in s.kernel_ms.values())
+    assert device_ms < 1.5 * replay_ms + 0.05, (device_ms, replay_ms, launch_ms)
