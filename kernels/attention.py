@@ -15,6 +15,7 @@ output), and a second kernel merges the partials. The grid depends on the cache 
 on the lengths' values: no host synchronisation, and the launch can be captured in a CUDA graph.
 """
 
+import functools
 import math
 
 import torch
@@ -188,9 +189,12 @@ def _decode_merge_kernel(
 
 
 def default_config(tq: int, head_dim: int, device) -> TileConfig:
-    """128-query tiles (fewer for short prompts) over 64-key tiles; resolve_config shrinks what the
-    device's shared memory cannot hold (fp32, large head dims, small GPUs)."""
-    block_m = max(16, min(128, next_pow2(tq)))
+    """Query tiles over 64-key tiles: 64 queries and 4 warps for heads of up to 64 dims (the fastest of
+    24 configs at GPT-2's shape on an H200, see benchmarks/RESULTS.md), 128 queries and 8 warps for
+    larger heads, fewer for short prompts; 128 on CPU, where the interpreter's cost is per program.
+    resolve_config shrinks what the device's shared memory cannot hold (fp32, large heads, small GPUs)."""
+    largest = 128 if head_dim > 64 or device_limits(device).is_cpu else 64
+    block_m = max(16, min(largest, next_pow2(tq)))
     num_warps = 8 if block_m == 128 and head_dim > 64 else 4
     return TileConfig(block_m=block_m, block_n=64, num_warps=num_warps, num_stages=pipeline_stages(device))
 
@@ -209,6 +213,7 @@ def decode_shared_memory(cfg: TileConfig, head_dim: int, itemsize: int) -> int:
     return 2 * max(1, cfg.num_stages - 1) * cfg.block_n * max(16, next_pow2(head_dim)) * itemsize
 
 
+@functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
 def resolve_config(config, tq, head_dim, dtype, device) -> TileConfig:
     itemsize = torch.empty((), dtype=dtype).element_size()
     user = as_config("attention", config)
@@ -272,6 +277,7 @@ def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
     return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=4, num_stages=pipeline_stages(device))
 
 
+@functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
 def resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device) -> TileConfig:
     user = as_config("decode_attention", config)
     check_fields("decode_attention", user)

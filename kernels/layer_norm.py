@@ -9,6 +9,8 @@ the block reads x and residual and writes s and y: four row-sized transfers inst
 that a separate add followed by LayerNorm needs.
 """
 
+import functools
+
 import triton
 import triton.language as tl
 
@@ -66,6 +68,7 @@ def default_config(rows: int, width: int) -> TileConfig:
     return TileConfig(block_m=block_m, block_n=block_n, num_warps=num_warps)
 
 
+@functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
 def resolve_config(config: TileConfig | None, rows: int, width: int) -> TileConfig:
     cfg = as_config("layer_norm", config).merged(default_config(rows, width))
     check_fields("layer_norm", cfg)

@@ -12,6 +12,8 @@ SPLIT_K programs that each read a distinct slice of the weight (the weight is re
 write fp32 partial sums, and a small second kernel adds the partials and applies the epilogue.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -170,6 +172,7 @@ def shared_memory(cfg: TileConfig, itemsize: int, device) -> int:
     return buffered_stages(cfg.num_stages, device) * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
 
 
+@functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
 def resolve_config(config, rows, out_features, in_features, dtype, device) -> TileConfig:
     user = as_config("linear", config)
     check_fields("linear", user)
