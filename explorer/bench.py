@@ -241,6 +241,10 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     peaks = metrics.device_peaks(str(device), dtype)
     print(peaks.label if peaks else metrics.CPU_LABEL)
+    graphs = GRAPH_CHOICES[args.graph]
+    if device.type != "cuda" and True in graphs:
+        print("CUDA graphs need a GPU: every step runs eager")
+        graphs = (False,)
     if args.sweep == "tiles":
         shape, grid = _parse_shape(args.shape), _parse_grid(args.grid)
         progress = _tqdm_progress(f"tile sweep {args.kernel}")
@@ -253,25 +257,25 @@ def main(argv=None):
         model, tok = load_model(args.model, device=device, dtype=dtype)
         if args.sweep == "sequence":
             table = sequence_sweep(model, args.prompt_lengths, args.new_tokens, caches=CACHE_CHOICES[args.cache],
-                                   backends=args.backend, graphs=GRAPH_CHOICES[args.graph],
+                                   backends=args.backend, graphs=graphs,
                                    progress=_tqdm_progress("sequence sweep"))  # fmt: skip
             shown = table.groupby(["backend", "cache", "graph", "prompt_tokens", "phase"], as_index=False).agg(
                 steps=("step", "count"), ms_p50=("latency_ms", "median"), mb_per_step=("modeled_mb", "median"),
                 last_step_ms=("latency_ms", "last"), kv_mb=("kv_used_mb", "max"))  # fmt: skip
         else:
-            table, shown = _generate_report(model, tok, args, peaks)
+            table, shown = _generate_report(model, tok, args, peaks, graphs)
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 200):
         print(shown.to_string(index=False))
     if args.out:
         print("wrote", metrics.export(table, args.out))
 
 
-def _generate_report(model, tok, args, peaks):
+def _generate_report(model, tok, args, peaks, graphs):
     ids = tok.encode(args.prompt)
     frames, summaries = [], []
     for backend, cache in itertools.product(args.backend, CACHE_CHOICES[args.cache]):
         label = dict(backend=backend, cache="on" if cache else "off")
-        for graph in GRAPH_CHOICES[args.graph]:
+        for graph in graphs:
             if graph and not cache:
                 continue
             steps = list(generate(model, ids, max_new_tokens=args.new_tokens, cache=cache, backend=backend,
@@ -300,7 +304,9 @@ def step_budget(per_kind: pd.DataFrame, summaries: pd.DataFrame) -> pd.DataFrame
     profiling pass, next to the measured step time eager and replayed from a CUDA graph."""
     decode = per_kind[per_kind.phase == "decode"]
     out = decode.groupby(["backend", "cache"], as_index=False).agg(
-        kernels_ms=("kernel_ms", "sum"), launching_ms=("launch_ms", "sum"), modeled_mb=("modeled_mb", "sum")
+        kernels_ms=("kernel_ms", "sum"),
+        launching_ms=("launch_ms", lambda v: v.sum(min_count=1)),  # NaN where not measured (CPU)
+        modeled_mb=("modeled_mb", "sum"),
     )
     if "cuda_graph" not in summaries:
         return out

@@ -8,6 +8,7 @@ used) and, in a profiling pass, its time, under a kind such as "attention" or "f
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class Recorder:
     per_length: list = field(default_factory=list)  # (kind, f(host_lengths) -> Traffic), see add_per_length
     _events: list = field(default_factory=list)
     _host: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    _device: torch.device | None = None
 
     def add(self, kind: str, t: Traffic) -> None:
         self.traffic[kind] = self.traffic[kind] + t if kind in self.traffic else t
@@ -98,13 +100,19 @@ class Recorder:
             _spin.cycles = min(4 * cycles, _MAX_SPIN_CYCLES)  # launched after the spin ended: longer spin, again
         self._events.append((kind, start, end))
         self._host[kind] += host
+        self._device = device
         return out
 
     def times_ms(self) -> dict[str, float]:
-        """Time per kind, after the caller synchronised the device once."""
+        """Time per kind, after the caller synchronised the device once. On a GPU, each timed call's
+        interval less the interval two events show with nothing between them (a few microseconds,
+        measured once per device), which would otherwise be counted once per call."""
         out: dict[str, float] = defaultdict(float)
         for kind, start, end in self._events:
-            out[kind] += start.elapsed_time(end) if isinstance(start, torch.cuda.Event) else (end - start) * 1e3
+            if isinstance(start, torch.cuda.Event):
+                out[kind] += max(0.0, start.elapsed_time(end) - _spin.floor_ms(self._device))
+            else:
+                out[kind] += (end - start) * 1e3
         return dict(out)
 
     def launch_ms(self) -> dict[str, float]:
@@ -124,6 +132,23 @@ class _Spin:
     def __init__(self, cycles: int = 400_000):
         self.cycles = cycles
         self._ms_per_cycle: dict[int, float] = {}
+        self._floor: dict[int, float] = {}
+
+    def floor_ms(self, device: torch.device) -> float:
+        """Median interval of two events recorded back to back behind a spin: what an empty timed
+        call would show."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index not in self._floor:
+            pairs = []
+            for _ in range(21):
+                torch.cuda._sleep(50_000)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                end.record()
+                pairs.append((start, end))
+            torch.cuda.synchronize(index)
+            self._floor[index] = statistics.median(s.elapsed_time(e) for s, e in pairs)
+        return self._floor[index]
 
     def ms(self, cycles: int, device: torch.device) -> float:
         index = device.index if device.index is not None else torch.cuda.current_device()

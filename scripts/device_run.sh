@@ -4,6 +4,7 @@
 # logs and tables go to $OUT (at most 8 files come back).
 #   bash scripts/device_run.sh tests   GPU test suite, kernel benchmark, whole-generation tokens/s
 #   bash scripts/device_run.sh decode  one decode step profiled, the sequence sweep, the app via its API
+#   bash scripts/device_run.sh sweeps  graph tests, one decode step profiled, decode-attention and linear tile sweeps
 set -u
 PART=${1:-tests}
 OUT=${OUT:-/tmp/device-out}
@@ -30,6 +31,21 @@ if [ "$PART" = tests ]; then
 
   stage "generation tokens/s"
   timeout "${T_GEN:-120}" python3 benchmarks/generation.py --repeats 2 2>&1 | tee "$OUT/generation.md" | tail -n 12
+elif [ "$PART" = sweeps ]; then
+  python3 -c "import sys; sys.path.insert(0, 'scripts'); from device_app_check import gpt2_shaped; from pathlib import Path; gpt2_shaped(Path('/tmp/gpt2-shaped'))" >/dev/null 2>&1
+  stage "CUDA graph and profiling tests" | tee "$OUT/run.log"
+  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_graphs.py 2>&1 | tail -n 3 | tee -a "$OUT/run.log"
+  stage "one decode step, GPT-2-small-shaped, profiled; eager and CUDA graph" | tee -a "$OUT/run.log"
+  timeout 90 python3 -m explorer.bench generate --model /tmp/gpt2-shaped --new-tokens 64 --graph both --cache on \
+    --profile --out "$OUT/generate.csv" 2>&1 | grep -v "it/s\]" | grep -v "^\[" | tee -a "$OUT/run.log"
+  stage "tile sweep, decode attention B=1 H=12 T=8192 D=64" | tee -a "$OUT/run.log"
+  timeout 90 python3 -m explorer.bench tiles --kernel decode_attention --shape B=1,H=12,T=8192,D=64 \
+    --grid "block_n=32,64,128;split_k=8,16,32,64;num_warps=2,4;num_stages=2,3" --out "$OUT/sweep-decode.csv" 2>&1 \
+    | grep -v "run/s\]" | head -n 24 | tee -a "$OUT/run.log"
+  stage "tile sweep, linear M=1024 K=768 N=3072" | tee -a "$OUT/run.log"
+  timeout 100 python3 -m explorer.bench tiles --kernel linear --shape M=1024,K=768,N=3072 \
+    --grid "block_m=64,128;block_n=64,128,256;block_k=32,64;num_warps=4,8;num_stages=3,4" --out "$OUT/sweep-linear.csv" 2>&1 \
+    | grep -v "run/s\]" | head -n 24 | tee -a "$OUT/run.log"
 else
   python3 -c "import sys; sys.path.insert(0, 'scripts'); from device_app_check import gpt2_shaped; from pathlib import Path; gpt2_shaped(Path('/tmp/gpt2-shaped'))" >/dev/null 2>&1
   stage "one decode step, GPT-2-small-shaped, profiled; eager and CUDA graph" | tee "$OUT/run.log"
