@@ -154,16 +154,9 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
         split_k = 1 << (split_k.bit_length() - 1)  # tiles are powers of two: round down
         return TileConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k,
                           num_warps=4, num_stages=stages + 1)  # fmt: skip
-    block_m = 128 if rows > 64 else 64
-    return TileConfig(
-        block_m=block_m,
-        block_n=128,
-        block_k=block_k,
-        group_m=8,
-        split_k=1,
-        num_warps=8 if block_m == 128 else 4,
-        num_stages=stages,
-    )
+    # 64x128 tiles in 4 warps: the fastest of 48 configs at M=1024, K=768, N=3072 on an H200
+    # (benchmarks/RESULTS.md), ahead of 128x128 in 8 warps.
+    return TileConfig(block_m=64, block_n=128, block_k=block_k, group_m=8, split_k=1, num_warps=4, num_stages=stages)
 
 
 def shared_memory(cfg: TileConfig, itemsize: int, device) -> int:
