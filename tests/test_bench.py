@@ -1,6 +1,7 @@
 """Sweeps and the CLI, end to end on CPU (small shapes, the bundled model)."""
 
 import pandas as pd
+import pytest
 
 from explorer import bench
 from kernels import TileConfig
@@ -41,3 +42,17 @@ def test_cli_sequence_sweep_writes_a_csv(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Triton interpreter" in printed or "measured" in printed
     assert "wrote" in printed
+
+
+def test_step_budget_sets_kernel_sums_next_to_eager_and_graph_steps():
+    per_kind = pd.DataFrame(
+        dict(backend=["triton"] * 3, cache=["on"] * 3, phase=["decode", "decode", "prefill"],
+             kind=["ffn", "layer_norm", "ffn"], kernel_ms=[0.3, 0.1, 9.0], launch_ms=[2.0, 1.0, 9.0],
+             modeled_mb=[100.0, 1.0, 9.0])
+    )  # fmt: skip
+    summaries = pd.DataFrame(dict(backend=["triton", "triton"], cache=["on", "on"], cuda_graph=[False, True],
+                                  ms_per_token_p50=[8.0, 0.5]))  # fmt: skip
+    row = bench.step_budget(per_kind, summaries).iloc[0]
+    assert row.kernels_ms == pytest.approx(0.4) and row.launching_ms == pytest.approx(3.0)
+    assert row.modeled_mb == pytest.approx(101.0)
+    assert (row.step_eager_ms, row.step_graph_ms) == (8.0, 0.5)

@@ -155,3 +155,42 @@ def test_export_round_trips(tmp_path):
 
     assert pd.read_csv(metrics.export(frame, str(tmp_path / "a.csv"))).latency_ms.tolist() == [1.0, 2.0]
     assert pd.read_json(metrics.export(frame, str(tmp_path / "a.json"))).latency_ms.tolist() == [1.0, 2.0]
+
+
+def test_summary_reports_how_decode_steps_were_launched_and_the_graph_capture():
+    eager = [_step(0, 3.0)] + [_step(i, 2.0) for i in (1, 2)]
+    for s in eager:
+        s.launches = 99
+    s = metrics.summary(eager)
+    assert s["cuda_graph"] is False and s["launches_per_step"] == 99
+    graphed = [_step(0, 3.0)] + [_step(i, 0.5) for i in (1, 2, 3)]
+    graphed[1].warmup_ms = 7.0  # the capture, before the first decode step
+    for s in graphed[1:]:
+        s.graph, s.launches = True, 99
+    s = metrics.summary(graphed)
+    assert s["cuda_graph"] is True and s["warmup_ms"] == 57.0
+    assert list(metrics.step_frame(graphed).graph) == [False, True, True, True]
+
+
+def test_recorder_books_growing_traffic_and_can_book_it_again_at_other_lengths():
+    from explorer.ops import Recorder
+
+    rec = Recorder()
+    rec.add("ffn", Traffic(10, 20, 30, 30))
+    rec.add_per_length("decode attention", [3, 5], lambda lengths: Traffic(100 * sum(lengths), 1, 0, 1))
+    assert rec.traffic["decode attention"] == Traffic(800, 1, 0, 1)
+    assert dict(rec.launches) == {"ffn": 1, "decode attention": 1}
+    ((kind, model),) = rec.per_length
+    assert kind == "decode attention" and model([10, 10]) == Traffic(2000, 1, 0, 1)
+
+
+def test_recorder_times_calls_on_cpu_and_returns_their_result():
+    from explorer.ops import Recorder
+
+    rec = Recorder(timed=True)
+    assert rec.call("ffn", torch.device("cpu"), lambda: 41 + 1) == 42
+    rec.call("ffn", torch.device("cpu"), lambda: None)
+    times = rec.times_ms()
+    assert set(times) == {"ffn"} and times["ffn"] >= 0
+    assert rec.launch_ms() == {}  # host launch time is a GPU profiling figure
+    assert Recorder().call("ffn", torch.device("cpu"), lambda: 7) == 7 and Recorder().times_ms() == {}

@@ -63,6 +63,8 @@ def test_generate_handler_streams_and_keeps_the_run_in_state():
     assert len(outputs) == 4  # one per token, then the run with its profiling pass
     assert all(len(o) == 10 for o in outputs)
     assert outputs[-1][0].startswith("import os") and "time to first token" in outputs[-1][1]
+    # On CPU the CUDA graph box is ignored and the summary says the steps launched from Python.
+    assert "each launched from Python" in outputs[-1][1] and "CUDA graph" not in outputs[-1][1]
     state = outputs[-1][-1]
     assert list(state["steps"].step) == [0, 1, 2] and state["previous"] is None
 
@@ -91,3 +93,12 @@ def test_tiles_that_cannot_run_are_refused_before_any_launch(monkeypatch):
     with pytest.raises(runs.UserError, match="linear: .* shared memory"):
         list(runs.run_generation(s))
     assert launched == []
+
+
+def test_summary_says_how_decode_steps_were_launched():
+    base = dict(timer="cuda events", ttft_ms=1.0, tokens_per_s=2.0, ms_per_token_p50=1.0, ms_per_token_p90=1.0,
+                warmup_ms=3.0, mb_per_token=1.0, achieved_gbs=1.0, kv_cache_mb=0.0, peak_memory_mb=1.0)  # fmt: skip
+    graphed = runs.summary_markdown({**base, "cuda_graph": True, "launches_per_step": 99})
+    assert "| launches per decode step | 99 operations, replayed as one CUDA graph |" in graphed
+    eager = runs.summary_markdown({**base, "cuda_graph": False, "launches_per_step": 51})
+    assert "51 operations, each launched from Python" in eager
