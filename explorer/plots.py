@@ -265,20 +265,25 @@ def roofline_figure(
 
 def hierarchy_html(kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.DataFrame | None = None) -> str:
     """The HBM -> SRAM -> compute picture with this run's numbers: per kernel kind in one decode step,
-    bytes loaded into SRAM (tiles included), the HBM floor, and the time those bytes need at the
-    measured bandwidth."""
+    bytes loaded into SRAM (tiles included), the HBM floor, the time those bytes need at the measured
+    bandwidth and, once profiled, the device time measured and the host time spent launching."""
     decode = kernels[kernels.phase == "decode"] if (kernels.phase == "decode").any() else kernels
     if decode.empty:
         return "<p>Generate to see where the bytes go.</p>"
     steps = max(1, decode.step.nunique())
-    per_kind = decode.groupby("kind", sort=False)[["modeled_mb", "floor_mb", "gflop"]].sum() / steps
+    measured = [c for c in ("kernel_ms", "launch_ms") if c in decode and decode[c].notna().any()]
+    per_kind = decode.groupby("kind", sort=False)[["modeled_mb", "floor_mb", "gflop", *measured]].sum() / steps
+    heads = ["kernel", "MB loaded (tiles)", "MB floor", "MFLOP", "time at peak bandwidth"]
+    if "kernel_ms" in measured:
+        heads.append("device time measured" if peak_gbs else "interpreter time")
+    if "launch_ms" in measured:
+        heads.append("host time launching it")
     rows = []
     for kind, r in per_kind.iterrows():
         at_peak = f"{r.modeled_mb * 1.048576 / peak_gbs * 1e3:.1f} µs" if peak_gbs else "n/a on CPU"
-        rows.append(
-            f"<tr><td>{kind}</td><td>{r.modeled_mb:.3f}</td><td>{r.floor_mb:.3f}</td>"
-            f"<td>{r.gflop * 1e3:.2f}</td><td>{at_peak}</td></tr>"
-        )
+        cells = [kind, f"{r.modeled_mb:.3f}", f"{r.floor_mb:.3f}", f"{r.gflop * 1e3:.2f}", at_peak]
+        cells += [_us(r[c]) for c in measured]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     saved = ""
     if lessons is not None and not lessons.empty:
         pivot = lessons.pivot(index="lesson", columns="variant", values="mb")
@@ -289,12 +294,22 @@ def hierarchy_html(kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.Da
         ]
         saved = "<p><b>Fusion at the prompt length</b>, one layer:</p><ul>" + "".join(items) + "</ul>"
     bw = f"{peak_gbs:.0f} GB/s measured" if peak_gbs else "CPU: no HBM here, the interpreter models it"
+    launch = (
+        "<p>Launching a kernel from Python costs the host more than most of these kernels cost the GPU: "
+        "that is the time a CUDA graph replay removes.</p>"
+        if "launch_ms" in measured
+        else ""
+    )
     return (
         '<div class="hierarchy"><p><b>HBM</b> (' + bw + ") ⟶ <b>SRAM</b> (tiles, shared memory) ⟶ "
         "<b>registers / tensor cores</b>. Per decode step:</p>"
-        "<table><tr><th>kernel</th><th>MB loaded (tiles)</th><th>MB floor</th><th>MFLOP</th>"
-        "<th>time at peak bandwidth</th></tr>" + "".join(rows) + "</table>" + saved + "</div>"
-    )
+        "<table><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>" + "".join(rows) + "</table>"
+        + launch + saved + "</div>"
+    )  # fmt: skip
+
+
+def _us(ms: float) -> str:
+    return "" if math.isnan(ms) else f"{ms * 1e3:.1f} µs"
 
 
 def _ratio(a: float, b: float) -> str:

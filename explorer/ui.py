@@ -21,7 +21,8 @@ CSS = """
 INTRO = """# Triton Decoder Explorer
 A small GPT-2 decoder generating token by token on our own Triton kernels. GPU speed is mostly about
 moving bytes between HBM and on-chip SRAM: pick tiles, fusion and the KV cache, and watch latency,
-memory traffic and the cache change."""
+memory traffic and the cache change. On a GPU, untick *CUDA graph* to see what launching every
+kernel from Python costs."""
 GPU = dict(concurrency_id="gpu", concurrency_limit=1)  # one run on the GPU at a time; others wait in line
 NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None}
 

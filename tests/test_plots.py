@@ -108,3 +108,15 @@ def test_roofline_puts_each_kind_under_the_measured_ceiling():
     assert names[0] == "measured ceiling" and {"ffn (decode)", "decode attention (decode)"} <= set(names)
     ceiling = fig.data[0]
     assert max(ceiling.y) == 800.0 and fig.layout.xaxis.type == "log"
+
+
+def test_hierarchy_sets_measured_device_and_launch_time_next_to_the_bandwidth_floor():
+    steps = _steps()
+    for s in steps[1:]:
+        s.launch_ms = {"ffn": 0.25, "decode attention": 0.125}
+    html = plots.hierarchy_html(metrics.kernel_frame(steps), 4000.0)
+    assert "device time measured" in html and "host time launching it" in html and "CUDA graph" in html
+    ffn_row = next(row for row in html.split("<tr>") if row.startswith("<td>ffn</td>"))
+    assert "<td>1000.0 µs</td>" in ffn_row and "<td>250.0 µs</td>" in ffn_row
+    plain = plots.hierarchy_html(metrics.kernel_frame(_steps()), 4000.0)  # no launch times: no such column
+    assert "host time launching it" not in plain
