@@ -3,6 +3,7 @@
     python -m explorer.bench tiles --kernel attention --shape B=1,H=12,T=1024,D=64
     python -m explorer.bench sequence --prompt-lengths 16 64 --new-tokens 32 --out seq.csv
     python -m explorer.bench generate --prompt "def main(" --new-tokens 64 --profile
+    python -m explorer.bench generate --tiles attention:block_m=64,num_warps=4 decode_attention:autotune
 
 Every sweep returns a tidy DataFrame (one row per observation) and reports progress while it runs.
 Tile sweeps keep every config, the impossible ones with the reason, not only the winner.
@@ -200,6 +201,28 @@ def _parse_grid(text: str | None) -> dict | None:
         raise SystemExit(f"--grid {text!r}: expected 'field=v1,v2;field=v1,v2'") from None
 
 
+def parse_tiles(items: list[str] | None) -> Tiles:
+    """["attention:block_m=64,block_n=32", "linear_decode:autotune"] -> Tiles; unnamed kernels keep
+    their defaults."""
+    names = [f.name for f in fields(Tiles)]
+    chosen = {}
+    for item in items or []:
+        kernel, _, spec = item.partition(":")
+        if kernel not in names or not spec:
+            raise SystemExit(f"--tiles {item!r}: expected KERNEL:FIELD=INT,... or KERNEL:autotune, "
+                             f"KERNEL one of {', '.join(names)}")  # fmt: skip
+        if spec == "autotune":
+            chosen[kernel] = "autotune"
+            continue
+        try:
+            values = {k.strip(): int(v) for k, v in (pair.split("=") for pair in spec.split(","))}
+            chosen[kernel] = TileConfig(**values)
+        except (ValueError, TypeError):
+            allowed = ", ".join(f.name for f in fields(TileConfig))
+            raise SystemExit(f"--tiles {item!r}: expected FIELD=INT pairs, FIELD one of {allowed}") from None
+    return Tiles(**chosen)
+
+
 def _tqdm_progress(title: str):
     from tqdm import tqdm
 
@@ -232,11 +255,22 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--cache", choices=["on", "off", "both"], default="both")
     parser.add_argument("--backend", nargs="+", default=["triton", "torch"], choices=["triton", "torch"])
+    parser.add_argument("--tiles", nargs="+", metavar="KERNEL:SPEC",
+                        help="tiles for generate and sequence, e.g. attention:block_m=64,num_warps=4 "
+                             "linear_decode:autotune (others keep their defaults)")  # fmt: skip
     parser.add_argument("--graph", choices=["auto", "on", "off", "both"], default="auto",
                         help="replay decode steps from a CUDA graph (auto: on a GPU with the cache on)")  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="generate: also a profiling pass per kernel kind")
     parser.add_argument("--out", help="write the table as .csv or .json")
     args = parser.parse_args(argv)
+    args.tiles = parse_tiles(args.tiles)
+    try:
+        _run(args)
+    except ValueError as e:  # a tile config or length the kernels refuse says what and why
+        raise SystemExit(f"error: {e}") from None
+
+
+def _run(args):
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     peaks = metrics.device_peaks(str(device), dtype)
@@ -257,7 +291,7 @@ def main(argv=None):
         model, tok = load_model(args.model, device=device, dtype=dtype)
         if args.sweep == "sequence":
             table = sequence_sweep(model, args.prompt_lengths, args.new_tokens, caches=CACHE_CHOICES[args.cache],
-                                   backends=args.backend, graphs=graphs,
+                                   backends=args.backend, graphs=graphs, tiles=args.tiles,
                                    progress=_tqdm_progress("sequence sweep"))  # fmt: skip
             shown = table.groupby(["backend", "cache", "graph", "prompt_tokens", "phase"], as_index=False).agg(
                 steps=("step", "count"), ms_p50=("latency_ms", "median"), mb_per_step=("modeled_mb", "median"),
@@ -279,13 +313,13 @@ def _generate_report(model, tok, args, peaks, graphs):
             if graph and not cache:
                 continue
             steps = list(generate(model, ids, max_new_tokens=args.new_tokens, cache=cache, backend=backend,
-                                  tokenizer=tok, graph=graph))  # fmt: skip
+                                  tokenizer=tok, graph=graph, tiles=args.tiles))  # fmt: skip
             summaries.append(dict(**label, **metrics.summary(steps, peaks)))
             how = "graph" if steps[-1].graph else "eager"
             print(f"[{backend}, cache {label['cache']}, {how}] {args.prompt}{''.join(x.text for x in steps)!r}")
         if args.profile:
             prof = list(generate(model, ids, max_new_tokens=min(8, args.new_tokens), cache=cache, backend=backend,
-                                 profile=True, warmup=False))  # fmt: skip
+                                 profile=True, warmup=False, tiles=args.tiles))  # fmt: skip
             frames.append(metrics.kernel_frame(prof).assign(**label))
     table = pd.DataFrame(summaries)
     if frames:

@@ -56,3 +56,21 @@ def test_step_budget_sets_kernel_sums_next_to_eager_and_graph_steps():
     assert row.kernels_ms == pytest.approx(0.4) and row.launching_ms == pytest.approx(3.0)
     assert row.modeled_mb == pytest.approx(101.0)
     assert (row.step_eager_ms, row.step_graph_ms) == (8.0, 0.5)
+
+
+def test_cli_tiles_reach_the_kernels_and_bad_ones_are_refused_with_the_reason(tmp_path):
+    tiles = bench.parse_tiles(["attention:block_m=32,num_warps=2", "linear_decode:autotune"])
+    assert tiles.attention == TileConfig(block_m=32, num_warps=2) and tiles.linear_decode == "autotune"
+    assert tiles.layer_norm is None
+    with pytest.raises(SystemExit, match="KERNEL one of layer_norm"):
+        bench.parse_tiles(["attn:block_m=32"])
+    with pytest.raises(SystemExit, match="FIELD one of block_m"):
+        bench.parse_tiles(["attention:blockm=32"])
+    # A config the kernel refuses comes back as one line that says why, not a trace.
+    with pytest.raises(SystemExit, match="error: layer_norm: block_m=3"):
+        bench.main(["generate", "--new-tokens", "2", "--backend", "triton", "--cache", "on",
+                    "--tiles", "layer_norm:block_m=3"])  # fmt: skip
+    out = tmp_path / "gen.csv"
+    bench.main(["generate", "--new-tokens", "2", "--backend", "triton", "--cache", "on", "--tiles",
+                "decode_attention:block_n=16,split_k=2", "--out", str(out)])  # fmt: skip
+    assert pd.read_csv(out).tokens.tolist() == [2]
