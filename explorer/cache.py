@@ -70,9 +70,12 @@ class KVCache:
         self.host_lengths = self.next_host_lengths
         self.next_lengths = self.lengths
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, *, decode: bool) -> Traffic:
-        """Store K and V (B, H, T, D) of one layer: at [0, T) for a prefill, at lengths[b] for a decode step."""
-        if decode:
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, *, decode: bool, writer=None) -> Traffic:
+        """Store K and V (B, H, T, D) of one layer: at [0, T) for a prefill, at lengths[b] for a decode step,
+        there by `writer(k, v, k_cache, v_cache, lengths)` when given (the Triton kernel), else by indexing."""
+        if decode and writer is not None:
+            writer(k, v, self.k[layer], self.v[layer], self.lengths)
+        elif decode:
             pos = self.lengths.long()
             self.k[layer, self._rows, :, pos] = k[:, :, 0]  # (B, H, D) at each sequence's own position
             self.v[layer, self._rows, :, pos] = v[:, :, 0]

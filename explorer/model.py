@@ -101,7 +101,11 @@ class _Attend:
         layer, self.layer = self.layer, self.layer + 1
         if self.cache is None:
             return self.ops.attention(q, k, v)
-        written = self.ops.call("kv write", k, lambda: self.cache.write(layer, k, v, decode=self.mode == "decode"))
+        written = self.ops.call(
+            "kv write",
+            k,
+            lambda: self.cache.write(layer, k, v, decode=self.mode == "decode", writer=self.ops.kv_writer),
+        )
         self.ops.book("kv write", written)
         if self.mode == "prefill":
             return self.ops.attention(q, k, v)

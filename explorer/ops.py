@@ -179,6 +179,8 @@ class Ops:
         self.tiles = tiles or Tiles()
         self.rec = recorder
         self.fn = kernels if backend == "triton" else reference
+        # The decode step's cache write: one Triton kernel per layer; the torch backend indexes.
+        self.kv_writer = kernels.kv_write if backend == "triton" else None
 
     def call(self, kind: str, x: torch.Tensor, fn):
         """fn(), timed under `kind` in a profiling pass."""

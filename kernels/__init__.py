@@ -1,7 +1,9 @@
-"""Triton kernels of the decoder: LayerNorm, fused linear, flash attention and decode attention."""
+"""Triton kernels of the decoder: LayerNorm, fused linear, flash attention, decode attention and the
+decode step's KV-cache write."""
 
 from .attention import attention, decode_attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
+from .kv_write import kv_write
 from .layer_norm import layer_norm
 from .linear import linear
 
@@ -11,6 +13,7 @@ __all__ = [
     "attention",
     "decode_attention",
     "device_limits",
+    "kv_write",
     "layer_norm",
     "linear",
     "supported_dtypes",

@@ -22,7 +22,7 @@ def _cases(dtype, arch):
     from .config import DeviceLimits, TileConfig
 
     # The package re-exports functions under the modules' own names; fetch the modules themselves.
-    A, LN, L = (importlib.import_module(f"kernels.{m}") for m in ("attention", "layer_norm", "linear"))
+    A, LN, L, KV = (importlib.import_module(f"kernels.{m}") for m in ("attention", "layer_norm", "linear", "kv_write"))
 
     limits = DeviceLimits(ARCHS[arch][0], ARCHS[arch][1], 132, divmod(arch, 10), arch >= 80)
     t = "*" + TYPES[dtype]
@@ -65,6 +65,10 @@ def _cases(dtype, arch):
     yield ("decode merge", A._decode_merge_kernel, dict(PartO="*fp32", PartM="*fp32", PartL="*fp32", Out=t,
            stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,
            BLOCK_D=64), 4, 1, 0)  # fmt: skip
+    kv_strides = {f"stride_{x}{d}": "i32" for x in ("k", "v") for d in "bh"} | {"stride_kd": 1, "stride_vd": 1}
+    kv_strides |= {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
+    yield ("kv write", KV._kv_write_kernel, dict(K=t, V=t, KC=t, VC=t, Lengths="*i32", **kv_strides, heads="i32",
+           HEAD_DIM=64, BLOCK_D=64), 1, 1, 0)  # fmt: skip
 
 
 def compile_all(archs, dtypes):

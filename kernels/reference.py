@@ -41,3 +41,9 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
     # T_max positions, which the Triton kernel does not.
     keep = torch.arange(k_cache.shape[2], device=q.device)[None, :] < lengths[:, None]  # (B, T_max)
     return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=keep[:, None, None, :])
+
+
+def kv_write(k, v, k_cache, v_cache, lengths):
+    rows, pos = torch.arange(k.shape[0], device=k.device), lengths.long()
+    k_cache[rows, :, pos] = k[:, :, 0]  # (B, H, D) at each sequence's own position
+    v_cache[rows, :, pos] = v[:, :, 0]
