@@ -21,7 +21,7 @@ python3 -c "import torch, triton, transformers; print('torch', torch.__version__
 if [ "$PART" = tests ]; then
   stage "GPU tests (compiled kernels, bf16/fp16/fp32, CUDA graphs)"
   timeout "${T_TESTS:-170}" python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_layer_norm.py tests/test_linear.py \
-    tests/test_attention.py tests/test_decode_attention.py tests/test_config.py tests/test_model.py tests/test_graphs.py \
+    tests/test_attention.py tests/test_decode_attention.py tests/test_config.py tests/test_model.py tests/test_graphs.py tests/test_kv_write.py \
     >"$OUT/gpu-tests.log" 2>&1
   echo "pytest exit $?"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3
   grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 15
