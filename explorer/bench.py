@@ -173,7 +173,9 @@ def sequence_sweep(model, prompt_lengths, new_tokens: int, *, caches=(True, Fals
         prompt = torch.randint(0, model.config.vocab_size, (length,), generator=gen).tolist()
         steps = list(generate(model, prompt, max_new_tokens=new_tokens, cache=cache, backend=backend, tiles=tiles,
                               eos_token_id=-1, graph=graph))  # fmt: skip
-        frames.append(run_frame(steps, backend=backend, cache="on" if cache else "off", prompt_tokens=length))
+        mode = "CUDA graph" if any(s.graph for s in steps) else "eager"
+        frames.append(run_frame(steps, backend=backend, cache="on" if cache else "off", launch_mode=mode,
+                                prompt_tokens=length))  # fmt: skip
     if progress:
         progress(len(runs), len(runs), "done")
     return pd.concat(frames, ignore_index=True)
@@ -293,7 +295,7 @@ def _run(args):
             table = sequence_sweep(model, args.prompt_lengths, args.new_tokens, caches=CACHE_CHOICES[args.cache],
                                    backends=args.backend, graphs=graphs, tiles=args.tiles,
                                    progress=_tqdm_progress("sequence sweep"))  # fmt: skip
-            shown = table.groupby(["backend", "cache", "graph", "prompt_tokens", "phase"], as_index=False).agg(
+            shown = table.groupby(["backend", "cache", "launch_mode", "prompt_tokens", "phase"], as_index=False).agg(
                 steps=("step", "count"), ms_p50=("latency_ms", "median"), mb_per_step=("modeled_mb", "median"),
                 last_step_ms=("latency_ms", "last"), kv_mb=("kv_used_mb", "max"))  # fmt: skip
         else:

@@ -202,7 +202,7 @@ def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
     """Decode latency against sequence position for every (backend, cache, prompt) run of a sweep:
     O(n) growth with the cache on, O(n^2) total work with it off."""
     fig = go.Figure()
-    keys = [k for k in ("backend", "cache", "prompt_tokens") if k in seq.columns]
+    keys = [k for k in ("backend", "cache", "launch_mode", "prompt_tokens") if k in seq.columns]
     for key, part in seq.groupby(keys, sort=False):
         label = ", ".join(f"{k}={v}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         part = part[part.phase == "decode"]

@@ -327,9 +327,11 @@ def run_compare(s: RunSettings, prompt_lengths: list[int], progress=None) -> pd.
     try:
         check(s)
         model, _ = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
-        graph = None if s.cuda_graph else False  # None: wherever a graph applies (cache on, GPU)
+        # With the CUDA graph box ticked on a GPU, cache-on runs go both ways: launched one by one and
+        # replayed from a graph (cache-off runs cannot replay: every step has a new shape).
+        graphs = (False, True) if s.cuda_graph and graphs_available() else (False,)
         return bench.sequence_sweep(model, prompt_lengths, s.new_tokens, tiles=s.tiles, progress=progress,
-                                    graphs=(graph,))  # fmt: skip
+                                    graphs=graphs)  # fmt: skip
     except Exception as e:
         raise _friendly(e) from None
 
@@ -394,7 +396,7 @@ def fusion_table(s: RunSettings, tokens: int) -> pd.DataFrame:
 
 def compare_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per run of a sequence sweep: time to first token, decode median and last step."""
-    keys = ["backend", "cache", "prompt_tokens"]
+    keys = [k for k in ("backend", "cache", "launch_mode", "prompt_tokens") if k in frame.columns]
     decode = (
         frame[frame.phase == "decode"]
         .groupby(keys, as_index=False)

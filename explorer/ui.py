@@ -235,7 +235,7 @@ def build() -> gr.Blocks:
                 sweep_table = gr.Dataframe(label="every config, impossible ones with the reason")
             with gr.Tab("Compare"):
                 lengths = gr.Textbox("16, 64, 256", label="prompt lengths (tokens)")
-                compare_btn = gr.Button("Compare cache on/off and backends", variant="primary")
+                compare_btn = gr.Button("Compare cache on/off, backends and launches", variant="primary")
                 compare_plot, fusion_plot = gr.Plot(label="decode latency"), gr.Plot(label="fusion")
                 compare_df = gr.Dataframe(label="per run")
             with gr.Tab("Export"):

@@ -34,6 +34,7 @@ def test_cli_sequence_sweep_writes_a_csv(tmp_path, capsys):
                 "--out", str(out)])  # fmt: skip
     table = pd.read_csv(out)
     assert set(table.backend) == {"triton", "torch"} and set(table.cache) == {"on", "off"}
+    assert set(table.launch_mode) == {"eager"}  # no CUDA graphs on CPU
     assert len(table) == 2 * 2 * 3
     off = table[(table.cache == "off") & (table.backend == "triton")]
     assert off.context_tokens.tolist() == [3, 4, 5]  # the recompute that grows with the cache off

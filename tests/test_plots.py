@@ -120,3 +120,17 @@ def test_hierarchy_sets_measured_device_and_launch_time_next_to_the_bandwidth_fl
     assert "<td>1000.0 µs</td>" in ffn_row and "<td>250.0 µs</td>" in ffn_row
     plain = plots.hierarchy_html(metrics.kernel_frame(_steps()), 4000.0)  # no launch times: no such column
     assert "host time launching it" not in plain
+
+
+def test_compare_draws_one_line_per_run_with_how_it_launched():
+    rows = []
+    for mode, ms in (("eager", 8.0), ("CUDA graph", 0.5)):
+        for pos in (4, 5, 6):
+            rows.append(dict(backend="triton", cache="on", launch_mode=mode, prompt_tokens=4, phase="decode",
+                             position=pos, latency_ms=ms))  # fmt: skip
+    fig = plots.compare_figure(pd.DataFrame(rows))
+    assert [t.name for t in fig.data] == [
+        "backend=triton, cache=on, launch_mode=eager, prompt_tokens=4",
+        "backend=triton, cache=on, launch_mode=CUDA graph, prompt_tokens=4",
+    ]
+    assert list(fig.data[1].y) == [0.5, 0.5, 0.5]

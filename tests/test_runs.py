@@ -102,3 +102,17 @@ def test_summary_says_how_decode_steps_were_launched():
     assert "| launches per decode step | 99 operations, replayed as one CUDA graph |" in graphed
     eager = runs.summary_markdown({**base, "cuda_graph": False, "launches_per_step": 51})
     assert "51 operations, each launched from Python" in eager
+
+
+def test_compare_table_keeps_eager_and_graph_runs_apart():
+    import pandas as pd
+
+    rows = []
+    for mode, ms in (("eager", 8.0), ("CUDA graph", 0.5)):
+        rows.append(dict(backend="triton", cache="on", launch_mode=mode, prompt_tokens=4, phase="prefill",
+                         latency_ms=3.0, modeled_mb=1.0))  # fmt: skip
+        rows += [dict(backend="triton", cache="on", launch_mode=mode, prompt_tokens=4, phase="decode",
+                      latency_ms=ms + i, modeled_mb=2.0) for i in range(3)]  # fmt: skip
+    table = runs.compare_table(pd.DataFrame(rows)).set_index("launch_mode")
+    assert table.loc["eager", "decode_ms_p50"] == 9.0 and table.loc["CUDA graph", "decode_ms_p50"] == 1.5
+    assert table.loc["CUDA graph", "last_step_ms"] == 2.5 and set(table.ttft_ms) == {3.0}
