@@ -50,7 +50,6 @@ class DecodeGraph:
         growing = {kind for kind, _ in recorder.per_length}
         self._fixed = {k: (t, recorder.launches[k]) for k, t in recorder.traffic.items() if k not in growing}
         self._per_length = recorder.per_length
-        self.launches = sum(recorder.launches.values())  # kernels launched per eager step (about)
         self.capture_ms = (time.perf_counter() - t0) * 1e3
 
     def step(self, ids: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:

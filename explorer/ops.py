@@ -137,7 +137,7 @@ class _Spin:
     def floor_ms(self, device: torch.device) -> float:
         """Median interval of two events recorded back to back behind a spin: what an empty timed
         call would show."""
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = _index(device)
         if index not in self._floor:
             pairs = []
             for _ in range(21):
@@ -151,7 +151,7 @@ class _Spin:
         return self._floor[index]
 
     def ms(self, cycles: int, device: torch.device) -> float:
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = _index(device)
         if index not in self._ms_per_cycle:
             probe = 1_000_000
             torch.cuda._sleep(probe)  # first call: a warm-up
@@ -162,6 +162,10 @@ class _Spin:
             end.synchronize()
             self._ms_per_cycle[index] = start.elapsed_time(end) / probe
         return cycles * self._ms_per_cycle[index]
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 _spin = _Spin()

@@ -96,26 +96,12 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
     fig = go.Figure()
     for run, frame in _runs(steps):
         if frame.kv_allocated_mb.max() > 0:
-            fig.add_trace(go.Scatter(x=frame.position, y=frame.kv_used_mb, mode="lines", name=f"{run} used".strip()))
-            fig.add_trace(
-                go.Scatter(
-                    x=frame.position,
-                    y=frame.kv_allocated_mb,
-                    mode="lines",
-                    line_dash="dot",
-                    name=f"{run} allocated".strip(),
-                )
-            )
+            lines = [("kv_used_mb", None, "used"), ("kv_allocated_mb", "dot", "allocated")]
             if frame.memory_mb.notna().any():
-                fig.add_trace(
-                    go.Scatter(
-                        x=frame.position,
-                        y=frame.memory_mb,
-                        mode="lines",
-                        line_dash="dash",
-                        name=f"{run} GPU memory allocated".strip(),
-                    )
-                )
+                lines.append(("memory_mb", "dash", "GPU memory allocated"))
+            for column, dash, label in lines:
+                fig.add_trace(go.Scatter(x=frame.position, y=frame[column], mode="lines", line_dash=dash,
+                                         name=f"{run} {label}".strip()))  # fmt: skip
         else:
             fig.add_trace(
                 go.Scatter(
