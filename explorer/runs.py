@@ -218,7 +218,7 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
             check_tiles(model, s.tiles, s.batch, len(ids), min(len(ids) + s.new_tokens, model.config.n_positions))
         batch = [ids] * s.batch
         kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
-        graph = s.cuda_graph and s.cache and graphs_available()
+        graph = None if s.cuda_graph else False  # None: generate replays a graph wherever one applies
         steps, texts, last_chart = [], [s.prompt] * s.batch, 0.0
         for step in generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, graph=graph, **kw):
             steps.append(step)
