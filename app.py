@@ -29,9 +29,9 @@ def main():
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from explorer import runs, ui
+    from explorer.app import actions, ui
 
-    runs.set_default_model(args.model)
+    actions.set_default_model(args.model)
     demo = ui.build()
     demo.queue(default_concurrency_limit=1, max_size=args.queue_size)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=ui.THEME, css=ui.CSS,

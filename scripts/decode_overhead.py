@@ -14,8 +14,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from explorer.cache import KVCache  # noqa: E402
-from explorer.weights import config_from_hf, from_hf_state_dict  # noqa: E402
+from explorer.model.cache import KVCache  # noqa: E402
+from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
 
 
 def main(steps: int):

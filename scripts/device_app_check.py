@@ -32,12 +32,12 @@ def gpt2_shaped(folder: Path) -> str:
 def main(new_tokens: int):
     from gradio_client import Client
 
-    from explorer import runs
+    from explorer.app import actions
     from tests.serve import running_app
 
     random_model = gpt2_shaped(Path("/tmp/gpt2-shaped"))
-    runs.set_default_model(random_model)  # puts the folder in the picker's choices
-    print(runs.header())
+    actions.set_default_model(random_model)  # puts the folder in the picker's choices
+    print(actions.header())
     with running_app() as url:
         client = Client(url, verbose=False)
         for model in ("bundled", random_model):

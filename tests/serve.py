@@ -14,7 +14,7 @@ def free_port() -> int:
 @contextlib.contextmanager
 def running_app(queue_size: int = 8):
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-    from explorer import ui
+    from explorer.app import ui
 
     demo = ui.build()
     demo.queue(default_concurrency_limit=1, max_size=queue_size)

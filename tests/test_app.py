@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.io as pio
 import pytest
 
-from explorer import runs
+from explorer.app import actions
 from tests.serve import running_app
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -54,9 +54,14 @@ def test_bad_inputs_are_clear_errors_and_the_app_keeps_serving(client):
         client.predict(prompt="   ", new_tokens=2, api_name="/generate")
     with pytest.raises(gradio_client.exceptions.AppError, match="shared memory"):
         # 256-query tiles with 128-key tiles and 4 stages do not fit any GPU's shared memory
-        client.predict(prompt="x = 1", new_tokens=2, attention_block_m="256", attention_block_n="128",
-                       attention_num_stages="4",
-                       api_name="/generate")  # fmt: skip
+        client.predict(
+            prompt="x = 1",
+            new_tokens=2,
+            attention_block_m="256",
+            attention_block_n="128",
+            attention_num_stages="4",
+            api_name="/generate",
+        )
     text = client.predict(prompt="x = 1", new_tokens=2, api_name="/generate")[0]
     assert text.startswith("x = 1") and len(text) > len("x = 1")
 
@@ -71,8 +76,9 @@ def test_export_of_the_last_run(client):
 
 
 def test_tile_sweep_endpoint(client):
-    heat, table, best, *_ = client.predict("layer_norm", "M=8,C=64", runs.default_dtype(), "block_m", "num_warps",
-                                           "ms", api_name="/sweep")  # fmt: skip
+    heat, table, best, *_ = client.predict(
+        "layer_norm", "M=8,C=64", actions.default_dtype(), "block_m", "num_warps", "ms", api_name="/sweep"
+    )
     rows = pd.DataFrame(table["data"], columns=table["headers"])
     assert len(rows) == 20 and "Fastest valid" in best
     assert pio.from_json(heat["plot"]).data[0].type == "heatmap"

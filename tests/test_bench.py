@@ -3,15 +3,17 @@
 import pandas as pd
 import pytest
 
-from explorer import bench
+from explorer import cli
+from explorer.measure import sweeps
 from kernels import TileConfig
 
 
 def test_tile_sweep_keeps_impossible_configs_with_the_reason(device):
     seen = []
     grid = {"block_m": [1, 4], "block_n": [64, 512], "num_warps": [2]}
-    sweep = bench.tile_sweep("layer_norm", {"M": 9, "C": 100}, device=device, grid=grid,
-                             progress=lambda i, n, d: seen.append((i, n)))  # fmt: skip
+    sweep = sweeps.tile_sweep(
+        "layer_norm", {"M": 9, "C": 100}, device=device, grid=grid, progress=lambda i, n, d: seen.append((i, n))
+    )
     assert len(sweep) == 4
     too_narrow = sweep[sweep.block_n == 64]
     assert not too_narrow.valid.any()
@@ -19,19 +21,22 @@ def test_tile_sweep_keeps_impossible_configs_with_the_reason(device):
     fine = sweep[sweep.valid]
     assert len(fine) == 2 and (fine.ms > 0).all() and (fine.modeled_mb > 0).all()
     assert seen[0] == (0, 4) and seen[-1] == (4, 4)
-    assert bench.best_config(sweep) in (TileConfig(block_m=1, block_n=512, num_warps=2),
-                                        TileConfig(block_m=4, block_n=512, num_warps=2))  # fmt: skip
+    assert sweeps.best_config(sweep) in (
+        TileConfig(block_m=1, block_n=512, num_warps=2),
+        TileConfig(block_m=4, block_n=512, num_warps=2),
+    )
 
 
 def test_grid_is_the_product_of_its_axes():
-    configs = bench.grid_configs("attention", {"block_m": [16, 32], "block_n": [16, 32, 64]})
+    configs = sweeps.grid_configs("attention", {"block_m": [16, 32], "block_n": [16, 32, 64]})
     assert len(configs) == 6 and configs[0] == TileConfig(block_m=16, block_n=16)
 
 
 def test_cli_sequence_sweep_writes_a_csv(tmp_path, capsys):
     out = tmp_path / "seq.csv"
-    bench.main(["sequence", "--prompt-lengths", "3", "--new-tokens", "3", "--backend", "triton", "torch",
-                "--out", str(out)])  # fmt: skip
+    cli.main(
+        ["sequence", "--prompt-lengths", "3", "--new-tokens", "3", "--backend", "triton", "torch", "--out", str(out)]
+    )
     table = pd.read_csv(out)
     assert set(table.backend) == {"triton", "torch"} and set(table.cache) == {"on", "off"}
     assert set(table.launch_mode) == {"eager"}  # no CUDA graphs on CPU
@@ -45,33 +50,54 @@ def test_cli_sequence_sweep_writes_a_csv(tmp_path, capsys):
     assert "wrote" in printed
 
 
-def test_step_budget_sets_kernel_sums_next_to_eager_and_graph_steps():
+def test_step_budget_sets_kernel_sums_at_the_first_profiled_position_next_to_eager_and_graph_steps():
     per_kind = pd.DataFrame(
-        dict(backend=["triton"] * 3, cache=["on"] * 3, phase=["decode", "decode", "prefill"],
-             kind=["ffn", "layer_norm", "ffn"], kernel_ms=[0.3, 0.1, 9.0], launch_ms=[2.0, 1.0, 9.0],
-             modeled_mb=[100.0, 1.0, 9.0])
-    )  # fmt: skip
-    summaries = pd.DataFrame(dict(backend=["triton", "triton"], cache=["on", "on"], cuda_graph=[False, True],
-                                  ms_per_token_p50=[8.0, 0.5]))  # fmt: skip
-    row = bench.step_budget(per_kind, summaries).iloc[0]
+        dict(
+            backend=["triton"] * 4,
+            cache=["on"] * 4,
+            phase=["decode", "decode", "decode", "prefill"],
+            position=[6, 6, 90, 5],
+            kind=["ffn", "layer_norm", "ffn", "ffn"],
+            kernel_ms=[0.3, 0.1, 0.7, 9.0],
+            launch_ms=[2.0, 1.0, 4.0, 9.0],
+        )
+    )
+    summaries = pd.DataFrame(
+        dict(backend=["triton", "triton"], cache=["on", "on"], cuda_graph=[False, True], step_ms_p50=[8.0, 0.5])
+    )
+    row = cli.step_budget(per_kind, summaries).iloc[0]
+    assert row.position == 6
     assert row.kernels_ms == pytest.approx(0.4) and row.launching_ms == pytest.approx(3.0)
-    assert row.modeled_mb == pytest.approx(101.0)
     assert (row.step_eager_ms, row.step_graph_ms) == (8.0, 0.5)
 
 
 def test_cli_tiles_reach_the_kernels_and_bad_ones_are_refused_with_the_reason(tmp_path):
-    tiles = bench.parse_tiles(["attention:block_m=32,num_warps=2", "linear_decode:autotune"])
+    tiles = cli.parse_tiles(["attention:block_m=32,num_warps=2", "linear_decode:autotune"])
     assert tiles.attention == TileConfig(block_m=32, num_warps=2) and tiles.linear_decode == "autotune"
     assert tiles.layer_norm is None
     with pytest.raises(SystemExit, match="KERNEL one of layer_norm"):
-        bench.parse_tiles(["attn:block_m=32"])
+        cli.parse_tiles(["attn:block_m=32"])
     with pytest.raises(SystemExit, match="FIELD one of block_m"):
-        bench.parse_tiles(["attention:blockm=32"])
+        cli.parse_tiles(["attention:blockm=32"])
     # A config the kernel refuses comes back as one line that says why, not a trace.
     with pytest.raises(SystemExit, match="error: layer_norm: block_m=3"):
-        bench.main(["generate", "--new-tokens", "2", "--backend", "triton", "--cache", "on",
-                    "--tiles", "layer_norm:block_m=3"])  # fmt: skip
+        cli.main(
+            ["generate", "--new-tokens", "2", "--backend", "triton", "--cache", "on", "--tiles", "layer_norm:block_m=3"]
+        )
     out = tmp_path / "gen.csv"
-    bench.main(["generate", "--new-tokens", "2", "--backend", "triton", "--cache", "on", "--tiles",
-                "decode_attention:block_n=16,split_k=2", "--out", str(out)])  # fmt: skip
+    cli.main(
+        [
+            "generate",
+            "--new-tokens",
+            "2",
+            "--backend",
+            "triton",
+            "--cache",
+            "on",
+            "--tiles",
+            "decode_attention:block_n=16,split_k=2",
+            "--out",
+            str(out),
+        ]
+    )
     assert pd.read_csv(out).tokens.tolist() == [2]

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from explorer.generate import generate
-from explorer.weights import BUNDLED, load_model
+from explorer.model.generate import generate
+from explorer.model.weights import BUNDLED, load_model
 
 TEXTS = ["def f(x):\n    return x ** 2  # square\n", "The quick brown fox.\tTabs, ümlauts — and 日本語 🙂\r\n", ""]
 
@@ -34,8 +34,9 @@ def test_bundled_model_generates_the_same_text_as_transformers(device):
     steps = list(generate(model, prompt, max_new_tokens=12, tokenizer=tok))
     hf = GPT2LMHeadModel.from_pretrained(BUNDLED, dtype=torch.float32).eval()
     ids = torch.tensor([prompt])
-    expected = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
-                           pad_token_id=tok.eos_token_id)[0, len(prompt):].tolist()  # fmt: skip
+    expected = hf.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, pad_token_id=tok.eos_token_id
+    )[0, len(prompt) :].tolist()
     assert [s.token_id for s in steps] == expected[: len(steps)]
     text = "".join(s.text for s in steps)
     # Readable: mostly letters, spaces and code punctuation, not byte noise.

@@ -27,8 +27,12 @@ def _cache(device, dtype, batch, heads, max_len, head_dim, lengths):
 def _reference(q, k, v, lengths):
     """Each sequence on its own, over exactly its keys."""
     q, k, v = f64(q, k, v)
-    return torch.cat([reference.attention(q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], causal=False)
-                      for b, n in enumerate(lengths.tolist())])  # fmt: skip
+    return torch.cat(
+        [
+            reference.attention(q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], causal=False)
+            for b, n in enumerate(lengths.tolist())
+        ]
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

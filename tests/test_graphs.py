@@ -4,8 +4,10 @@ times kernels on the device rather than their launches."""
 import pytest
 import torch
 
-from explorer.generate import generate
-from explorer.weights import config_from_hf, from_hf_state_dict
+from explorer.measure.profile import profile_run
+from explorer.measure.traffic import step_traffic
+from explorer.model.generate import generate
+from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 BACKENDS = ["torch", "triton"]
 
@@ -44,7 +46,7 @@ def test_graph_replays_equal_eager_steps(backend, dtype, device):
     assert [s.graph for s in graphed] == [False] + [True] * 39
     assert [s.token_ids for s in graphed] == [s.token_ids for s in eager]
     for g, e in zip(graphed, eager, strict=True):
-        assert g.traffic == e.traffic and g.launches == e.launches
+        assert step_traffic(g) == step_traffic(e) and [op.name for op in g.ops] == [op.name for op in e.ops]
         assert (g.positions, g.kv_used_bytes, g.context_tokens) == (e.positions, e.kv_used_bytes, e.context_tokens)
     assert graphed[1].warmup_ms > 0  # the capture, reported with the warm-up
 
@@ -67,11 +69,13 @@ def test_profiling_times_the_device_not_the_launches(device):
     step replayed from a graph (device time only), far below the eager step that pays every launch."""
     model = random_model(device, torch.bfloat16, n_positions=256, n_layer=6, n_embd=768, n_head=12, vocab=4096)
     prompt = list(range(1, 33))
-    graphed = list(generate(model, prompt, max_new_tokens=24, eos_token_id=-1, graph=True))[4:]
-    profiled = list(generate(model, prompt, max_new_tokens=8, eos_token_id=-1, profile=True))[2:]
-    replay_ms = sorted(s.latency_ms for s in graphed)[len(graphed) // 2]
-    device_ms = sorted(sum(s.kernel_ms.values()) for s in profiled)[len(profiled) // 2]
-    launch_ms = sorted(sum(s.launch_ms.values()) for s in profiled)[len(profiled) // 2]
-    assert set(profiled[0].kernel_ms) == set(profiled[0].traffic)
-    assert all(ms > 0 for s in profiled for ms in s.kernel_ms.values())
+    graphed = list(generate(model, prompt, max_new_tokens=24, eos_token_id=-1, graph=True))
+    replay_ms = sorted(s.latency_ms for s in graphed[4:])[len(graphed[4:]) // 2]
+    prof = profile_run(model, [prompt], graphed, cache=True, samples=3)
+    decode = prof[prof.phase == "decode"]
+    assert sorted(set(decode.step)) == [1, 12, 23]  # the run's first, middle and last decode steps
+    per_step = decode.groupby("step")[["kernel_ms", "launch_ms"]].sum()
+    device_ms, launch_ms = per_step.kernel_ms.median(), per_step.launch_ms.median()
+    assert set(decode[decode.step == 1].op) == {op.name for op in graphed[1].ops}
+    assert (decode.kernel_ms > 0).all()
     assert device_ms < 1.5 * replay_ms + 0.05, (device_ms, replay_ms, launch_ms)

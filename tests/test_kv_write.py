@@ -12,8 +12,9 @@ from tests.tolerances import DTYPES
     "lengths,max_len,heads,head_dim",
     [([0], 1, 1, 1), ([16, 0, 5], 17, 3, 64), ([126, 1], 127, 12, 96), ([999, 500, 0, 17], 1000, 2, 17)],
 )
-def test_kv_write_stores_each_row_at_its_own_position_and_nothing_else(device, dtype, lengths, max_len, heads,
-                                                                        head_dim):  # fmt: skip
+def test_kv_write_stores_each_row_at_its_own_position_and_nothing_else(
+    device, dtype, lengths, max_len, heads, head_dim
+):
     batch = len(lengths)
     # k and v as the decoder passes them: strided views of one (B, 1, 3, H, D) projection output.
     qkv = torch.randn(batch, 1, 3, heads, head_dim, device=device, dtype=dtype)

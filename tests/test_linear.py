@@ -37,8 +37,12 @@ def _inputs(device, dtype, rows, k, n, bias, residual):
 def _check(device, dtype, rows, k, n, epi, cfg):
     x, w, b, r = _inputs(device, dtype, rows, k, n, epi["bias"], epi["residual"])
     y = linear(x, w, b, activation=epi["activation"], residual=r, config=cfg)
-    ref = reference.linear(*f64(x, w), None if b is None else f64(b)[0], activation=epi["activation"],
-                           residual=None if r is None else f64(r)[0])  # fmt: skip
+    ref = reference.linear(
+        *f64(x, w),
+        None if b is None else f64(b)[0],
+        activation=epi["activation"],
+        residual=None if r is None else f64(r)[0],
+    )
     assert y.shape == (rows, n)
     assert_close("linear", y, ref, dtype)
 

@@ -1,12 +1,16 @@
 """The measurement layer's pure parts, checked against numbers worked out by hand."""
 
+import dataclasses
 import math
+import statistics
+import time
 
 import pytest
 import torch
 
-from explorer import metrics
-from explorer.generate import Step
+from explorer.measure import metrics
+from explorer.measure.profile import Profiler, sample_positions
+from explorer.measure.traffic import category, op_traffic, step_traffic
 from kernels import TileConfig
 from kernels.attention import decode_traffic, traffic, traffic_naive
 from kernels.config import Traffic
@@ -14,6 +18,7 @@ from kernels.layer_norm import traffic as ln_traffic
 from kernels.layer_norm import traffic_unfused as ln_unfused
 from kernels.linear import traffic as lin_traffic
 from kernels.linear import traffic_unfused as lin_unfused
+from tests.steps import DECODE, FFN, PREFILL, profile, step
 
 
 def test_layer_norm_traffic_by_hand():
@@ -59,7 +64,7 @@ def test_linear_traffic_by_hand():
     assert t.flops == 2 * 32 * 16 * 8 + 32 * 16 * 11
     # The unfused GELU reads and writes the 32 x 16 activation once more.
     u = lin_unfused(32, 16, 8, 2, bias=True, activation="gelu")
-    assert u.bytes - u.bytes_read + u.bytes_read == u.bytes
+    assert u.bytes_written == 2 * 32 * 16 * 2  # the matmul's output, then GELU's
     assert u.bytes == (32 * 8 + 16 * 8 + 16) * 2 + 32 * 16 * 2 + 2 * 32 * 16 * 2
 
 
@@ -98,7 +103,7 @@ def test_percentile_of_nothing_is_nan():
 
 
 def test_kv_bytes_per_token_matches_the_cache_tensors():
-    from explorer.cache import KVCache
+    from explorer.model.cache import KVCache
 
     cache = KVCache(3, 2, 4, 10, 16, dtype=torch.float16, device="cpu")
     per_token = metrics.kv_bytes_per_token(3, 4, 16, 2)
@@ -108,49 +113,103 @@ def test_kv_bytes_per_token_matches_the_cache_tensors():
     assert cache.used_bytes == per_token * 10
 
 
-def _step(i, ms, batch=1, kv=0, traffic=None, kernel_ms=None):
-    return Step(index=i, phase="prefill" if i == 0 else "decode", token_ids=[1] * batch, texts=[""] * batch,
-                positions=[5 + i] * batch, context_tokens=batch, latency_ms=ms, timer="test", kv_used_bytes=kv,
-                kv_allocated_bytes=100, traffic=traffic or {"ffn": Traffic(1000, 1000, 10**6, 2000)},
-                kernel_ms=kernel_ms or {}, warmup_ms=50.0 if i == 0 else 0.0)  # fmt: skip
+def test_an_operation_is_booked_at_the_tiles_it_ran_with():
+    # FFN: 4 x 16 input, 32 x 16 weight, one 16x32 tile: input, weight and bias read once, output once.
+    t = op_traffic(FFN)
+    assert (t.bytes_read, t.bytes_written) == (4 * 16 * 2 + 32 * 16 * 2 + 32 * 2, 4 * 32 * 2)
+    assert t.flops == 2 * 4 * 32 * 16 + 4 * 32 * 11
+    torch_ffn = op_traffic(dataclasses.replace(FFN, backend="torch"))  # F.linear, then a separate GELU pass
+    assert torch_ffn.bytes == t.bytes + 2 * 4 * 32 * 2
 
 
-def test_summary_keeps_prefill_and_warmup_apart():
-    steps = [_step(0, 30.0)] + [_step(i, ms) for i, ms in enumerate([2.0, 4.0, 6.0, 8.0], start=1)]
+def test_names_map_to_chart_categories():
+    assert [category(op) for op in (FFN, DECODE, PREFILL)] == ["ffn", "decode attention", "attention"]
+    assert category(dataclasses.replace(FFN, name="attn.c_proj")) == "qkv/out proj"
+    assert category(dataclasses.replace(FFN, name="ln_f", kernel="layer_norm")) == "layer_norm"
+
+
+def test_decode_attention_is_booked_at_each_steps_own_lengths():
+    # The same captured operations, replayed at positions 6 and 40: the cache read grows with the keys.
+    early, late = step(1, 1.0), step(35, 1.0)
+    row = 2 * 16 * 2  # heads x head_dim x fp16
+    growth = step_traffic(late)["decode attention"].bytes_read - step_traffic(early)["decode attention"].bytes_read
+    assert growth == 2 * (40 - 6) * row  # K and V, 34 more positions each
+    assert step_traffic(late)["ffn"] == step_traffic(early)["ffn"] == op_traffic(FFN)
+    twice = step(1, 1.0, ops=(FFN, FFN))
+    assert step_traffic(twice)["ffn"].bytes == 2 * op_traffic(FFN).bytes
+
+
+def test_summary_keeps_prefill_warmup_device_steps_and_the_wall_clock_apart():
+    # Device steps of 2, 4, 6 and 8 ms, but tokens reached the caller 0.1 s apart (a slow host).
+    walls = [1.0, 1.1, 1.2, 1.3, 1.4]
+    steps = [
+        step(i, ms, wall_s=w, peak=(i + 1) * 2**20)
+        for i, (ms, w) in enumerate(zip([30.0, 2, 4, 6, 8], walls, strict=True))
+    ]
     s = metrics.summary(steps, metrics.Peaks(bandwidth_gbs=1.0, tflops=1.0, label="test"))
     assert s["ttft_ms"] == 30.0 and s["warmup_ms"] == 50.0
-    assert s["ms_per_token_p50"] == pytest.approx(5.0)
-    assert s["ms_per_token_p90"] == pytest.approx(7.4)
-    assert s["tokens_per_s"] == pytest.approx(4 / 0.020)
-    # The median of the per-step rates, 2000 B over 2, 4, 6 and 8 ms.
-    assert s["achieved_gbs"] == pytest.approx((2000 / 4 + 2000 / 6) / 2 / 1e6)
+    assert s["step_ms_p50"] == pytest.approx(5.0)
+    assert s["step_ms_p90"] == pytest.approx(7.4)
+    assert s["wall_tokens_per_s"] == pytest.approx(4 / 0.4)  # 4 tokens after the first, over 0.4 s
+    assert s["device_tokens_per_s"] == pytest.approx(1000 / 5.0)
+    assert s["peak_memory_mb"] == 5.0  # the largest max_memory_allocated a step saw
+    moved = [sum(t.bytes for t in step_traffic(x).values()) for x in steps[1:]]
+    assert s["achieved_gbs"] == pytest.approx(
+        statistics.median(m / ms / 1e6 for m, ms in zip(moved, [2, 4, 6, 8], strict=True))
+    )
     assert s["bandwidth_fraction"] == pytest.approx(s["achieved_gbs"])
+    assert "kernels_per_step" not in s  # only when counted
 
 
-def test_frames_are_tidy():
-    steps = [_step(0, 10.0, batch=2, kernel_ms={"ffn": 4.0}), _step(1, 5.0, batch=2)]
-    per_step = metrics.step_frame(steps)
-    assert list(per_step.step) == [0, 1] and list(per_step.batch) == [2, 2]
-    per_kernel = metrics.kernel_frame(steps)
-    assert len(per_kernel) == 2 and set(per_kernel.kind) == {"ffn"}
-    assert per_kernel.kernel_ms.iloc[0] == 4.0 and math.isnan(per_kernel.kernel_ms.iloc[1])
-    assert per_kernel.intensity.iloc[0] == pytest.approx(10**6 / 2000)
+def test_kernel_frame_takes_times_from_the_nearest_profiled_step_of_its_phase():
+    steps = [step(i, 1.0) for i in range(8)]
+    prof = profile([(0, "prefill", 5, "mlp.c_fc", "ffn", 9.0, 0.5), (1, "decode", 6, "mlp.c_fc", "ffn", 1.0, 0.1),
+                    (1, "decode", 6, "attn", "decode attention", 0.2, 0.1),
+                    (7, "decode", 12, "mlp.c_fc", "ffn", 3.0, 0.1)])  # fmt: skip
+    frame = metrics.kernel_frame(steps, prof)
+    ffn = frame[frame.kind == "ffn"].set_index("step")
+    assert ffn.kernel_ms.tolist() == [9.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0]  # steps 2-4 nearer 1, 5-7 nearer 7
+    assert ffn.profiled_step.tolist() == [0, 1, 1, 1, 1, 7, 7, 7]
+    attn = frame[frame.kind == "decode attention"].set_index("step")
+    assert attn.kernel_ms[3] == 0.2 and math.isnan(attn.kernel_ms[6])  # step 7 did not time attention
+    assert metrics.kernel_frame(steps).kernel_ms.isna().all()  # no profile, no times
+    assert "decode positions 6, 12" in metrics.profiled_note(prof)
+
+
+def test_profile_positions_spread_over_the_run():
+    assert sample_positions(list(range(1, 101)), 5) == [1, 26, 51, 75, 100]
+    assert sample_positions([1, 2], 5) == [1, 2]
+    assert sample_positions([3], 5) == [3] and sample_positions([], 5) == []
+
+
+def test_profiler_times_calls_on_cpu_and_returns_their_result():
+    prof = Profiler()
+    assert prof(FFN, lambda: 41 + 1) == 42
+    prof(FFN, lambda: time.sleep(0.002))
+    prof(DECODE, lambda: None)
+    rows = {r["op"]: r for r in prof.take()}
+    assert rows["mlp.c_fc"]["calls"] == 2 and rows["mlp.c_fc"]["kernel_ms"] >= 2.0
+    assert rows["attn"]["kind"] == "decode attention"
+    assert math.isnan(rows["attn"]["launch_ms"])  # host launch time is a GPU profiling figure
+    assert prof.take() == []  # taken once
 
 
 def test_roofline_marks_memory_and_compute_bound():
-    steps = [
-        _step(1, 1.0, traffic={"decode attention": Traffic(10**6, 0, 10**6, 10**6), "ffn": Traffic(10**6, 0, 10**9, 0)},
-              kernel_ms={"decode attention": 0.01, "ffn": 1.0})
-    ]  # fmt: skip
+    prof = profile(
+        [(1, "decode", 6, "attn", "decode attention", 1e-4, 0.0), (1, "decode", 6, "mlp.c_fc", "ffn", 1e-6, 0)]
+    )
+    frame = metrics.kernel_frame([step(1, 1.0)], prof).set_index("kind")
     peaks = metrics.Peaks(bandwidth_gbs=1000.0, tflops=100.0, label="test")  # ridge at 100 FLOP/byte
-    r = metrics.roofline(metrics.kernel_frame(steps), peaks).set_index("kind")
-    assert r.loc["decode attention", "bound"] == "memory"
-    assert r.loc["ffn", "bound"] == "compute"
-    assert r.loc["decode attention", "ceiling_tflops"] == pytest.approx(1.0)  # 1 FLOP/byte x 1 TB/s
+    r = metrics.roofline(frame.reset_index(), peaks).set_index("kind")
+    for kind in ("decode attention", "ffn"):
+        intensity = frame.loc[kind, "gflop"] * 1e9 / (frame.loc[kind, "modeled_mb"] * metrics.MB)
+        assert r.loc[kind, "intensity"] == pytest.approx(intensity)
+        assert r.loc[kind, "ceiling_tflops"] == pytest.approx(min(100.0, intensity * 1.0))
+        assert r.loc[kind, "bound"] == ("memory" if intensity < 100 else "compute")
 
 
 def test_export_round_trips(tmp_path):
-    frame = metrics.step_frame([_step(0, 1.0), _step(1, 2.0)])
+    frame = metrics.step_frame([step(0, 1.0), step(1, 2.0)])
     import pandas as pd
 
     assert pd.read_csv(metrics.export(frame, str(tmp_path / "a.csv"))).latency_ms.tolist() == [1.0, 2.0]
@@ -158,39 +217,14 @@ def test_export_round_trips(tmp_path):
 
 
 def test_summary_reports_how_decode_steps_were_launched_and_the_graph_capture():
-    eager = [_step(0, 3.0)] + [_step(i, 2.0) for i in (1, 2)]
-    for s in eager:
-        s.launches = 99
+    from explorer.measure.launches import StepLaunches
+
+    eager = [step(0, 3.0)] + [step(i, 2.0) for i in (1, 2)]
     s = metrics.summary(eager)
-    assert s["cuda_graph"] is False and s["launches_per_step"] == 99
-    graphed = [_step(0, 3.0)] + [_step(i, 0.5) for i in (1, 2, 3)]
+    assert s["cuda_graph"] is False and s["operations_per_step"] == 2
+    graphed = [step(0, 3.0)] + [step(i, 0.5, graph=True) for i in (1, 2, 3)]
     graphed[1].warmup_ms = 7.0  # the capture, before the first decode step
-    for s in graphed[1:]:
-        s.graph, s.launches = True, 99
-    s = metrics.summary(graphed)
+    s = metrics.summary(graphed, launches=StepLaunches(kernels=163, memory_ops=2, graph=True))
     assert s["cuda_graph"] is True and s["warmup_ms"] == 57.0
+    assert (s["kernels_per_step"], s["memory_ops_per_step"]) == (163, 2)
     assert list(metrics.step_frame(graphed).graph) == [False, True, True, True]
-
-
-def test_recorder_books_growing_traffic_and_can_book_it_again_at_other_lengths():
-    from explorer.ops import Recorder
-
-    rec = Recorder()
-    rec.add("ffn", Traffic(10, 20, 30, 30))
-    rec.add_per_length("decode attention", [3, 5], lambda lengths: Traffic(100 * sum(lengths), 1, 0, 1))
-    assert rec.traffic["decode attention"] == Traffic(800, 1, 0, 1)
-    assert dict(rec.launches) == {"ffn": 1, "decode attention": 1}
-    ((kind, model),) = rec.per_length
-    assert kind == "decode attention" and model([10, 10]) == Traffic(2000, 1, 0, 1)
-
-
-def test_recorder_times_calls_on_cpu_and_returns_their_result():
-    from explorer.ops import Recorder
-
-    rec = Recorder(timed=True)
-    assert rec.call("ffn", torch.device("cpu"), lambda: 41 + 1) == 42
-    rec.call("ffn", torch.device("cpu"), lambda: None)
-    times = rec.times_ms()
-    assert set(times) == {"ffn"} and times["ffn"] >= 0
-    assert rec.launch_ms() == {}  # host launch time is a GPU profiling figure
-    assert Recorder().call("ffn", torch.device("cpu"), lambda: 7) == 7 and Recorder().times_ms() == {}

@@ -1,12 +1,12 @@
 """The decoder against transformers' GPT-2 on a small random checkpoint saved to disk and loaded
-through explorer.weights, like any other checkpoint."""
+through explorer.model.weights, like any other checkpoint."""
 
 import pytest
 import torch
 
-from explorer.cache import KVCache
-from explorer.generate import generate
-from explorer.weights import load_model
+from explorer.model.cache import KVCache
+from explorer.model.generate import generate
+from explorer.model.weights import load_model
 
 BACKENDS = ["torch", "triton"]
 
@@ -23,13 +23,21 @@ def checkpoint(tmp_path_factory):
     folder = tmp_path_factory.mktemp("random-gpt2")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     torch.manual_seed(1234)
-    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=96, vocab_size=len(fast),
-                     eos_token_id=fast.eos_token_id, bos_token_id=fast.eos_token_id)  # fmt: skip
+    cfg = GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        n_positions=96,
+        vocab_size=len(fast),
+        eos_token_id=fast.eos_token_id,
+        bos_token_id=fast.eos_token_id,
+    )
     hf = GPT2LMHeadModel(cfg).eval()
     hf.save_pretrained(folder)
     fast.save_pretrained(folder)
@@ -38,8 +46,14 @@ def checkpoint(tmp_path_factory):
 
 def hf_greedy(hf, prompt, n):
     ids = torch.tensor([prompt])
-    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                      do_sample=False, pad_token_id=hf.config.eos_token_id)  # fmt: skip
+    out = hf.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        pad_token_id=hf.config.eos_token_id,
+    )
     return out[0, len(prompt) :].tolist()
 
 
@@ -109,16 +123,21 @@ def test_kv_cache_bytes_match_its_tensors(checkpoint, device):
     assert [s.context_tokens for s in off] == [3, 4, 5]  # the recompute that grows instead
 
 
-def test_step_records_traffic_per_kernel(checkpoint, device):
+def test_step_names_its_operations_and_the_measure_layer_books_them(checkpoint, device):
+    from explorer.measure.traffic import step_traffic
+
     folder, _ = checkpoint
     model, _ = load_model(folder, device=device)
     prefill, decode = list(generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False))
-    assert {"layer_norm", "qkv/out proj", "attention", "ffn", "lm_head", "embedding", "kv write"} <= set(
-        prefill.traffic
-    )
-    assert "decode attention" in decode.traffic and "attention" not in decode.traffic
-    assert decode.traffic["ffn"].bytes_read < prefill.traffic["ffn"].bytes_read
-    assert prefill.traffic["ffn"].flops == 2 * (2 * 9 * 64 * 256 * 2) + 9 * (256 * 11 + 64 * 2) * 2
+    layer = ["ln_1", "attn.c_attn", "kv write", "attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"]
+    names = ["wte/wpe", *layer * 2, "ln_f", "lm_head"]  # two layers
+    assert [op.name for op in prefill.ops] == [op.name for op in decode.ops] == names
+    assert {op.kernel for op in decode.ops if op.name == "attn"} == {"decode_attention"}
+    traffic = step_traffic(prefill)
+    assert {"layer_norm", "qkv/out proj", "attention", "ffn", "lm_head", "embedding", "kv write"} == set(traffic)
+    assert "decode attention" in step_traffic(decode) and "attention" not in step_traffic(decode)
+    assert step_traffic(decode)["ffn"].bytes_read < traffic["ffn"].bytes_read
+    assert traffic["ffn"].flops == 2 * (2 * 9 * 64 * 256 * 2) + 9 * (256 * 11 + 64 * 2) * 2
 
 
 def test_sampling_is_seeded_and_top_k_1_is_greedy(checkpoint):
@@ -191,7 +210,7 @@ def test_gpt2_shaped_model_generates_256_tokens_cache_on_and_off(device):
     reference's argmax up to a bf16-sized margin."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from explorer.weights import config_from_hf, from_hf_state_dict
+    from explorer.model.weights import config_from_hf, from_hf_state_dict
 
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)).eval()

@@ -1,24 +1,36 @@
 """Figures carry the right traces and the data they were given."""
 
+import math
+
 import pandas as pd
 
-from explorer import metrics, plots
-from explorer.generate import Step
-from kernels.config import Traffic
+from explorer.app import plots
+from explorer.measure import metrics
+from explorer.measure.traffic import op_traffic
+from tests.steps import FFN, profile, step
 
 
 def _steps(n=5, kv=True):
     out = []
     for i in range(n):
-        traffic = {
-            "ffn": Traffic(100 + i, 50, 1000, 150),
-            "decode attention" if i else "attention": Traffic(10 * i + 5, 5, 100, 10),
-        }
-        out.append(Step(index=i, phase="prefill" if i == 0 else "decode", token_ids=[7], texts=["x"], positions=[4 + i],
-                        context_tokens=1 if kv and i else 4 + i, latency_ms=10.0 if i == 0 else 2.0 + i, timer="test",
-                        kv_used_bytes=(4 + i) * 1024 if kv else 0, kv_allocated_bytes=64 * 1024 if kv else 0,
-                        traffic=traffic, kernel_ms={"ffn": 1.0, "decode attention": 0.5} if i else {}))  # fmt: skip
+        s = step(i, 10.0 if i == 0 else 2.0 + i, kv=(4 + i) * 1024 if kv else 0)
+        s.positions, s.context_tokens = [4 + i], 1 if kv and i else 4 + i
+        s.kv_allocated_bytes = 64 * 1024 if kv else 0
+        out.append(s)
     return out
+
+
+def _profiled(n=5, launch_ms=math.nan):
+    """Every decode step profiled: 1 ms of FFN and 0.5 ms of decode attention."""
+    rows = [
+        (i, "decode", 4 + i, op, kind, ms, launch)
+        for i in range(1, n)
+        for op, kind, ms, launch in (
+            ("mlp.c_fc", "ffn", 1.0, 2 * launch_ms),
+            ("attn", "decode attention", 0.5, launch_ms),
+        )
+    ]
+    return profile(rows)
 
 
 def test_latency_figure_marks_prefill_apart():
@@ -42,7 +54,7 @@ def test_traffic_figure_stacks_kinds_per_step():
     assert set(by_name) == {"ffn", "attention", "decode attention"}
     assert fig.layout.barmode == "stack"
     assert list(by_name["ffn"].x) == [0, 1, 2, 3, 4]
-    assert by_name["ffn"].y[0] == (100 + 50) / metrics.MB
+    assert by_name["ffn"].y[0] == op_traffic(FFN).bytes / metrics.MB
 
 
 def test_kv_figure_shows_cache_or_recompute():
@@ -55,7 +67,7 @@ def test_kv_figure_shows_cache_or_recompute():
 
 
 def test_kernel_share_uses_measured_time_when_profiled():
-    fig = plots.kernel_share_figure(metrics.kernel_frame(_steps()))
+    fig = plots.kernel_share_figure(metrics.kernel_frame(_steps(), _profiled()))
     pie = fig.data[0]
     assert dict(zip(pie.labels, pie.values, strict=True)) == {"ffn": 4.0, "decode attention": 2.0}
     assert "device time" in fig.layout.title.text
@@ -103,7 +115,7 @@ def test_fusion_and_hierarchy_use_the_models_numbers():
 def test_roofline_puts_each_kind_under_the_measured_ceiling():
     steps = _steps()
     peaks = metrics.Peaks(bandwidth_gbs=4000.0, tflops=800.0, label="test")
-    fig = plots.roofline_figure(metrics.roofline(metrics.kernel_frame(steps), peaks), 800.0, 4000.0)
+    fig = plots.roofline_figure(metrics.roofline(metrics.kernel_frame(steps, _profiled()), peaks), 800.0, 4000.0)
     names = [t.name for t in fig.data]
     assert names[0] == "measured ceiling" and {"ffn (decode)", "decode attention (decode)"} <= set(names)
     ceiling = fig.data[0]
@@ -111,14 +123,11 @@ def test_roofline_puts_each_kind_under_the_measured_ceiling():
 
 
 def test_hierarchy_sets_measured_device_and_launch_time_next_to_the_bandwidth_floor():
-    steps = _steps()
-    for s in steps[1:]:
-        s.launch_ms = {"ffn": 0.25, "decode attention": 0.125}
-    html = plots.hierarchy_html(metrics.kernel_frame(steps), 4000.0)
+    html = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled(launch_ms=0.125)), 4000.0)
     assert "device time measured" in html and "host time launching it" in html and "CUDA graph" in html
     ffn_row = next(row for row in html.split("<tr>") if row.startswith("<td>ffn</td>"))
     assert "<td>1000.0 µs</td>" in ffn_row and "<td>250.0 µs</td>" in ffn_row
-    plain = plots.hierarchy_html(metrics.kernel_frame(_steps()), 4000.0)  # no launch times: no such column
+    plain = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled()), 4000.0)  # no launch times: no column
     assert "host time launching it" not in plain
 
 
@@ -126,8 +135,17 @@ def test_compare_draws_one_line_per_run_with_how_it_launched():
     rows = []
     for mode, ms in (("eager", 8.0), ("CUDA graph", 0.5)):
         for pos in (4, 5, 6):
-            rows.append(dict(backend="triton", cache="on", launch_mode=mode, prompt_tokens=4, phase="decode",
-                             position=pos, latency_ms=ms))  # fmt: skip
+            rows.append(
+                dict(
+                    backend="triton",
+                    cache="on",
+                    launch_mode=mode,
+                    prompt_tokens=4,
+                    phase="decode",
+                    position=pos,
+                    latency_ms=ms,
+                )
+            )
     fig = plots.compare_figure(pd.DataFrame(rows))
     assert [t.name for t in fig.data] == [
         "backend=triton, cache=on, launch_mode=eager, prompt_tokens=4",

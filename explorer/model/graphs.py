@@ -14,7 +14,7 @@ import time
 import torch
 
 from .cache import KVCache
-from .ops import Recorder, Tiles
+from .ops import Tiles, Trace
 
 
 class DecodeGraph:
@@ -38,34 +38,23 @@ class DecodeGraph:
         # lengths; capturing advances the host's copy but runs nothing. Both go back.
         cache.lengths.copy_(lengths)
         cache.host_lengths = host_lengths
-        recorder = Recorder()
+        trace = Trace()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, stream=stream):
-            self.logits = model.decode(self.ids, cache, recorder=recorder, **kw)
+            self.logits = model.decode(self.ids, cache, observer=trace, **kw)
         cache.host_lengths = host_lengths
-        cache.next_lengths, cache.next_host_lengths = cache.lengths, cache.host_lengths
+        cache.next_lengths = cache.lengths
         torch.cuda.synchronize(device)
-        # What one step moves: fixed for everything but attention over the cache, which grows with the
-        # lengths and is modeled again at each replay.
-        growing = {kind for kind, _ in recorder.per_length}
-        self._fixed = {k: (t, recorder.launches[k]) for k, t in recorder.traffic.items() if k not in growing}
-        self._per_length = recorder.per_length
+        self.ops = tuple(trace.ops)  # what every replay runs, by name
         self.capture_ms = (time.perf_counter() - t0) * 1e3
 
-    def step(self, ids: torch.Tensor, recorder: Recorder | None = None) -> torch.Tensor:
+    def step(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B,) -> next-token logits (B, vocab), a buffer the next step overwrites."""
         c = self.cache
         c.check_room()
         self.model._check_length(max(c.host_lengths) + 1)
-        self.ids.copy_(ids)
+        if ids is not self.ids:
+            self.ids.copy_(ids)
         self.graph.replay()
-        seen = [n + 1 for n in c.host_lengths]  # keys each sequence attended over
-        c.host_lengths = seen
-        c.next_host_lengths = seen
-        if recorder is not None:
-            for kind, (t, launches) in self._fixed.items():
-                recorder.traffic[kind] = t
-                recorder.launches[kind] = launches
-            for kind, model in self._per_length:
-                recorder.add(kind, model(seen))
+        c.advance_host()
         return self.logits

@@ -23,6 +23,9 @@ from kernels.layer_norm import traffic_unfused as layer_norm_unfused
 from kernels.linear import traffic as linear_traffic
 from kernels.linear import traffic_unfused as linear_unfused
 
+from ..model.ops import Tiles
+from .traffic import step_traffic
+
 MB = 1 << 20
 
 
@@ -86,7 +89,8 @@ def step_frame(steps) -> pd.DataFrame:
     """One row per step (a token for every sequence in the batch)."""
     rows = []
     for s in steps:
-        moved = sum(t.bytes for t in s.traffic.values())
+        traffic = step_traffic(s)
+        moved = sum(t.bytes for t in traffic.values())
         rows.append(
             dict(
                 step=s.index,
@@ -95,14 +99,15 @@ def step_frame(steps) -> pd.DataFrame:
                 batch=len(s.token_ids),
                 context_tokens=s.context_tokens,
                 latency_ms=s.latency_ms,
+                wall_s=s.wall_s,
                 modeled_mb=moved / MB,
-                modeled_gflop=sum(t.flops for t in s.traffic.values()) / 1e9,
+                modeled_gflop=sum(t.flops for t in traffic.values()) / 1e9,
                 achieved_gbs=moved / s.latency_ms / 1e6 if s.latency_ms > 0 else math.nan,
                 kv_used_mb=s.kv_used_bytes / MB,
                 kv_allocated_mb=s.kv_allocated_bytes / MB,
-                memory_mb=s.memory_bytes / MB if s.memory_bytes is not None else math.nan,
+                memory_mb=s.peak_memory_bytes / MB if s.peak_memory_bytes is not None else math.nan,
                 warmup_ms=s.warmup_ms,
-                launches=s.launches,
+                operations=len(s.ops),
                 graph=s.graph,
                 timer=s.timer,
             )
@@ -110,13 +115,34 @@ def step_frame(steps) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def kernel_frame(steps) -> pd.DataFrame:
-    """One row per (step, kernel kind): modeled bytes and FLOPs, and measured time when profiled."""
+KERNEL_COLUMNS = [
+    "step",
+    "phase",
+    "kind",
+    "bytes_read",
+    "bytes_written",
+    "modeled_mb",
+    "floor_mb",
+    "gflop",
+    "intensity",
+    "kernel_ms",
+    "launch_ms",
+    "profiled_step",
+    "achieved_gbs",
+    "achieved_tflops",
+]
+
+
+def kernel_frame(steps, profiled: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (step, kernel kind): modeled bytes and FLOPs; with `profiled` (profile.profile_run's
+    rows), the device and launch time measured at the nearest profiled step of the same phase, and
+    which step that was (`profiled_step`)."""
+    times = _times_by_step(profiled)
     rows = []
     for s in steps:
-        for kind, t in s.traffic.items():
-            ms = s.kernel_ms.get(kind, math.nan)
-            launch = s.launch_ms.get(kind, math.nan)
+        near = _nearest(times, s.phase, s.index)
+        for kind, t in step_traffic(s).items():
+            ms, launch = times[(s.phase, near)].get(kind, (math.nan, math.nan)) if near is not None else (math.nan,) * 2
             rows.append(
                 dict(
                     step=s.index,
@@ -130,41 +156,74 @@ def kernel_frame(steps) -> pd.DataFrame:
                     intensity=t.flops / t.bytes if t.bytes else math.nan,  # FLOP per byte
                     kernel_ms=ms,
                     launch_ms=launch,  # host time launching it (GPU profiling pass)
+                    profiled_step=near if near is not None else math.nan,
                     achieved_gbs=t.bytes / ms / 1e6 if ms and ms > 0 else math.nan,
                     achieved_tflops=t.flops / ms / 1e9 if ms and ms > 0 else math.nan,
                 )
             )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=KERNEL_COLUMNS)
 
 
-def summary(steps, peaks: Peaks | None = None) -> dict:
-    """What a person decoding cares about: time to first token, ms/token (p50, p90), tokens/s, the
-    warm-up apart, modeled bytes per token and achieved bandwidth against the measured peak."""
+def _times_by_step(profiled: pd.DataFrame | None) -> dict:
+    """{(phase, step): {kind: (kernel_ms, launch_ms)}} from profile rows (one per operation name)."""
+    if profiled is None or profiled.empty:
+        return {}
+    g = profiled.groupby(["phase", "step", "kind"])[["kernel_ms", "launch_ms"]].sum(min_count=1)
+    out: dict = {}
+    for (phase, step, kind), r in g.iterrows():
+        out.setdefault((phase, int(step)), {})[kind] = (r.kernel_ms, r.launch_ms)
+    return out
+
+
+def _nearest(times: dict, phase: str, index: int) -> int | None:
+    candidates = [step for p, step in times if p == phase]
+    return min(candidates, key=lambda step: (abs(step - index), step)) if candidates else None
+
+
+def profiled_note(profiled: pd.DataFrame | None) -> str:
+    """Which positions a profile measured, for the charts that use it."""
+    if profiled is None or profiled.empty:
+        return ""
+    decode = sorted(set(profiled[profiled.phase == "decode"].position))
+    where = f"decode positions {', '.join(map(str, decode))}" if decode else "the prefill"
+    return f"device times profiled at {where}; other steps use the nearest"
+
+
+def summary(steps, peaks: Peaks | None = None, launches=None) -> dict:
+    """What a person decoding cares about, each number under its own name: time to first token; the
+    decode step on the device clock (p50, p90); the rate at which tokens reached the caller by the
+    wall clock (first token to last); the warm-up apart; modeled bytes per token; achieved bandwidth
+    against the measured peak; peak memory (torch.cuda.max_memory_allocated over the run); and, when
+    counted (launches.StepLaunches), the kernels a decode step runs."""
     if not steps:
         return {}
     decode = [s for s in steps if s.phase == "decode"]
     batch = len(steps[0].token_ids)
     decode_ms = [s.latency_ms for s in decode]
-    total_decode_s = sum(decode_ms) / 1e3
-    per_token_bytes = [sum(t.bytes for t in s.traffic.values()) / batch for s in decode]
-    achieved = [sum(t.bytes for t in s.traffic.values()) / s.latency_ms / 1e6 for s in decode if s.latency_ms > 0]
-    memory = [s.memory_bytes for s in steps if s.memory_bytes is not None]
+    moved = [sum(t.bytes for t in step_traffic(s).values()) for s in decode]
+    achieved = [m / s.latency_ms / 1e6 for m, s in zip(moved, decode, strict=True) if s.latency_ms > 0]
+    wall = steps[-1].wall_s - steps[0].wall_s
+    memory = [s.peak_memory_bytes for s in steps if s.peak_memory_bytes is not None]
     out = dict(
         timer=steps[0].timer,
         tokens=len(steps) * batch,
         warmup_ms=sum(s.warmup_ms for s in steps),  # compilation before step 0, graph capture before step 1
         ttft_ms=steps[0].latency_ms,
-        ms_per_token_p50=percentile(decode_ms, 50),
-        ms_per_token_p90=percentile(decode_ms, 90),
-        tokens_per_s=len(decode) * batch / total_decode_s if total_decode_s > 0 else math.nan,
-        mb_per_token=statistics.median(per_token_bytes) / MB if per_token_bytes else math.nan,
+        step_ms_p50=percentile(decode_ms, 50),
+        step_ms_p90=percentile(decode_ms, 90),
+        wall_tokens_per_s=len(decode) * batch / wall if decode and wall > 0 else math.nan,
+        mb_per_token=statistics.median(moved) / batch / MB if moved else math.nan,
         achieved_gbs=percentile(achieved, 50),
         kv_cache_mb=steps[-1].kv_used_bytes / MB,
         peak_memory_mb=max(memory) / MB if memory else math.nan,
         stop_reason=steps[-1].stop_reason,
         cuda_graph=any(s.graph for s in decode),
-        launches_per_step=statistics.median(s.launches for s in decode) if decode else math.nan,
+        operations_per_step=statistics.median(len(s.ops) for s in decode) if decode else math.nan,
     )
+    out["device_tokens_per_s"] = 1e3 * batch / out["step_ms_p50"] if decode else math.nan
+    if launches is not None:
+        out["kernels_per_step"] = launches.kernels
+        out["memory_ops_per_step"] = launches.memory_ops
     if peaks is not None:
         out["peak_gbs"] = peaks.bandwidth_gbs
         out["bandwidth_fraction"] = out["achieved_gbs"] / peaks.bandwidth_gbs
@@ -193,20 +252,27 @@ def fusion_lessons(cfg, tokens: int, itemsize: int, tiles=None, dtype=torch.floa
     """What fusion saves for one layer at `tokens` prompt tokens: modeled bytes of the fused launch
     next to the unfused alternative (naive attention's score matrix, a separate residual add before
     LayerNorm, a separate GELU)."""
-    from .ops import Tiles
-
     tiles = tiles or Tiles()
     cfg_attn, cfg_lin, cfg_ln = tiles.fixed("attention"), tiles.fixed("linear"), tiles.fixed("layer_norm")
     C, H, D = cfg.n_embd, cfg.n_head, cfg.head_dim
     on = dict(dtype=dtype, device=device)
     pairs = [
-        ("attention", attention_traffic(1, H, tokens, tokens, D, itemsize, config=cfg_attn, **on),
-         traffic_naive(1, H, tokens, tokens, D, itemsize)),
-        ("residual add + LayerNorm", layer_norm_traffic(tokens, C, itemsize, residual=True, config=cfg_ln),
-         layer_norm_unfused(tokens, C, itemsize, residual=True)),
-        ("linear + GELU (FFN in)", linear_traffic(tokens, 4 * C, C, itemsize, activation="gelu", config=cfg_lin, **on),
-         linear_unfused(tokens, 4 * C, C, itemsize, activation="gelu")),
-    ]  # fmt: skip
+        (
+            "attention",
+            attention_traffic(1, H, tokens, tokens, D, itemsize, config=cfg_attn, **on),
+            traffic_naive(1, H, tokens, tokens, D, itemsize),
+        ),
+        (
+            "residual add + LayerNorm",
+            layer_norm_traffic(tokens, C, itemsize, residual=True, config=cfg_ln),
+            layer_norm_unfused(tokens, C, itemsize, residual=True),
+        ),
+        (
+            "linear + GELU (FFN in)",
+            linear_traffic(tokens, 4 * C, C, itemsize, activation="gelu", config=cfg_lin, **on),
+            linear_unfused(tokens, 4 * C, C, itemsize, activation="gelu"),
+        ),
+    ]
     rows = []
     for lesson, fused, unfused in pairs:
         rows.append(dict(lesson=lesson, variant="fused (ours)", mb=fused.bytes / MB, floor_mb=fused.min_bytes / MB))

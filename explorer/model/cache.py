@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from kernels.config import Traffic
-
 
 class KVCache:
     def __init__(self, n_layer, batch, n_head, max_len, head_dim, *, dtype, device):
@@ -22,7 +20,7 @@ class KVCache:
         self.lengths = torch.zeros(batch, dtype=torch.int32, device=device)
         self.host_lengths = [0] * batch
         self._rows = torch.arange(batch, device=device)
-        self.next_lengths, self.next_host_lengths = self.lengths, self.host_lengths
+        self.next_lengths = self.lengths
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> KVCache:
@@ -52,7 +50,7 @@ class KVCache:
             raise ValueError(f"a prompt of {max(lengths)} tokens does not fit the cache of {self.max_len} positions")
         self.host_lengths = list(lengths)
         self.lengths.copy_(torch.tensor(lengths, dtype=torch.int32))
-        self.next_lengths, self.next_host_lengths = self.lengths, self.host_lengths
+        self.next_lengths = self.lengths
 
     def check_room(self) -> None:
         """Raise before a decode step that would write past the last position."""
@@ -63,14 +61,17 @@ class KVCache:
         """A decode step writes at position lengths[b] and then attends over lengths[b] + 1 keys."""
         self.check_room()
         self.next_lengths = self.lengths + 1
-        self.next_host_lengths = [n + 1 for n in self.host_lengths]
 
     def end_step(self) -> None:
         self.lengths.copy_(self.next_lengths)  # in place: the tensor the decode kernel reads stays the same
-        self.host_lengths = self.next_host_lengths
+        self.advance_host()
         self.next_lengths = self.lengths
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, *, decode: bool, writer=None) -> Traffic:
+    def advance_host(self) -> None:
+        """The host's copy of the lengths after a decode step (a replayed graph advances only the device's)."""
+        self.host_lengths = [n + 1 for n in self.host_lengths]
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, *, decode: bool, writer=None) -> None:
         """Store K and V (B, H, T, D) of one layer: at [0, T) for a prefill, at lengths[b] for a decode step,
         there by `writer(k, v, k_cache, v_cache, lengths)` when given (the Triton kernel), else by indexing."""
         if decode and writer is not None:
@@ -82,5 +83,3 @@ class KVCache:
         else:
             self.k[layer, :, :, : k.shape[2]] = k
             self.v[layer, :, :, : v.shape[2]] = v
-        moved = 2 * k.numel() * k.element_size()
-        return Traffic(moved, moved, 0, 2 * moved)

@@ -20,10 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from kernels.config import Traffic
-
 from .cache import KVCache
-from .ops import Ops, Recorder, Tiles
+from .ops import Observer, Ops, Tiles
 
 
 @dataclass(frozen=True)
@@ -79,16 +77,16 @@ class Block(nn.Module):
 
     def forward(self, x, ops: Ops, attend, eps):
         B, T, C = x.shape
-        h = ops.layer_norm(x, self.ln_1.weight, self.ln_1.bias, eps)
-        qkv = ops.linear("qkv/out proj", h, self.attn.c_attn.weight, self.attn.c_attn.bias)  # (B, T, 3C)
+        h = ops.layer_norm("ln_1", x, self.ln_1.weight, self.ln_1.bias, eps)
+        qkv = ops.linear("attn.c_attn", h, self.attn.c_attn.weight, self.attn.c_attn.bias)  # (B, T, 3C)
         nh = attend.n_head
         q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=-1))  # (B, nh, T, hs) views
         o = attend(q, k, v)  # (B, nh, T, hs)
         o = o.transpose(1, 2).reshape(B, T, C)  # a view when the kernel stored (B, T, nh, hs)
-        x = ops.linear("qkv/out proj", o, self.attn.c_proj.weight, self.attn.c_proj.bias, residual=x)
-        h = ops.layer_norm(x, self.ln_2.weight, self.ln_2.bias, eps)
-        h = ops.linear("ffn", h, self.mlp.c_fc.weight, self.mlp.c_fc.bias, activation="gelu")  # (B, T, 4C)
-        return ops.linear("ffn", h, self.mlp.c_proj.weight, self.mlp.c_proj.bias, residual=x)
+        x = ops.linear("attn.c_proj", o, self.attn.c_proj.weight, self.attn.c_proj.bias, residual=x)
+        h = ops.layer_norm("ln_2", x, self.ln_2.weight, self.ln_2.bias, eps)
+        h = ops.linear("mlp.c_fc", h, self.mlp.c_fc.weight, self.mlp.c_fc.bias, activation="gelu")  # (B, T, 4C)
+        return ops.linear("mlp.c_proj", h, self.mlp.c_proj.weight, self.mlp.c_proj.bias, residual=x)
 
 
 class _Attend:
@@ -100,17 +98,12 @@ class _Attend:
     def __call__(self, q, k, v):
         layer, self.layer = self.layer, self.layer + 1
         if self.cache is None:
-            return self.ops.attention(q, k, v)
-        written = self.ops.call(
-            "kv write",
-            k,
-            lambda: self.cache.write(layer, k, v, decode=self.mode == "decode", writer=self.ops.kv_writer),
-        )
-        self.ops.book("kv write", written)
+            return self.ops.attention("attn", q, k, v)
+        self.ops.kv_write("kv write", self.cache, layer, k, v, decode=self.mode == "decode")
         if self.mode == "prefill":
-            return self.ops.attention(q, k, v)
+            return self.ops.attention("attn", q, k, v)
         c = self.cache
-        return self.ops.decode_attention(q, c.k[layer], c.v[layer], c.next_lengths, c.next_host_lengths)
+        return self.ops.decode_attention("attn", q, c.k[layer], c.v[layer], c.next_lengths)
 
 
 class GPT(nn.Module):
@@ -145,31 +138,30 @@ class GPT(nn.Module):
 
     def _run(self, ids, positions, ops: Ops, attend: _Attend, logits_at=None):
         t = self.transformer
-        x = ops.call("embedding", ids, lambda: t.wte(ids) + t.wpe(positions))  # (B, T, C)
-        item = x.element_size()
-        ops.book("embedding", Traffic(2 * x.numel() * item, x.numel() * item, x.numel(), 3 * x.numel() * item))
+        x = ops.embedding("wte/wpe", t.wte, t.wpe, ids, positions)  # (B, T, C)
         eps = self.config.layer_norm_epsilon
         for block in t.h:
             x = block(x, ops, attend, eps)
         if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
             x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
-        x = ops.layer_norm(x, t.ln_f.weight, t.ln_f.bias, eps)
+        x = ops.layer_norm("ln_f", x, t.ln_f.weight, t.ln_f.bias, eps)
         return ops.linear("lm_head", x, t.wte.weight)  # tied to the token embedding
 
     @torch.inference_mode()
-    def forward(self, ids, *, tiles: Tiles | None = None, backend=None, recorder: Recorder | None = None,
-                logits_at=None):  # fmt: skip
+    def forward(
+        self, ids, *, tiles: Tiles | None = None, backend=None, observer: Observer | None = None, logits_at=None
+    ):
         """ids (B, T) -> logits (B, T, vocab); with logits_at (B,), only those positions: (B, 1, vocab)."""
         self._check_length(ids.shape[1])
-        ops = Ops(backend or self.backend, tiles, recorder)
+        ops = Ops(backend or self.backend, tiles, observer)
         positions = torch.arange(ids.shape[1], device=ids.device)
         return self._run(ids, positions, ops, _Attend(ops, self.config.n_head), logits_at)
 
     @torch.inference_mode()
-    def prefill(self, ids, cache: KVCache, lengths: list[int], *, tiles=None, backend=None, recorder=None):
+    def prefill(self, ids, cache: KVCache, lengths: list[int], *, tiles=None, backend=None, observer=None):
         """Right-padded prompts ids (B, T) with true `lengths` -> next-token logits (B, vocab)."""
         self._check_length(ids.shape[1])
-        ops = Ops(backend or self.backend, tiles, recorder)
+        ops = Ops(backend or self.backend, tiles, observer)
         positions = torch.arange(ids.shape[1], device=ids.device)
         last = torch.tensor([n - 1 for n in lengths], device=ids.device)
         logits = self._run(ids, positions, ops, _Attend(ops, self.config.n_head, cache, "prefill"), last)
@@ -177,10 +169,10 @@ class GPT(nn.Module):
         return logits[:, 0]
 
     @torch.inference_mode()
-    def decode(self, ids, cache: KVCache, *, tiles=None, backend=None, recorder=None):
+    def decode(self, ids, cache: KVCache, *, tiles=None, backend=None, observer=None):
         """One new token per sequence, ids (B,) -> next-token logits (B, vocab)."""
         self._check_length(max(cache.host_lengths) + 1)
-        ops = Ops(backend or self.backend, tiles, recorder)
+        ops = Ops(backend or self.backend, tiles, observer)
         cache.begin_step()
         positions = cache.lengths.unsqueeze(1)  # (B, 1): each sequence at its own position
         logits = self._run(ids.unsqueeze(1), positions, ops, _Attend(ops, self.config.n_head, cache, "decode"))

@@ -21,10 +21,12 @@ import torch
 from kernels import TileConfig
 from kernels.config import supported_dtypes
 
-from . import bench, metrics, plots
-from .generate import generate
-from .ops import Tiles
-from .weights import DEFAULT_MODEL, HUB_MODELS, load_model, model_status
+from ..measure import launches, metrics, sweeps
+from ..measure.profile import profile_run
+from ..model.generate import generate
+from ..model.ops import Tiles
+from ..model.weights import DEFAULT_MODEL, HUB_MODELS, load_model, model_status
+from . import plots
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MAX_NEW_TOKENS = 2048
@@ -110,18 +112,33 @@ def model_choices() -> list[tuple[str, str]]:
 
 # The tile choices the app offers per kernel (the Tiles field each sets, and its allowed values).
 TILE_FIELDS = {
-    "attention": {"block_m": [16, 32, 64, 128, 256], "block_n": [16, 32, 64, 128], "num_warps": [2, 4, 8],
-                  "num_stages": [1, 2, 3, 4]},
-    "decode_attention": {"block_n": [16, 32, 64, 128, 256], "split_k": [1, 2, 4, 8, 16, 32, 64],
-                         "num_warps": [2, 4, 8]},
+    "attention": {
+        "block_m": [16, 32, 64, 128, 256],
+        "block_n": [16, 32, 64, 128],
+        "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3, 4],
+    },
+    "decode_attention": {
+        "block_n": [16, 32, 64, 128, 256],
+        "split_k": [1, 2, 4, 8, 16, 32, 64],
+        "num_warps": [2, 4, 8],
+    },
     "layer_norm": {"block_m": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8]},
-    "linear": {"block_m": [16, 32, 64, 128], "block_n": [32, 64, 128, 256], "block_k": [16, 32, 64, 128],
-               "num_stages": [1, 2, 3, 4]},
+    "linear": {
+        "block_m": [16, 32, 64, 128],
+        "block_n": [32, 64, 128, 256],
+        "block_k": [16, 32, 64, 128],
+        "num_stages": [1, 2, 3, 4],
+    },
     "linear_decode": {"block_n": [16, 32, 64, 128, 256], "block_k": [32, 64, 128, 256], "split_k": [1, 2, 4, 8, 16]},
-}  # fmt: skip
+}
 # Which sweep kernel fills which Tiles field when its best config is sent to the Generate tab.
-SWEEP_TO_TILES = {"attention": "attention", "decode_attention": "decode_attention", "layer_norm": "layer_norm",
-                  "linear": "linear"}  # fmt: skip
+SWEEP_TO_TILES = {
+    "attention": "attention",
+    "decode_attention": "decode_attention",
+    "layer_norm": "layer_norm",
+    "linear": "linear",
+}
 
 
 def tiles_from(fields_by_kernel: dict[str, dict]) -> Tiles:
@@ -193,6 +210,7 @@ class Update:
     summary: dict
     charts: bool  # whether this update should redraw the charts
     done: bool = False
+    profiled: str = ""  # which positions the device times were profiled at
 
 
 def _friendly(e: Exception) -> UserError:
@@ -200,8 +218,10 @@ def _friendly(e: Exception) -> UserError:
         return e
     if isinstance(e, torch.cuda.OutOfMemoryError):
         torch.cuda.empty_cache()
-        return UserError("The GPU ran out of memory for these settings: lower the batch, the new tokens or the "
-                         "prompt length, or pick a smaller model.")  # fmt: skip
+        return UserError(
+            "The GPU ran out of memory for these settings: lower the batch, the new tokens or the "
+            "prompt length, or pick a smaller model."
+        )
     if isinstance(e, ValueError):  # validation of tiles, dtypes, lengths and models says what and why
         return UserError(str(e))
     return UserError(f"The run failed: {type(e).__name__}: {e}")
@@ -209,7 +229,8 @@ def _friendly(e: Exception) -> UserError:
 
 def run_generation(s: RunSettings) -> Iterator[Update]:
     """Generate token by token, yielding text on every token and charts at most every half second.
-    After the run, a short profiling pass adds the device time per kernel kind."""
+    After the run, a profiling pass measures the device time per operation at decode positions
+    spread over the run, and on a GPU torch.profiler counts the kernels one decode step runs."""
     try:
         check(s)
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()], backend=s.backend)
@@ -219,7 +240,7 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         batch = [ids] * s.batch
         kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
         graph = None if s.cuda_graph else False  # None: generate replays a graph wherever one applies
-        steps, texts, last_chart = [], [s.prompt] * s.batch, 0.0
+        steps, texts, last_chart = [], [tok.decode(ids)] * s.batch, 0.0
         for step in generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, graph=graph, **kw):
             steps.append(step)
             texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
@@ -230,14 +251,23 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
             # The frames cover every step so far: build them only when the charts will redraw.
             frames = (metrics.step_frame(steps), metrics.kernel_frame(steps)) if charts else (None, None)
             yield Update(texts, *frames, metrics.summary(steps, peaks()), charts)
-        profiled = list(generate(model, batch, max_new_tokens=min(6, s.new_tokens), seed=s.seed, profile=True,
-                                 warmup=False, **kw))  # fmt: skip
-        kernels = metrics.kernel_frame(steps)
-        timed = metrics.kernel_frame(profiled).groupby(["phase", "kind"])[["kernel_ms", "launch_ms"]].median()
-        for column in ("kernel_ms", "launch_ms"):
-            kernels[column] = [timed[column].get((p, k), math.nan) for p, k in zip(kernels.phase, kernels.kind,
-                                                                                   strict=True)]  # fmt: skip
-        yield Update(texts, metrics.step_frame(steps), kernels, metrics.summary(steps, peaks()), True, done=True)
+        counted = None
+        if model.device.type == "cuda":
+            counted = launches.decode_step_launches(
+                model, batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend
+            )
+        samples = 5 if model.device.type == "cuda" else 2  # the interpreter takes seconds per profiled step
+        profiled = profile_run(model, batch, steps, cache=s.cache, tiles=s.tiles, backend=s.backend, samples=samples)
+        kernels = metrics.kernel_frame(steps, profiled)
+        yield Update(
+            texts,
+            metrics.step_frame(steps),
+            kernels,
+            metrics.summary(steps, peaks(), counted),
+            True,
+            done=True,
+            profiled=metrics.profiled_note(profiled),
+        )
     except Exception as e:  # every failure becomes one message; the app serves the next request
         raise _friendly(e) from None
 
@@ -250,35 +280,49 @@ def summary_markdown(summary: dict) -> str:
     if "bandwidth_fraction" in summary:
         bandwidth += f" ({summary['bandwidth_fraction']:.0%} of measured peak)"
     memory = summary["peak_memory_mb"]
+    clock = "CPU clock" if cpu else "device clock, CUDA events"
     rows = [
         ("time to first token", f"{summary['ttft_ms']:.1f} ms"),
-        ("decode", f"{summary['tokens_per_s']:.1f} tokens/s"),
-        ("ms/token p50 / p90", f"{summary['ms_per_token_p50']:.2f} / {summary['ms_per_token_p90']:.2f}"),
-        ("warm-up (compile, first run)", f"{summary['warmup_ms']:.0f} ms, not counted above"),
-        ("launches per decode step", _launches(summary)),
+        ("tokens/s delivered (wall clock, first to last token)", _rate(summary.get("wall_tokens_per_s"))),
+        (f"decode step p50 / p90 ({clock})", f"{summary['step_ms_p50']:.3f} / {summary['step_ms_p90']:.3f} ms"),
+        ("warm-up (compile, first run, graph capture)", f"{summary['warmup_ms']:.0f} ms, not counted above"),
+        ("decode step launches", _launches(summary)),
         ("bytes per token (modeled)", f"{summary['mb_per_token']:.2f} MB"),
-        ("achieved bandwidth", bandwidth),
+        ("achieved bandwidth (modeled bytes / step time)", bandwidth),
         ("KV cache", f"{summary['kv_cache_mb']:.2f} MB"),
-        ("peak GPU memory", "n/a on CPU" if math.isnan(memory) else f"{memory:.0f} MB"),
+        ("peak GPU memory (max allocated)", "n/a on CPU" if math.isnan(memory) else f"{memory:.0f} MB"),
         ("stopped", summary.get("stop_reason") or "running"),
     ]
     head = "CPU timings (Triton interpreter), not GPU timings\n\n" if cpu else ""
     return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
+def _rate(value) -> str:
+    return "needs two tokens" if value is None or math.isnan(value) else f"{value:.1f} tokens/s"
+
+
 def _launches(summary: dict) -> str:
-    n = summary.get("launches_per_step", math.nan)
+    n = summary.get("operations_per_step", math.nan)
     if math.isnan(n):
         return "no decode step yet"
-    if summary.get("cuda_graph"):
-        return f"{n:.0f} operations, replayed as one CUDA graph"
-    return f"{n:.0f} operations, each launched from Python"
+    how = "replayed as one CUDA graph" if summary.get("cuda_graph") else "each launched from Python"
+    if "kernels_per_step" in summary:
+        return (
+            f"{summary['kernels_per_step']} GPU kernels + {summary['memory_ops_per_step']} memory operations "
+            f"(counted by torch.profiler), from {n:.0f} named operations, {how}"
+        )
+    counted = "kernels are counted on a GPU" if "interpreter" in summary.get("timer", "") else "counting after the run"
+    return f"{n:.0f} named operations, {how} ({counted})"
 
 
-def generation_figures(steps: pd.DataFrame, kernels: pd.DataFrame, previous: pd.DataFrame | None = None):
-    """The four live charts; with `previous`, the last run overlaid on latency and KV growth."""
+def generation_figures(
+    steps: pd.DataFrame, kernels: pd.DataFrame, previous: pd.DataFrame | None = None, profiled: str = ""
+):
+    """The live charts; with `previous`, the last run overlaid on latency and KV growth; `profiled`
+    says at which positions the kernel times were measured."""
     p = peaks()
     note = "" if p else "CPU interpreter timings"
+    share_note = "; ".join(n for n in (note, profiled) if n)
     both = steps
     if previous is not None and not previous.empty:
         both = pd.concat([previous.assign(run="previous"), steps.assign(run="this run")], ignore_index=True)
@@ -286,16 +330,17 @@ def generation_figures(steps: pd.DataFrame, kernels: pd.DataFrame, previous: pd.
         plots.latency_figure(both, note),
         plots.traffic_figure(kernels, "bytes from each kernel's traffic model at the chosen tiles"),
         plots.kv_figure(both, note),
-        plots.kernel_share_figure(kernels, note),
+        plots.kernel_share_figure(kernels, share_note),
         plots.bandwidth_figure(both, p.bandwidth_gbs if p else None, note),
     )
 
 
-def roofline_figure(kernels: pd.DataFrame):
+def roofline_figure(kernels: pd.DataFrame, profiled: str = ""):
     """Each kernel kind's profiled decode and prefill work against the measured ceilings."""
     p = peaks()
     points = metrics.roofline(kernels, p)
-    return plots.roofline_figure(points, p.tflops if p else None, p.bandwidth_gbs if p else None, timer_note())
+    note = "; ".join(n for n in (timer_note(), profiled) if n)
+    return plots.roofline_figure(points, p.tflops if p else None, p.bandwidth_gbs if p else None, note)
 
 
 def hierarchy(s: RunSettings, kernels: pd.DataFrame) -> str:
@@ -311,13 +356,13 @@ def hierarchy(s: RunSettings, kernels: pd.DataFrame) -> str:
 
 def run_sweep(kernel: str, shape: dict, dtype: str, progress=None) -> tuple[pd.DataFrame, TileConfig | None]:
     try:
-        frame = bench.tile_sweep(
+        frame = sweeps.tile_sweep(
             kernel, shape, dtype=DTYPES[dtype or default_dtype()], device=device(), progress=progress
         )
     except Exception as e:
         raise _friendly(e) from None
     try:
-        best = bench.best_config(frame)
+        best = sweeps.best_config(frame)
     except ValueError:
         best = None
     return frame, best
@@ -330,8 +375,9 @@ def run_compare(s: RunSettings, prompt_lengths: list[int], progress=None) -> pd.
         # With the CUDA graph box ticked on a GPU, cache-on runs go both ways: launched one by one and
         # replayed from a graph (cache-off runs cannot replay: every step has a new shape).
         graphs = (False, True) if s.cuda_graph and graphs_available() else (False,)
-        return bench.sequence_sweep(model, prompt_lengths, s.new_tokens, tiles=s.tiles, progress=progress,
-                                    graphs=graphs)  # fmt: skip
+        return sweeps.sequence_sweep(
+            model, prompt_lengths, s.new_tokens, tiles=s.tiles, progress=progress, graphs=graphs
+        )
     except Exception as e:
         raise _friendly(e) from None
 
@@ -343,7 +389,7 @@ def export(frame: pd.DataFrame | None, name: str, fmt: str) -> str:
     return metrics.export(frame, os.path.join(folder, f"{name}.{fmt}"))
 
 
-DEFAULT_SHAPES = bench.DEFAULT_SHAPES
+DEFAULT_SHAPES = sweeps.DEFAULT_SHAPES
 # Small shapes for the interpreter, where every program runs in Python.
 CPU_SHAPES = {
     "attention": dict(B=1, H=2, T=128, D=64),
@@ -359,7 +405,7 @@ def shape_text(kernel: str) -> str:
 
 
 def sweep_axes(kernel: str) -> list[str]:
-    return list(bench.GRIDS[kernel])
+    return list(sweeps.GRIDS[kernel])
 
 
 def parse_shape(text: str) -> dict:

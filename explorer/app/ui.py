@@ -1,4 +1,4 @@
-"""The Gradio app: layout and event wiring only. Every handler is a few lines around explorer.runs."""
+"""The Gradio app: layout and event wiring only. Every handler is a few lines around explorer.actions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 
 import gradio as gr
 
-from . import plots, runs
+from . import actions, plots
 
 EXAMPLES = ["def fibonacci(n):", "class Config:", "import os\nimport sys\n\n\ndef main(", '"""Return the number of']
 THEME = gr.themes.Soft(primary_hue="indigo")
@@ -27,14 +27,14 @@ GPU = dict(concurrency_id="gpu", concurrency_limit=1)  # one run on the GPU at a
 NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None}
 
 
-def _fail(e: runs.UserError):
+def _fail(e: actions.UserError):
     return gr.Error(str(e), print_exception=False)
 
 
 def _tile_controls():
     """One dropdown per tile field ('default' or a power of two) and an autotune box per kernel."""
     controls = []
-    for kernel, field_choices in runs.TILE_FIELDS.items():
+    for kernel, field_choices in actions.TILE_FIELDS.items():
         with gr.Row():
             gr.Markdown(f"**{kernel.replace('_', ' ')}**")
             for name, values in field_choices.items():
@@ -43,7 +43,7 @@ def _tile_controls():
     return controls
 
 
-TILE_NAMES = [f"{kernel}_{name}" for kernel, fields in runs.TILE_FIELDS.items() for name in [*fields, "autotune"]]
+TILE_NAMES = [f"{kernel}_{name}" for kernel, fields in actions.TILE_FIELDS.items() for name in [*fields, "autotune"]]
 
 
 def _with_tile_names(fn):
@@ -68,67 +68,107 @@ def _with_tile_names(fn):
     return wrapper
 
 
-def _tiles(values) -> runs.Tiles:
+def _tiles(values) -> actions.Tiles:
     it = iter(values)
     chosen = {}
-    for kernel, field_choices in runs.TILE_FIELDS.items():
+    for kernel, field_choices in actions.TILE_FIELDS.items():
         chosen[kernel] = {name: next(it) for name in field_choices} | {"autotune": next(it)}
-    return runs.tiles_from(chosen)
+    return actions.tiles_from(chosen)
 
 
-def _settings(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k,
-              seed, tiles):  # fmt: skip
-    return runs.RunSettings(
-        model=model, prompt=prompt, prompt_tokens=int(prompt_tokens), new_tokens=int(new_tokens), batch=int(batch),
-        dtype=dtype, backend=backend, cache=bool(cache), cuda_graph=bool(cuda_graph), temperature=float(temperature),
-        top_k=int(top_k), seed=int(seed), tiles=_tiles(tiles),
-    )  # fmt: skip
+def _settings(
+    model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k, seed, tiles
+):
+    return actions.RunSettings(
+        model=model,
+        prompt=prompt,
+        prompt_tokens=int(prompt_tokens),
+        new_tokens=int(new_tokens),
+        batch=int(batch),
+        dtype=dtype,
+        backend=backend,
+        cache=bool(cache),
+        cuda_graph=bool(cuda_graph),
+        temperature=float(temperature),
+        top_k=int(top_k),
+        seed=int(seed),
+        tiles=_tiles(tiles),
+    )
 
 
-def generate(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k,
-             seed, overlay, state, *tiles):  # fmt: skip
+def generate(
+    model,
+    prompt,
+    prompt_tokens,
+    new_tokens,
+    batch,
+    dtype,
+    backend,
+    cache,
+    cuda_graph,
+    temperature,
+    top_k,
+    seed,
+    overlay,
+    state,
+    *tiles,
+):
     """Stream the text on every token and the charts at a throttled rate."""
     s = _settings(
-        model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k, seed,
+        model,
+        prompt,
+        prompt_tokens,
+        new_tokens,
+        batch,
+        dtype,
+        backend,
+        cache,
+        cuda_graph,
+        temperature,
+        top_k,
+        seed,
         tiles,
-    )  # fmt: skip
+    )
     state = dict(state or NEW_STATE)
     previous = state.get("steps") if overlay else None
     try:
-        for u in runs.run_generation(s):
+        for u in actions.run_generation(s):
             text = "\n\n".join(t if len(u.texts) == 1 else f"[{i + 1}] {t}" for i, t in enumerate(u.texts))
-            figures = runs.generation_figures(u.steps, u.kernels, previous) if u.charts else [gr.skip()] * 5
+            figures = (
+                actions.generation_figures(u.steps, u.kernels, previous, u.profiled) if u.charts else [gr.skip()] * 5
+            )
             if u.done:
                 state = {**state, "previous": state.get("steps"), "steps": u.steps, "kernels": u.kernels}
-                hierarchy = runs.hierarchy(s, u.kernels)
+                hierarchy = actions.hierarchy(s, u.kernels)
                 yield (
                     text,
-                    runs.summary_markdown(u.summary),
+                    actions.summary_markdown(u.summary),
                     *figures,
                     hierarchy,
-                    runs.roofline_figure(u.kernels),
+                    actions.roofline_figure(u.kernels, u.profiled),
                     state,
                 )
             else:
-                yield (text, runs.summary_markdown(u.summary), *figures, gr.skip(), gr.skip(), gr.skip())
-    except runs.UserError as e:
+                yield (text, actions.summary_markdown(u.summary), *figures, gr.skip(), gr.skip(), gr.skip())
+    except actions.UserError as e:
         raise _fail(e) from None
 
 
 def sweep(kernel, shape, dtype, x, y, value, state, progress=gr.Progress()):
     try:
-        frame, best = runs.run_sweep(kernel, runs.parse_shape(shape), dtype,
-                                     progress=lambda i, n, d: progress(i / max(n, 1), desc=d))  # fmt: skip
-    except runs.UserError as e:
+        frame, best = actions.run_sweep(
+            kernel, actions.parse_shape(shape), dtype, progress=lambda i, n, d: progress(i / max(n, 1), desc=d)
+        )
+    except actions.UserError as e:
         raise _fail(e) from None
-    heat = plots.sweep_heatmap(frame, x, y, value, note=runs.timer_note())
+    heat = plots.sweep_heatmap(frame, x, y, value, note=actions.timer_note())
     best_text = f"Fastest valid: `{best}`" if best else "No valid config in this grid."
     return heat, frame, best_text, {**(state or NEW_STATE), "sweep": frame, "best": (kernel, best)}
 
 
 def sweep_axes(kernel):
-    axes = runs.sweep_axes(kernel)
-    return runs.shape_text(kernel), gr.update(choices=axes, value=axes[0]), gr.update(choices=axes, value=axes[-1])
+    axes = actions.sweep_axes(kernel)
+    return actions.shape_text(kernel), gr.update(choices=axes, value=axes[0]), gr.update(choices=axes, value=axes[-1])
 
 
 def use_best(state):
@@ -136,9 +176,9 @@ def use_best(state):
     kernel, best = (state or {}).get("best") or (None, None)
     if best is None:
         raise gr.Error("Run a tile sweep first.", print_exception=False)
-    target = runs.SWEEP_TO_TILES[kernel]
+    target = actions.SWEEP_TO_TILES[kernel]
     updates = []
-    for name_kernel, field_choices in runs.TILE_FIELDS.items():
+    for name_kernel, field_choices in actions.TILE_FIELDS.items():
         for name in field_choices:
             value = getattr(best, name) if name_kernel == target else None
             updates.append(gr.update(value=str(value)) if value is not None else gr.skip())
@@ -147,29 +187,60 @@ def use_best(state):
     return updates
 
 
-def compare(model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k,
-            seed, lengths, state, *tiles, progress=gr.Progress()):  # fmt: skip
+def compare(
+    model,
+    prompt,
+    prompt_tokens,
+    new_tokens,
+    batch,
+    dtype,
+    backend,
+    cache,
+    cuda_graph,
+    temperature,
+    top_k,
+    seed,
+    lengths,
+    state,
+    *tiles,
+    progress=gr.Progress(),
+):
     s = _settings(
-        model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k, seed,
+        model,
+        prompt,
+        prompt_tokens,
+        new_tokens,
+        batch,
+        dtype,
+        backend,
+        cache,
+        cuda_graph,
+        temperature,
+        top_k,
+        seed,
         tiles,
-    )  # fmt: skip
+    )
     try:
-        frame = runs.run_compare(
-            s, runs.parse_lengths(lengths), progress=lambda i, n, d: progress(i / max(n, 1), desc=d)
+        frame = actions.run_compare(
+            s, actions.parse_lengths(lengths), progress=lambda i, n, d: progress(i / max(n, 1), desc=d)
         )
-        lessons = runs.fusion_table(s, max(runs.parse_lengths(lengths)))
-    except runs.UserError as e:
+        lessons = actions.fusion_table(s, max(actions.parse_lengths(lengths)))
+    except actions.UserError as e:
         raise _fail(e) from None
-    note = runs.timer_note()
-    return (plots.compare_figure(frame, note), plots.fusion_figure(lessons), runs.compare_table(frame),
-            {**(state or NEW_STATE), "compare": frame})  # fmt: skip
+    note = actions.timer_note()
+    return (
+        plots.compare_figure(frame, note),
+        plots.fusion_figure(lessons),
+        actions.compare_table(frame),
+        {**(state or NEW_STATE), "compare": frame},
+    )
 
 
 def export(which, fmt, state):
     frames = {"last run: steps": "steps", "last run: kernels": "kernels", "tile sweep": "sweep", "compare": "compare"}
     try:
-        return runs.export((state or {}).get(frames[which]), frames[which], fmt)
-    except runs.UserError as e:
+        return actions.export((state or {}).get(frames[which]), frames[which], fmt)
+    except actions.UserError as e:
         raise _fail(e) from None
 
 
@@ -177,26 +248,28 @@ def build() -> gr.Blocks:
     with gr.Blocks(title="Triton Decoder Explorer") as demo:
         state = gr.State(NEW_STATE)
         gr.Markdown(INTRO)
-        gr.Markdown(runs.header())
+        gr.Markdown(actions.header())
         with gr.Tabs():
             with gr.Tab("Generate"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=340):
-                        model = gr.Dropdown(runs.model_choices(), value=runs.default_model(), label="model")
+                        model = gr.Dropdown(actions.model_choices(), value=actions.default_model(), label="model")
                         prompt = gr.Textbox(EXAMPLES[0], lines=3, label="prompt")
                         gr.Examples([[e] for e in EXAMPLES], [prompt], label="examples")
                         prompt_tokens = gr.Slider(0, 1000, 0, step=1, label="prompt length in tokens (0: as written)")
-                        new_tokens = gr.Slider(1, runs.MAX_NEW_TOKENS, 64, step=1, label="new tokens")
-                        batch = gr.Slider(1, runs.MAX_BATCH, 1, step=1, label="batch (copies of the prompt)")
+                        new_tokens = gr.Slider(1, actions.MAX_NEW_TOKENS, 64, step=1, label="new tokens")
+                        batch = gr.Slider(1, actions.MAX_BATCH, 1, step=1, label="batch (copies of the prompt)")
                         with gr.Row():
-                            dtype = gr.Radio(runs.dtype_choices(), value=runs.default_dtype(), label="dtype")
+                            dtype = gr.Radio(actions.dtype_choices(), value=actions.default_dtype(), label="dtype")
                             backend = gr.Radio(["triton", "torch"], value="triton", label="backend")
                         with gr.Row():
                             cache = gr.Checkbox(True, label="KV cache")
                             cuda_graph = gr.Checkbox(
-                                runs.graphs_available(), label="CUDA graph", interactive=runs.graphs_available(),
-                                info=runs.GRAPH_INFO if runs.graphs_available() else "needs a GPU",
-                            )  # fmt: skip
+                                actions.graphs_available(),
+                                label="CUDA graph",
+                                interactive=actions.graphs_available(),
+                                info=actions.GRAPH_INFO if actions.graphs_available() else "needs a GPU",
+                            )
                             overlay = gr.Checkbox(True, label="overlay previous run")
                         with gr.Accordion("sampling", open=False):
                             temperature = gr.Slider(0, 2, 0, step=0.05, label="temperature (0: greedy)")
@@ -220,9 +293,9 @@ def build() -> gr.Blocks:
                 roofline_plot = gr.Plot(show_label=False)
             with gr.Tab("Tile sweep"):
                 with gr.Row():
-                    kernel = gr.Dropdown(list(runs.DEFAULT_SHAPES), value="attention", label="kernel")
-                    shape = gr.Textbox(runs.shape_text("attention"), label="shape")
-                    sweep_dtype = gr.Radio(runs.dtype_choices(), value=runs.default_dtype(), label="dtype")
+                    kernel = gr.Dropdown(list(actions.DEFAULT_SHAPES), value="attention", label="kernel")
+                    shape = gr.Textbox(actions.shape_text("attention"), label="shape")
+                    sweep_dtype = gr.Radio(actions.dtype_choices(), value=actions.default_dtype(), label="dtype")
                 with gr.Row():
                     x_axis = gr.Dropdown(["block_m", "block_n"], value="block_m", label="x")
                     y_axis = gr.Dropdown(["block_n", "num_warps", "num_stages"], value="block_n", label="y")
@@ -239,24 +312,46 @@ def build() -> gr.Blocks:
                 compare_plot, fusion_plot = gr.Plot(label="decode latency"), gr.Plot(label="fusion")
                 compare_df = gr.Dataframe(label="per run")
             with gr.Tab("Export"):
-                which = gr.Radio(["last run: steps", "last run: kernels", "tile sweep", "compare"],
-                                 value="last run: steps", label="table")  # fmt: skip
+                which = gr.Radio(
+                    ["last run: steps", "last run: kernels", "tile sweep", "compare"],
+                    value="last run: steps",
+                    label="table",
+                )
                 fmt = gr.Radio(["csv", "json"], value="csv", label="format")
                 export_btn = gr.Button("Export")
                 file = gr.File(label="download")
-        settings = [model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature,
-                    top_k, seed]  # fmt: skip
+        settings = [
+            model,
+            prompt,
+            prompt_tokens,
+            new_tokens,
+            batch,
+            dtype,
+            backend,
+            cache,
+            cuda_graph,
+            temperature,
+            top_k,
+            seed,
+        ]
         figures = [latency_plot, traffic_plot, kv_plot, share_plot, bandwidth_plot]
         outputs = [out, summary, *figures, hierarchy, roofline_plot, state]
-        run = go_btn.click(_with_tile_names(generate), [*settings, overlay, state, *tiles], outputs,
-                           api_name="generate", **GPU)  # fmt: skip
+        run = go_btn.click(
+            _with_tile_names(generate), [*settings, overlay, state, *tiles], outputs, api_name="generate", **GPU
+        )
         stop_btn.click(None, None, None, cancels=[run])
         kernel.change(sweep_axes, kernel, [shape, x_axis, y_axis], api_visibility="private")
-        sweep_btn.click(sweep, [kernel, shape, sweep_dtype, x_axis, y_axis, value, state],
-                        [heat, sweep_table, best_md, state], api_name="sweep", **GPU)  # fmt: skip
+        sweep_btn.click(
+            sweep,
+            [kernel, shape, sweep_dtype, x_axis, y_axis, value, state],
+            [heat, sweep_table, best_md, state],
+            api_name="sweep",
+            **GPU,
+        )
         best_btn.click(use_best, state, tiles, api_visibility="private")
         compared = [compare_plot, fusion_plot, compare_df, state]
-        compare_btn.click(_with_tile_names(compare), [*settings, lengths, state, *tiles], compared,
-                          api_name="compare", **GPU)  # fmt: skip
+        compare_btn.click(
+            _with_tile_names(compare), [*settings, lengths, state, *tiles], compared, api_name="compare", **GPU
+        )
         export_btn.click(export, [which, fmt, state], file, api_name="export")
     return demo

@@ -100,8 +100,11 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
             if frame.memory_mb.notna().any():
                 lines.append(("memory_mb", "dash", "GPU memory allocated"))
             for column, dash, label in lines:
-                fig.add_trace(go.Scatter(x=frame.position, y=frame[column], mode="lines", line_dash=dash,
-                                         name=f"{run} {label}".strip()))  # fmt: skip
+                fig.add_trace(
+                    go.Scatter(
+                        x=frame.position, y=frame[column], mode="lines", line_dash=dash, name=f"{run} {label}".strip()
+                    )
+                )
         else:
             fig.add_trace(
                 go.Scatter(
@@ -289,9 +292,15 @@ def hierarchy_html(kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.Da
     return (
         '<div class="hierarchy"><p><b>HBM</b> (' + bw + ") ⟶ <b>SRAM</b> (tiles, shared memory) ⟶ "
         "<b>registers / tensor cores</b>. Per decode step:</p>"
-        "<table><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>" + "".join(rows) + "</table>"
-        + launch + saved + "</div>"
-    )  # fmt: skip
+        "<table><tr>"
+        + "".join(f"<th>{h}</th>" for h in heads)
+        + "</tr>"
+        + "".join(rows)
+        + "</table>"
+        + launch
+        + saved
+        + "</div>"
+    )
 
 
 def _us(ms: float) -> str:

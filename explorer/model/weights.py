@@ -15,9 +15,9 @@ from urllib.parse import urlparse
 
 import torch
 
-from .model import GPT, GPTConfig
+from .gpt import GPT, GPTConfig
 
-BUNDLED = Path(__file__).resolve().parent.parent / "assets" / "tiny-gpt2"
+BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "tiny-gpt2"
 DEFAULT_MODEL = "bundled"
 HUB_MODELS = ("distilgpt2", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 

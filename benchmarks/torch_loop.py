@@ -1,0 +1,85 @@
+"""The baseline a PyTorch user would write for fast greedy decoding: GPT-2 in plain PyTorch ops, a
+static KV cache, one decode step captured in a CUDA graph (argmax and the position update inside
+it), replayed once per token, with a single synchronisation at the end.
+
+It shares nothing with explorer/: the weights come straight from a transformers GPT2LMHeadModel.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+class TorchGraphLoop:
+    def __init__(self, hf, max_len: int, dtype=torch.bfloat16, device="cuda"):
+        cfg = hf.config
+        self.C, self.H, self.eps = cfg.n_embd, cfg.n_head, cfg.layer_norm_epsilon
+        sd = {k: v.to(device, dtype) for k, v in hf.state_dict().items()}
+        self.wte, self.wpe = sd["transformer.wte.weight"], sd["transformer.wpe.weight"]
+        self.ln_f = sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"]
+        names = (
+            "ln_1.weight",
+            "ln_1.bias",
+            "attn.c_attn.weight",
+            "attn.c_attn.bias",
+            "attn.c_proj.weight",
+            "attn.c_proj.bias",
+            "ln_2.weight",
+            "ln_2.bias",
+            "mlp.c_fc.weight",
+            "mlp.c_fc.bias",
+            "mlp.c_proj.weight",
+            "mlp.c_proj.bias",
+        )
+        self.layers = [[sd[f"transformer.h.{i}.{n}"] for n in names] for i in range(cfg.n_layer)]
+        D = self.C // self.H
+        self.k = torch.zeros(cfg.n_layer, 1, self.H, max_len, D, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.slots = torch.arange(max_len, device=device)
+        self.ids = torch.zeros(1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        self.out = torch.zeros(max_len, dtype=torch.long, device=device)
+        self.graph = None
+
+    def _step(self):
+        C, H = self.C, self.H
+        x = self.wte[self.ids] + self.wpe[self.pos]  # (1, C)
+        mask = (self.slots <= self.pos)[None, None, None, :]  # (1, 1, 1, T)
+        for i, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, mw, mb) in enumerate(self.layers):
+            h = F.layer_norm(x, (C,), l1w, l1b, self.eps)
+            q, k, v = (t.view(1, H, 1, C // H) for t in torch.addmm(ab, h, aw).split(C, dim=-1))  # Conv1D: (in, out)
+            self.k[i].index_copy_(2, self.pos, k)
+            self.v[i].index_copy_(2, self.pos, v)
+            o = F.scaled_dot_product_attention(q, self.k[i], self.v[i], attn_mask=mask).view(1, C)
+            x = x + torch.addmm(pb, o, pw)
+            h = F.layer_norm(x, (C,), l2w, l2b, self.eps)
+            x = x + torch.addmm(mb, F.gelu(torch.addmm(fb, h, fw), approximate="tanh"), mw)
+        x = F.layer_norm(x, (C,), *self.ln_f, self.eps)
+        nxt = (x @ self.wte.T).argmax(dim=-1)
+        self.out.index_copy_(0, self.pos, nxt)  # the token that follows position pos
+        self.ids.copy_(nxt)
+        self.pos.add_(1)
+
+    def generate(self, prompt: list[int], n: int) -> list[int]:
+        """Greedy: the prompt fed one token a step, then n new tokens; one sync at the end."""
+        if self.graph is None:
+            self._capture()
+        self.pos.zero_()
+        self.ids.fill_(prompt[0])
+        for t in prompt[1:]:
+            self.graph.replay()
+            self.ids.fill_(t)
+        for _ in range(n):
+            self.graph.replay()
+        return self.out[len(prompt) - 1 : len(prompt) - 1 + n].tolist()
+
+    def _capture(self):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=stream):
+            self._step()
+        torch.cuda.synchronize()

@@ -1,0 +1,1 @@
+"""The Gradio app: what its buttons do (actions), the figures (plots), the layout and wiring (ui)."""

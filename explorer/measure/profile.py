@@ -1,0 +1,187 @@
+"""Device time per named operation, measured at positions of the run itself.
+
+A Profiler is an observer (explorer.model.ops) that times every operation it sees. On a GPU each call
+is measured as device time: a spin kernel is queued first and the call's kernels are launched while
+the device is still spinning, so the events around them see the kernels back to back, without the
+Python launch overhead in between. That holds only if the whole call was launched before the spin
+ended; the launch's host time is checked against the spin's measured length, and a call launched too
+slowly is run again behind a longer spin (the operations are pure, or idempotent like the cache
+write). The host time of each launch is kept too (`launch_ms`): it is the overhead a CUDA graph
+removes. On CPU a call is timed by perf_counter in the Triton interpreter.
+
+profile_run() places such measurements at decode positions spread over a finished run (its first and
+last decode step among them), so a chart that divides a step's bytes by a kernel's time uses a time
+measured at, or next to, that step's position.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+
+import pandas as pd
+import torch
+
+from ..model.generate import generate
+from ..model.ops import Op
+from .traffic import category
+
+
+class Profiler:
+    """Times every operation of the steps it observes; take() hands over one step's times by name."""
+
+    def __init__(self):
+        self._events: list = []
+        self._host: dict[str, float] = defaultdict(float)
+        self._kinds: dict[str, str] = {}
+        self._device: torch.device | None = None
+
+    def __call__(self, op: Op, run):
+        self._kinds[op.name] = category(op)
+        if op.device.type != "cuda":
+            t0 = time.perf_counter()
+            out = run()
+            self._events.append((op.name, t0, time.perf_counter()))
+            return out
+        for _ in range(_MAX_RESPINS):
+            cycles = _spin.cycles
+            host0 = time.perf_counter()
+            torch.cuda._sleep(cycles)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = run()
+            end.record()
+            host = (time.perf_counter() - host0) * 1e3
+            if host < _SPIN_MARGIN * _spin.ms(cycles, op.device):
+                break
+            _spin.cycles = min(4 * cycles, _MAX_SPIN_CYCLES)  # launched after the spin ended: longer spin, again
+        self._events.append((op.name, start, end))
+        self._host[op.name] += host
+        self._device = op.device
+        return out
+
+    def take(self) -> list[dict]:
+        """One row per operation name for the step just observed (device synchronised here): device
+        time (ms) less the interval two empty events show, host launch time (ms, GPU only), calls."""
+        if self._device is not None:
+            torch.cuda.synchronize(self._device)
+        ms: dict[str, float] = defaultdict(float)
+        calls: dict[str, int] = defaultdict(int)
+        for name, start, end in self._events:
+            if isinstance(start, torch.cuda.Event):
+                ms[name] += max(0.0, start.elapsed_time(end) - _spin.floor_ms(self._device))
+            else:
+                ms[name] += (end - start) * 1e3
+            calls[name] += 1
+        rows = [
+            dict(
+                op=name,
+                kind=self._kinds[name],
+                kernel_ms=ms[name],
+                calls=calls[name],
+                launch_ms=self._host[name] if name in self._host else float("nan"),
+            )
+            for name in ms
+        ]
+        self._events, self._host = [], defaultdict(float)
+        return rows
+
+
+_SPIN_MARGIN = 0.8  # a launch must end within 80% of the spin
+_MAX_RESPINS = 6
+_MAX_SPIN_CYCLES = 1 << 27  # about 70 ms at 2 GHz
+
+
+class _Spin:
+    """GPU cycles to spin before a timed call, grown whenever a launch outlasts the spin; the spin's
+    length in ms is measured once per device with events."""
+
+    def __init__(self, cycles: int = 400_000):
+        self.cycles = cycles
+        self._ms_per_cycle: dict[int, float] = {}
+        self._floor: dict[int, float] = {}
+
+    def floor_ms(self, device: torch.device) -> float:
+        """Median interval of two events recorded back to back behind a spin: what an empty timed
+        call would show."""
+        index = _index(device)
+        if index not in self._floor:
+            pairs = []
+            for _ in range(21):
+                torch.cuda._sleep(50_000)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                end.record()
+                pairs.append((start, end))
+            torch.cuda.synchronize(index)
+            self._floor[index] = statistics.median(s.elapsed_time(e) for s, e in pairs)
+        return self._floor[index]
+
+    def ms(self, cycles: int, device: torch.device) -> float:
+        index = _index(device)
+        if index not in self._ms_per_cycle:
+            probe = 1_000_000
+            torch.cuda._sleep(probe)  # first call: a warm-up
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(probe)
+            end.record()
+            end.synchronize()
+            self._ms_per_cycle[index] = start.elapsed_time(end) / probe
+        return cycles * self._ms_per_cycle[index]
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+_spin = _Spin()
+
+
+def sample_positions(decode_indices: list[int], samples: int) -> list[int]:
+    """Up to `samples` step indices spread evenly over a run's decode steps, first and last included."""
+    if not decode_indices or samples < 1:
+        return []
+    if samples == 1 or len(decode_indices) == 1:
+        return [decode_indices[0]]
+    n = min(samples, len(decode_indices))
+    picks = {decode_indices[round(i * (len(decode_indices) - 1) / (n - 1))] for i in range(n)}
+    return sorted(picks)
+
+
+def profile_run(
+    model, prompts: list[list[int]], steps, *, cache: bool, tiles=None, backend=None, samples: int = 5, progress=None
+) -> pd.DataFrame:
+    """Device time per operation at decode positions spread over a finished run (`steps`, its Steps;
+    `prompts`, its prompt ids), and at its prefill. Each sampled decode step is rebuilt exactly:
+    the prompt and the tokens generated before it, fed as a prompt, then that step profiled.
+
+    One row per (profiled step, operation): step (the run's step index), phase, position, op, kind,
+    kernel_ms, launch_ms, calls."""
+    generated = [[s.token_ids[b] for s in steps] for b in range(len(prompts))]
+    picks = [0, *sample_positions([s.index for s in steps if s.phase == "decode"], samples)]
+    rows = []
+    profiler = Profiler()
+    kw = dict(cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False, eos_token_id=-1)
+    for n, index in enumerate(picks):
+        if progress:
+            progress(n, len(picks), f"profiling step {index}")
+        # The step's input is the prompt and the `index` tokens generated before it. With the cache on,
+        # all but the last of those are a prefill and the last is what the decode step feeds.
+        fed = [p + g[:index] for p, g in zip(prompts, generated, strict=True)]
+        if cache and index > 0:
+            gen = generate(model, [f[:-1] for f in fed], max_new_tokens=2, observer=profiler, **kw)
+            observed = list(_observed(gen, profiler))[1]
+        else:
+            observed = list(_observed(generate(model, fed, max_new_tokens=1, observer=profiler, **kw), profiler))[0]
+        step = steps[index]
+        rows += [dict(step=index, phase=step.phase, position=step.position, **r) for r in observed]
+    if progress:
+        progress(len(picks), len(picks), "profiled")
+    return pd.DataFrame(rows)
+
+
+def _observed(gen, profiler: Profiler):
+    for _ in gen:
+        yield profiler.take()

@@ -1,0 +1,211 @@
+"""Sweeps over tiles, sequence lengths, cache on/off and backends (explorer.cli prints them).
+
+Every sweep returns a tidy DataFrame (one row per observation) and reports progress while it runs.
+Tile sweeps keep every config, the impossible ones with the reason, not only the winner.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import fields
+
+import pandas as pd
+import torch
+
+import kernels
+from kernels.attention import decode_traffic
+from kernels.attention import traffic as attention_traffic
+from kernels.config import TileConfig
+from kernels.layer_norm import traffic as layer_norm_traffic
+from kernels.linear import traffic as linear_traffic
+from kernels.timing import device_ms
+
+from ..model.generate import generate
+from ..model.ops import Tiles
+from . import metrics
+
+Progress = Callable[[int, int, str], None]
+
+# Grids the tile sweep walks by default (the UI and CLI can pass their own).
+GRIDS = {
+    "attention": dict(block_m=[16, 32, 64, 128], block_n=[16, 32, 64, 128], num_warps=[4, 8], num_stages=[1, 2, 3]),
+    "decode_attention": dict(block_n=[16, 32, 64, 128, 256], split_k=[1, 4, 16, 64], num_warps=[2, 4]),
+    "linear": dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128, 256], block_k=[32, 64], num_stages=[2, 3, 4]),
+    "layer_norm": dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
+}
+DEFAULT_SHAPES = {
+    "attention": dict(B=1, H=12, T=1024, D=64),
+    "decode_attention": dict(B=1, H=12, T=8192, D=64),
+    "linear": dict(M=1024, K=768, N=3072),
+    "layer_norm": dict(M=4096, C=768),
+}
+
+
+def grid_configs(kernel: str, grid: dict | None = None) -> list[TileConfig]:
+    grid = grid or GRIDS[kernel]
+    names = list(grid)
+    return [TileConfig(**dict(zip(names, values, strict=True))) for values in itertools.product(*grid.values())]
+
+
+def _inputs(kernel: str, shape: dict, dtype, device):
+    """Random inputs and a call(config) for one kernel at one shape, with its traffic model."""
+    r = lambda *s: torch.randn(*s, device=device, dtype=dtype)
+    item = torch.empty((), dtype=dtype).element_size()
+    if kernel == "attention":
+        B, H, T, D = (shape[k] for k in "BHTD")
+        q, k, v = r(B, H, T, D), r(B, H, T, D), r(B, H, T, D)
+        call = lambda c: kernels.attention(q, k, v, config=c)
+        model = lambda c: attention_traffic(B, H, T, T, D, item, config=c, dtype=dtype, device=device)
+    elif kernel == "decode_attention":
+        B, H, T, D = (shape[k] for k in "BHTD")
+        q, kc, vc = r(B, H, 1, D), r(B, H, T, D), r(B, H, T, D)
+        lengths = torch.full((B,), T, device=device, dtype=torch.int32)
+        call = lambda c: kernels.decode_attention(q, kc, vc, lengths, config=c)
+        model = lambda c: decode_traffic([T] * B, H, T, D, item, config=c, dtype=dtype, device=device)
+    elif kernel == "linear":
+        M, K, N = (shape[k] for k in "MKN")
+        x, w, b = r(M, K), r(N, K) / K**0.5, r(N)
+        call = lambda c: kernels.linear(x, w, b, activation="gelu", config=c)
+        model = lambda c: linear_traffic(M, N, K, item, activation="gelu", config=c, dtype=dtype, device=device)
+    elif kernel == "layer_norm":
+        M, C = shape["M"], shape["C"]
+        x, res, w, b = r(M, C), r(M, C), r(C), r(C)
+        call = lambda c: kernels.layer_norm(x, w, b, residual=res, config=c)
+        model = lambda c: layer_norm_traffic(M, C, item, residual=True, config=c)
+    else:
+        raise ValueError(f"kernel {kernel!r} is not known (allowed: {', '.join(GRIDS)})")
+    return call, model
+
+
+def time_call(fn, device: torch.device, reps: int = 3) -> float:
+    """Median ms of fn(): device time from CUDA-graph replays on a GPU (launch overhead out, since at
+    small shapes it would swamp the differences between tiles); perf_counter on CPU."""
+    if device.type == "cuda":
+        return device_ms(fn, reps=20, samples=10)
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def tile_sweep(
+    kernel: str,
+    shape: dict | None = None,
+    *,
+    dtype=torch.float16,
+    device="cpu",
+    grid=None,
+    progress: Progress | None = None,
+) -> pd.DataFrame:
+    """Time every config of the grid for one kernel and shape. Impossible configs stay in the result
+    with valid=False and the reason."""
+    device = torch.device(device)
+    shape = {**DEFAULT_SHAPES[kernel], **(shape or {})}
+    call, model = _inputs(kernel, shape, dtype, device)
+    configs = grid_configs(kernel, grid)
+    rows = []
+    for i, cfg in enumerate(configs):
+        if progress:
+            progress(i, len(configs), f"{kernel} {cfg}")
+        row = {f.name: getattr(cfg, f.name) for f in fields(cfg) if getattr(cfg, f.name) is not None}
+        try:
+            traffic = model(cfg)
+            ms = time_call(lambda c=cfg: call(c), device)
+        except ValueError as e:  # refused by validation, or out of resources when compiled
+            rows.append(dict(row, valid=False, reason=str(e), ms=math.nan))
+            continue
+        except Exception as e:  # a config the compiler rejects in another way: recorded, the sweep goes on
+            rows.append(
+                dict(row, valid=False, reason=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", ms=math.nan)
+            )
+            continue
+        rows.append(
+            dict(
+                row,
+                valid=True,
+                reason="",
+                ms=ms,
+                modeled_mb=traffic.bytes / metrics.MB,
+                gbs=traffic.bytes / ms / 1e6,
+                tflops=traffic.flops / ms / 1e9,
+            )
+        )
+    if progress:
+        progress(len(configs), len(configs), "done")
+    out = pd.DataFrame(rows)
+    out.insert(0, "kernel", kernel)
+    out["shape"] = ",".join(f"{k}={v}" for k, v in shape.items())
+    out["timer"] = "CUDA-graph replay median (device time)" if device.type == "cuda" else metrics.CPU_LABEL
+    return out
+
+
+def best_config(sweep: pd.DataFrame) -> TileConfig:
+    """The fastest valid row of a tile sweep, as a TileConfig."""
+    valid = sweep[sweep.valid]
+    if valid.empty:
+        raise ValueError("no valid config in this sweep")
+    row = valid.loc[valid.ms.idxmin()]
+    names = {f.name for f in fields(TileConfig)}
+    return TileConfig(**{k: int(v) for k, v in row.items() if k in names and not pd.isna(v)})
+
+
+def run_frame(steps, **labels) -> pd.DataFrame:
+    """Steps of one generation as rows, with the run's settings as columns."""
+    frame = metrics.step_frame(steps)
+    for key, value in labels.items():
+        frame.insert(0, key, value)
+    return frame
+
+
+def sequence_sweep(
+    model,
+    prompt_lengths,
+    new_tokens: int,
+    *,
+    caches=(True, False),
+    backends=("triton", "torch"),
+    tiles: Tiles | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+    graphs=(None,),
+):
+    """Per-step latency and modeled bytes for every (backend, cache, prompt length): cache on grows
+    O(n) per token in bytes read, cache off O(n^2) in recomputation. `graphs` holds generate's graph
+    choices to run (None: CUDA graphs wherever they apply); a graph with the cache off is skipped."""
+    runs = [
+        (backend, cache, graph, length)
+        for backend, cache, graph, length in itertools.product(backends, caches, graphs, prompt_lengths)
+        if cache or not graph
+    ]
+    gen = torch.Generator().manual_seed(seed)
+    frames = []
+    for i, (backend, cache, graph, length) in enumerate(runs):
+        if progress:
+            progress(i, len(runs), f"{backend}, cache {'on' if cache else 'off'}, prompt {length}")
+        prompt = torch.randint(0, model.config.vocab_size, (length,), generator=gen).tolist()
+        steps = list(
+            generate(
+                model,
+                prompt,
+                max_new_tokens=new_tokens,
+                cache=cache,
+                backend=backend,
+                tiles=tiles,
+                eos_token_id=-1,
+                graph=graph,
+            )
+        )
+        mode = "CUDA graph" if any(s.graph for s in steps) else "eager"
+        frames.append(
+            run_frame(steps, backend=backend, cache="on" if cache else "off", launch_mode=mode, prompt_tokens=length)
+        )
+    if progress:
+        progress(len(runs), len(runs), "done")
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,104 @@
+"""Bytes and FLOPs of each named operation, from the traffic model beside its kernel, and the chart
+category each name falls under.
+
+The decoder only names its operations (explorer.model.ops.Op); this is where a name becomes bytes.
+A Triton call is booked at the tiles it ran with; the torch backend's calls are booked as PyTorch
+runs them (unfused bias, GELU and residual passes; SDPA at its floor, since its tiles are its own).
+Results are cached: one step of GPT-2 small names about 170 operations, most of them alike.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from kernels.attention import decode_traffic, traffic_floor
+from kernels.attention import traffic as attention_traffic
+from kernels.config import Traffic
+from kernels.layer_norm import traffic as layer_norm_traffic
+from kernels.layer_norm import traffic_unfused as layer_norm_unfused
+from kernels.linear import traffic as linear_traffic
+from kernels.linear import traffic_unfused as linear_unfused
+
+from ..model.ops import Op
+
+# Chart categories, by operation name; "attn" is split by kernel (prefill or decode attention).
+CATEGORIES = {
+    "ln_1": "layer_norm",
+    "ln_2": "layer_norm",
+    "ln_f": "layer_norm",
+    "attn.c_attn": "qkv/out proj",
+    "attn.c_proj": "qkv/out proj",
+    "mlp.c_fc": "ffn",
+    "mlp.c_proj": "ffn",
+    "lm_head": "lm_head",
+    "wte/wpe": "embedding",
+    "kv write": "kv write",
+}
+
+
+def category(op: Op) -> str:
+    if op.name == "attn":
+        return "decode attention" if op.kernel == "decode_attention" else "attention"
+    return CATEGORIES.get(op.name, op.name)
+
+
+@functools.lru_cache(maxsize=8192)
+def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
+    """Modeled traffic of one call; `lengths` (keys per sequence) for decode attention only."""
+    item = op.dtype.itemsize
+    on = dict(dtype=op.dtype, device=op.device)
+    triton = op.backend == "triton"
+    if op.kernel == "layer_norm":
+        rows, width, residual = op.sizes
+        if triton:
+            return layer_norm_traffic(rows, width, item, residual=bool(residual), config=op.config)
+        return layer_norm_unfused(rows, width, item, residual=bool(residual))
+    if op.kernel == "linear":
+        rows, out_f, in_f, bias, gelu, residual = op.sizes
+        flags = dict(bias=bool(bias), activation="gelu" if gelu else None, residual=bool(residual))
+        if triton:
+            return linear_traffic(rows, out_f, in_f, item, **flags, config=op.config, **on)
+        return linear_unfused(rows, out_f, in_f, item, **flags)
+    if op.kernel == "attention":
+        b, h, tq, tk, d = op.sizes
+        if triton:
+            return attention_traffic(b, h, tq, tk, d, item, config=op.config, **on)
+        return traffic_floor(b, h, tq, tk, d, item)
+    if op.kernel == "decode_attention":
+        b, h, max_len, d = op.sizes
+        if triton:
+            return decode_traffic(list(lengths), h, max_len, d, item, config=op.config, **on)
+        return traffic_floor(b, h, 1, max_len, d, item, causal=False)  # the masked SDPA reads every slot
+    if op.kernel == "kv_write":
+        b, h, t, d, _ = op.sizes
+        moved = 2 * b * h * t * d * item  # K and V rows read from the projection, written to the cache
+        return Traffic(moved, moved, 0, 2 * moved)
+    if op.kernel == "embedding":
+        n = op.sizes[0] * op.sizes[1]  # two rows gathered and added per token
+        return Traffic(2 * n * item, n * item, n, 3 * n * item)
+    raise ValueError(f"no traffic model for kernel {op.kernel!r}")
+
+
+def step_traffic(step) -> dict[str, Traffic]:
+    """Modeled traffic of one Step, per chart category. In a decode step each sequence attends over
+    as many keys as the new token's position (its length once the fed token is in the cache)."""
+    return dict(_by_category(step.ops, tuple(step.positions) if step.phase == "decode" else ()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _by_category(ops: tuple[Op, ...], lengths: tuple[int, ...]) -> dict[str, Traffic]:
+    out: dict[str, Traffic] = {}
+    for op in ops:
+        t = op_traffic(op, lengths if op.kernel == "decode_attention" else ())
+        kind = category(op)
+        out[kind] = out[kind] + t if kind in out else t
+    return out
+
+
+def step_operations(step) -> dict[str, int]:
+    """Named operations per chart category in one Step (calls, not GPU kernels: see launches.py)."""
+    out: dict[str, int] = {}
+    for op in step.ops:
+        kind = category(op)
+        out[kind] = out.get(kind, 0) + 1
+    return out

@@ -1,0 +1,323 @@
+"""Token-by-token generation: prefill, then one decode step per new token, one Step record each.
+
+With the cache on, prefill writes the prompt's K and V once and each decode step feeds only the new
+token. With it off, every step runs the whole sequence again (the O(n^2) path). Both give the same
+greedy tokens.
+
+The loop keeps the device busy: the next step is queued (its input is the sampled token, which never
+leaves the device) before the host reads the tokens of the step before it, so the host's work on one
+token (copying it back, detokenising, building the Step) overlaps the device's work on the next.
+Each Step carries two clocks: `latency_ms`, the step's time on the device clock (CUDA events around
+it; perf_counter on CPU), and `wall_s`, when its tokens reached the caller by the wall clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .cache import KVCache
+from .graphs import DecodeGraph
+from .ops import Observer, Op, Tiles, Trace
+
+
+@dataclass
+class Step:
+    index: int  # 0 is the prefill, which yields the first new token
+    phase: str  # "prefill" | "decode"
+    token_ids: list[int]  # one per sequence
+    texts: list[str]  # the text each token adds, per sequence
+    positions: list[int]  # position of each new token (its sequence's length before it)
+    context_tokens: int  # tokens the model processed in this step, whole batch
+    latency_ms: float  # the step on the device clock (see timer)
+    timer: str  # what measured latency_ms
+    kv_used_bytes: int
+    kv_allocated_bytes: int
+    ops: tuple[Op, ...] = ()  # the named operations the step ran, in order
+    graph: bool = False  # the step was one CUDA graph replay
+    wall_s: float = 0.0  # wall clock, from the start of generation (after warm-up) to this step's tokens
+    peak_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated since the run began (GPU only)
+    warmup_ms: float = 0.0  # compile + first-run time before step 0; CUDA graph capture before step 1
+    finished: list[bool] = field(default_factory=list)
+    stop_reason: str | None = None  # set on the last step
+
+    @property
+    def token_id(self) -> int:
+        return self.token_ids[0]
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
+
+    @property
+    def position(self) -> int:
+        return self.positions[0]
+
+
+def as_batch(prompt_ids) -> list[list[int]]:
+    """A list of ids, a list of lists (unequal lengths allowed) or a (B, T) / (T,) tensor."""
+    if isinstance(prompt_ids, torch.Tensor):
+        prompt_ids = prompt_ids.tolist()
+    prompt_ids = list(prompt_ids)
+    if not prompt_ids:
+        raise ValueError("prompt is empty: at least one token is needed")
+    batch = (
+        [list(map(int, p)) for p in prompt_ids] if isinstance(prompt_ids[0], Sequence) else [list(map(int, prompt_ids))]
+    )
+    if any(len(p) == 0 for p in batch):
+        raise ValueError("prompt is empty: at least one token is needed")
+    return batch
+
+
+def sample(logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator | None) -> torch.Tensor:
+    """logits (B, vocab) -> token ids (B,). temperature 0 is greedy."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)  # the same pick in the logits' own dtype: no float copy needed
+    logits = logits.float() / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+class _Texts:
+    """Incremental detokenisation: each sequence's text is decoded over a short window of its last
+    tokens (never the whole continuation, which would grow with every step), and a piece is emitted
+    once it no longer ends in an incomplete character."""
+
+    def __init__(self, tokenizer, batch: int):
+        self.tok = tokenizer
+        self.ids = [[] for _ in range(batch)]
+        self.start = [0] * batch  # where the window begins
+        self.read = [0] * batch  # tokens already turned into text
+
+    def add(self, b: int, token_id: int) -> str:
+        if self.tok is None:
+            return ""
+        ids = self.ids[b]
+        ids.append(token_id)
+        start, read = self.start[b], self.read[b]
+        done = self.tok.decode(ids[start:read]) if read > start else ""
+        text = self.tok.decode(ids[start:])
+        if text.endswith("\ufffd") or len(text) <= len(done):  # an incomplete character: wait for more
+            return ""
+        self.start[b], self.read[b] = read, len(ids)
+        return text[len(done) :]
+
+
+def generate(
+    model,
+    prompt_ids,
+    *,
+    max_new_tokens: int,
+    cache: bool = True,
+    tiles: Tiles | None = None,
+    backend: str | None = None,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    seed: int = 0,
+    tokenizer=None,
+    eos_token_id: int | None = None,
+    observer: Observer | None = None,
+    warmup: bool = True,
+    graph: bool | None = None,
+) -> Iterator[Step]:
+    """Yield one Step per generated token (per batch step). Stops at max_new_tokens, at end-of-text
+    (every sequence), or at the model's position limit; the last Step says which.
+
+    observer: called around every operation of every step (see explorer.model.ops), e.g. by the
+    measure layer's profiler; its own work (a GPU spin before each kernel) shows in latency_ms.
+
+    graph=True replays every decode step from a CUDA graph captured once (see explorer.model.graphs):
+    it needs a CUDA device and the cache on, and no observer (a replay launches nothing one by one).
+    None (the default) uses it wherever it can be."""
+    batch = as_batch(prompt_ids)
+    n_pos = model.config.n_positions
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+    if max(map(len, batch)) > n_pos:
+        raise ValueError(f"prompt of {max(map(len, batch))} tokens exceeds the model's {n_pos} positions")
+    if eos_token_id is None:
+        eos_token_id = model.config.eos_token_id
+    device = model.device
+    graph = _use_graph(graph, device, cache, observer)
+    warmup_ms = _warm_up(model, batch, cache, tiles, backend) if warmup else 0.0
+    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer)
+    sampler = lambda logits: sample(logits, temperature, top_k, generator)
+    generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
+    texts = _Texts(tokenizer, len(batch))
+    finished = [False] * len(batch)
+    cuda = device.type == "cuda"
+    timer = "cuda events around each step (device clock)" if cuda else "cpu perf_counter (Triton interpreter)"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    steps = run.n_steps
+    # Under an observer each step runs alone, so what it saw belongs to the Step yielded next.
+    ahead = observer is None and cuda
+    pending = run.launch(0, sampler)
+    for index in range(steps):
+        launched = pending
+        if ahead and index + 1 < steps:  # queue the next step before reading this one's tokens
+            pending = run.launch(index + 1, sampler, after=launched)
+        ids = launched.tokens()
+        was_finished = list(finished)
+        for b, t in enumerate(ids):
+            finished[b] = finished[b] or (eos_token_id is not None and t == eos_token_id)
+        stop = None
+        if all(finished):
+            stop = "end of text"
+        elif index + 1 == max_new_tokens:
+            stop = f"reached max new tokens ({max_new_tokens})"
+        elif index + 1 == steps:
+            stop = f"reached the model's position limit ({n_pos} positions)"
+        yield Step(
+            index=index,
+            phase="prefill" if index == 0 else "decode",
+            token_ids=ids,
+            texts=["" if was_finished[b] or finished[b] else texts.add(b, t) for b, t in enumerate(ids)],
+            positions=launched.positions,
+            context_tokens=launched.context_tokens,
+            latency_ms=launched.latency_ms(),
+            timer=timer,
+            kv_used_bytes=run.kv.bytes_per_token * sum(launched.positions) if run.kv else 0,
+            kv_allocated_bytes=run.kv.allocated_bytes if run.kv else 0,
+            ops=launched.ops,
+            graph=launched.graph,
+            wall_s=time.perf_counter() - t0,
+            peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
+            warmup_ms=warmup_ms if index == 0 else launched.capture_ms,
+            finished=list(finished),
+            stop_reason=stop,
+        )
+        if stop:
+            return
+        if not ahead:
+            pending = run.launch(index + 1, sampler, after=launched)
+
+
+class _Launched:
+    """One step queued on the device: its sampled tokens on their way to the host, its events."""
+
+    def __init__(self, next_ids, positions, context_tokens, ops, graph, capture_ms, start, end):
+        self.next_ids, self.positions, self.context_tokens = next_ids, positions, context_tokens
+        self.ops, self.graph, self.capture_ms = ops, graph, capture_ms
+        self.start, self.end = start, end
+        if next_ids.device.type == "cuda":
+            self.host = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=True)
+            self.host.copy_(next_ids, non_blocking=True)
+            self.ready = torch.cuda.Event()
+            self.ready.record()
+        else:
+            self.host, self.ready = next_ids, None
+
+    def tokens(self) -> list[int]:
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.host.tolist()
+
+    def latency_ms(self) -> float:
+        if isinstance(self.start, float):
+            return (self.end - self.start) * 1e3
+        return self.start.elapsed_time(self.end)
+
+
+class _Run:
+    """The state of one generation: the cache (or the growing token buffer when it is off)."""
+
+    def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer):
+        self.model, self.tiles, self.backend, self.use_graph = model, tiles, backend, graph
+        self.observer = observer
+        self.graph = None
+        self.lengths = [len(p) for p in batch]
+        n_pos = model.config.n_positions
+        # Steps the run can take: each feeds the token before it, and the last token may sit at n_pos.
+        self.n_steps = min(max_new_tokens, n_pos - max(self.lengths) + 1)
+        total = min(max(self.lengths) + max_new_tokens, n_pos)
+        device = model.device
+        self.tokens = torch.zeros(len(batch), total, dtype=torch.long, device=device)  # right-padded
+        for b, p in enumerate(batch):
+            self.tokens[b, : len(p)] = torch.tensor(p)
+        self.kv = KVCache.for_model(model, len(batch), total) if cache else None
+        self.cuda = device.type == "cuda"
+
+    def _clock(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def launch(self, index: int, sampler, after: _Launched | None = None) -> _Launched:
+        """Queue step `index`: its forward pass and the sampling of its tokens, all on the device."""
+        if after is not None:
+            self._append(after.next_ids)
+        capture_ms = 0.0
+        if self.use_graph and index == 1 and self.graph is None:  # captured before the first decode step
+            self.graph = DecodeGraph(self.model, self.kv, tiles=self.tiles, backend=self.backend)
+            capture_ms = self.graph.capture_ms
+        positions = list(self.lengths)
+        start = self._clock()
+        if self.graph is not None and index > 0:
+            logits, ops, replayed = self.graph.step(self.next_ids), self.graph.ops, True
+            context = len(self.lengths)
+        else:
+            trace = Trace(self.observer)
+            logits, context = self._forward(index, trace), self._context(index)
+            ops, replayed = tuple(trace.ops), False
+        next_ids = sampler(logits)
+        end = self._clock()
+        return _Launched(next_ids, positions, context, ops, replayed, capture_ms, start, end)
+
+    def _context(self, index: int) -> int:
+        if self.kv is not None and index > 0:
+            return len(self.lengths)
+        return len(self.lengths) * max(self.lengths)
+
+    def _forward(self, index: int, trace: Trace) -> torch.Tensor:
+        kw = dict(tiles=self.tiles, backend=self.backend, observer=trace)
+        m = self.model
+        if self.kv is not None and index > 0:
+            return m.decode(self.next_ids, self.kv, **kw)
+        width = max(self.lengths)
+        if self.kv is not None:
+            return m.prefill(self.tokens[:, :width], self.kv, self.lengths, **kw)
+        last = torch.tensor([n - 1 for n in self.lengths], device=self.tokens.device)
+        return m(self.tokens[:, :width], logits_at=last, **kw)[:, 0]
+
+    def _append(self, next_ids: torch.Tensor) -> None:
+        if self.kv is None:  # only the cache-off path reads the whole sequence again
+            rows = torch.arange(len(self.lengths), device=next_ids.device)
+            self.tokens[rows, torch.tensor(self.lengths, device=next_ids.device)] = next_ids
+        self.lengths = [n + 1 for n in self.lengths]
+        self.next_ids = next_ids
+
+
+def _use_graph(graph: bool | None, device: torch.device, cache: bool, observer) -> bool:
+    if graph is None:
+        return device.type == "cuda" and cache and observer is None
+    if graph and not cache:
+        raise ValueError("CUDA graphs need the KV cache on: without it every step has a new shape")
+    if graph and observer is not None:
+        raise ValueError("an observer sees each operation as it is launched, so it cannot watch a CUDA graph replay")
+    if graph and device.type != "cuda":
+        raise ValueError(f"CUDA graphs need a CUDA GPU; this model runs on {device.type}")
+    return bool(graph)
+
+
+def _warm_up(model, batch, cache, tiles, backend) -> float:
+    """Run the first two steps once, untimed and unobserved, so Triton's compilation (and autotuning)
+    is spent here and reported apart; returns its wall time in ms."""
+    t0 = time.perf_counter()
+    steps = generate(
+        model, batch, max_new_tokens=2, cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False
+    )
+    for _ in steps:
+        pass
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
+    return (time.perf_counter() - t0) * 1e3
