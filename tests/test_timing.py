@@ -1,0 +1,163 @@
+"""The one timing method (kernels.timing). The rotation arithmetic, the input
+copies and the capture clean-up run on CPU; the timings themselves need a GPU."""
+
+import statistics
+
+import pytest
+import torch
+
+from kernels import timing
+
+MB = 1 << 20
+H200_L2 = 60 * MB
+
+
+@pytest.mark.parametrize(
+    ("bytes_per_set", "l2"),
+    [(25 * MB, H200_L2), (5 * MB, 40 * MB), (100 * MB, 128 * MB), (7 * MB, 50 * MB)],
+)
+def test_enough_sets_to_rotate_past_l2(bytes_per_set, l2):
+    n = timing.input_sets(bytes_per_set, l2)
+    assert n * bytes_per_set >= timing.ROTATE_FACTOR * l2
+    assert n * bytes_per_set >= timing.ROTATE_FLOOR
+    assert (n - 1) * bytes_per_set < max(timing.ROTATE_FLOOR, timing.ROTATE_FACTOR * l2)  # and no more than that
+
+
+def test_one_set_when_it_already_streams_past_the_target():
+    assert timing.input_sets(2 << 30, H200_L2) == 1
+    assert timing.input_sets(0, H200_L2) == timing.MAX_SETS  # an empty set cannot reach it: capped, not a division
+
+
+def test_sets_are_capped_by_count_and_by_free_memory():
+    assert timing.input_sets(4096, H200_L2) == timing.MAX_SETS
+    assert timing.input_sets(25 * MB, H200_L2, free_bytes=100 * MB) == 2  # half of 100 MB holds two sets
+    assert timing.input_sets(25 * MB, H200_L2, free_bytes=10 * MB) == 1  # never fewer than one
+
+
+def test_random_copies_are_fresh_random_memory_with_the_same_layout():
+    cache = torch.zeros(2, 3, 16, 8)
+    k, v = cache[:, :, :10], cache[:, :, 10:]  # views of one buffer, as a KV cache slice would be
+    lengths = torch.tensor([10, 7], dtype=torch.int32)
+    copy = timing.random_like((k, v, lengths, None, 1e-5))
+    for old, new in zip((k, v, lengths), copy, strict=False):
+        assert new.shape == old.shape and new.stride() == old.stride() and new.dtype == old.dtype
+        assert new.untyped_storage().data_ptr() != old.untyped_storage().data_ptr()
+    assert copy[0].untyped_storage().data_ptr() == copy[1].untyped_storage().data_ptr()  # still one buffer
+    assert (copy[0] != 0).all() and (copy[1] != 0).all() and copy[0].std() > 0.5
+    assert torch.equal(copy[2], lengths)  # lengths stay valid lengths
+    assert copy[3:] == (None, 1e-5)
+    assert timing.set_bytes(copy) == cache.untyped_storage().nbytes() + lengths.untyped_storage().nbytes()
+
+
+def test_rotated_inputs_are_distinct_sets_from_make_inputs():
+    make = lambda: (torch.randn(1024, 1024), torch.randn(1024))  # ~4 MB a set
+    sets = timing.rotated_inputs(make, l2_bytes=8 * MB)
+    assert len(sets) == timing.input_sets(timing.set_bytes(sets[0]), 8 * MB) > 1
+    assert len({s[0].untyped_storage().data_ptr() for s in sets}) == len(sets)
+    assert all((s[0] != 0).any() for s in sets)
+    assert len(timing.rotated_inputs(make, bytes_per_set=1 << 40, l2_bytes=8 * MB)) == 1
+
+
+def test_cpu_measure_is_one_labelled_interpreter_call():
+    calls = []
+    t = timing.measure(lambda x: calls.append(x.shape), lambda: (torch.randn(4, 4),), torch.device("cpu"))
+    assert calls == [(4, 4)] and t.regime == timing.CPU_REGIME and t.ms >= 0 and t.sets == 1
+
+
+class FakeGraph:
+    """Records what capture does to a graph; capture_end can be told to fail as an invalidated capture does."""
+
+    def __init__(self, end_fails=False):
+        self.log, self.end_fails = [], end_fails
+
+    def capture_begin(self):
+        self.log.append("begin")
+
+    def capture_end(self):
+        self.log.append("end")
+        if self.end_fails:
+            raise RuntimeError("operation failed due to a previous error during capture")
+
+    def reset(self):
+        self.log.append("reset")
+
+
+def test_a_failure_while_capturing_ends_the_capture_and_resets_the_graph():
+    def body():
+        raise ValueError("block_m=256 does not fit")
+
+    for end_fails in (False, True):
+        graph = FakeGraph(end_fails)
+        with pytest.raises(timing.CaptureError, match="ValueError: block_m=256") as info:
+            timing.capture(body, None, graph)  # stream None: torch.cuda.stream(None) is a no-op on CPU
+        assert graph.log == ["begin", "end", "reset"]
+        assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_a_capture_that_does_not_end_cleanly_is_reset():
+    graph = FakeGraph(end_fails=True)
+    with pytest.raises(timing.CaptureError, match="did not end cleanly"):
+        timing.capture(lambda: None, None, graph)
+    assert graph.log == ["begin", "end", "reset"]
+    graph = FakeGraph()
+    assert timing.capture(lambda: None, None, graph) is graph and graph.log == ["begin", "end"]
+
+
+# --- GPU: the timings themselves ---------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_copy_bandwidth_past_l2_matches_a_plain_large_copy():
+    from triton.testing import do_bench
+
+    n = 1 << 27  # 512 MB of fp32 read and 512 MB written: L2 holds none of it
+    make = lambda: (torch.randn(n, device="cuda"), torch.empty(n, device="cuda"))
+    t = timing.device_time(lambda src, dst: dst.copy_(src), make)
+    assert t.sets == 1 and t.regime == timing.COLD_REGIME
+    gbs = 2 * n * 4 / t.ms / 1e6
+    src, dst = make()
+    eager = 2 * n * 4 / do_bench(lambda: dst.copy_(src), warmup=10, rep=50, return_mode="median") / 1e6
+    assert 200 < gbs < 10_000, gbs  # a GPU's HBM, not L2 (tens of TB/s) nor a host link
+    assert 0.8 < gbs / eager < 1.25, (gbs, eager)  # at 1 GB launch overhead is nothing: the two must agree
+
+
+@pytest.mark.gpu
+def test_rotated_inputs_are_not_faster_than_warm_l2():
+    """Decode attention at B=1, H=12, 8192 keys reads a ~25 MB cache: within an H200's L2 when replayed."""
+    from kernels import decode_attention
+
+    def make():
+        q = torch.randn(1, 12, 1, 64, device="cuda", dtype=torch.float16)
+        k, v = (torch.randn(1, 12, 8192, 64, device="cuda", dtype=torch.float16) for _ in range(2))
+        return q, k, v, torch.full((1,), 8192, device="cuda", dtype=torch.int32)
+
+    cold = timing.device_time(decode_attention, make)
+    same = make()
+    warm = timing.device_time(lambda: decode_attention(*same))
+    assert cold.regime == timing.COLD_REGIME and cold.sets > 1 and warm.regime == timing.SAME_INPUTS_REGIME
+    assert cold.ms >= 0.95 * warm.ms, (cold, warm)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where", ["python", "cuda"])
+def test_a_failed_capture_leaves_the_stream_clean(where):
+    def fn(x):
+        if torch.cuda.is_current_stream_capturing():
+            if where == "python":
+                raise ValueError("refused mid-capture")
+            x.sum().item()  # a host sync while capturing: CUDA invalidates the capture
+        return x * 2
+
+    with pytest.raises(timing.CaptureError):
+        timing.device_time(fn, lambda: (torch.randn(1024, device="cuda"),))
+    assert not torch.cuda.is_current_stream_capturing()
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    t = timing.device_time(lambda x: x * 2, lambda: (torch.randn(1024, device="cuda"),))
+    assert t.ms > 0
+
+
+@pytest.mark.gpu
+def test_cold_timings_are_steady():
+    make = lambda: (torch.randn(1 << 22, device="cuda"),)
+    runs = [timing.device_ms(lambda x: x.sum(), make) for _ in range(3)]
+    assert max(runs) < 1.5 * statistics.median(runs), runs
