@@ -1,12 +1,15 @@
-"""The one timing method (kernels.timing). The rotation arithmetic, the input
-copies and the capture clean-up run on CPU; the timings themselves need a GPU."""
+"""The one timing method (kernels.timing) and the autotuner that uses it. The rotation arithmetic, the input
+copies, the capture clean-up and pick's bookkeeping run on CPU; the timings themselves need a GPU."""
 
+import functools
 import statistics
 
 import pytest
 import torch
+from triton.runtime.errors import OutOfResources
 
-from kernels import timing
+from kernels import autotune, timing
+from kernels.config import TileConfig
 
 MB = 1 << 20
 H200_L2 = 60 * MB
@@ -103,6 +106,53 @@ def test_a_capture_that_does_not_end_cleanly_is_reset():
     assert timing.capture(lambda: None, None, graph) is graph and graph.log == ["begin", "end"]
 
 
+def test_pick_uses_the_defaults_on_cpu(monkeypatch):
+    monkeypatch.setattr(autotune, "_best", {})
+    x = torch.randn(4, 8)
+    assert autotune.pick("layer_norm", (4, 8), lambda c, x: x, torch.device("cpu"), inputs=(x,)) is None
+    assert autotune._best == {}
+
+
+def test_pick_skips_refused_candidates_times_copies_and_caches(monkeypatch):
+    """pick's bookkeeping with the GPU timing faked: each candidate's 'time' is its block_m."""
+    monkeypatch.setattr(autotune, "_best", {})
+    monkeypatch.setattr(timing, "rotated_inputs", functools.partial(timing.rotated_inputs, l2_bytes=MB))
+    x = torch.zeros(4, 8)
+    refused = {1: ValueError("too big"), 2: OutOfResources(1, 0, "shared memory"), 4: timing.CaptureError("x")}
+    seen, last = [], []
+
+    def run(cfg, x_copy):
+        seen.append(x_copy)
+        last.append(cfg)
+        if cfg.block_m in refused:
+            raise refused[cfg.block_m]
+
+    def fake_time(fn, sets, **kwargs):
+        fn(*sets[0])
+        return timing.Timing(float(last[-1].block_m), timing.COLD_REGIME, len(sets))
+
+    monkeypatch.setattr(timing, "device_time", fake_time)
+    cuda = torch.device("cuda")
+    best = autotune.pick("layer_norm", (4, 8), run, cuda, inputs=(x,))
+    allowed = [c for c in autotune.CANDIDATES["layer_norm"] if c.block_m not in refused]
+    assert best == min(allowed, key=lambda c: c.block_m)
+    assert all(s is not x and (s != 0).all() for s in seen)  # the caller's zeros were never timed
+    assert autotune.choice("layer_norm", (4, 8), cuda).timing.regime == timing.COLD_REGIME
+    n = len(seen)
+    assert autotune.pick("layer_norm", (4, 8), run, cuda, inputs=(x,)) is best and len(seen) == n  # cached
+
+
+def test_pick_falls_back_to_the_defaults_when_every_candidate_is_refused(monkeypatch):
+    monkeypatch.setattr(autotune, "_best", {})
+
+    def refuse(fn, sets, **kwargs):
+        raise ValueError("no")
+
+    monkeypatch.setattr(timing, "device_time", refuse)
+    assert autotune.pick("layer_norm", (1, 8), lambda c: None, torch.device("cuda")) is None
+    assert autotune.choice("layer_norm", (1, 8), torch.device("cuda")) == autotune.Choice(None, None)
+
+
 # --- GPU: the timings themselves ---------------------------------------------------------------------------
 
 
@@ -154,6 +204,44 @@ def test_a_failed_capture_leaves_the_stream_clean(where):
     assert torch.cuda.current_stream() == torch.cuda.default_stream()
     t = timing.device_time(lambda x: x * 2, lambda: (torch.randn(1024, device="cuda"),))
     assert t.ms > 0
+
+
+def _kinds():
+    """(kind, run, inputs) per autotuned kernel, at the shapes the model decodes and prefills."""
+    from kernels import attention, decode_attention, layer_norm, linear
+
+    r = lambda *s: torch.randn(*s, device="cuda", dtype=torch.float16)
+    decode = (r(1, 12, 1, 64), r(1, 12, 4096, 64), r(1, 12, 4096, 64), torch.full((1,), 4096, device="cuda"))
+    return [
+        ("layer_norm", lambda c, x, w, b: layer_norm(x, w, b, config=c), (r(1, 768), r(768), r(768))),
+        ("linear", lambda c, x, w, b: linear(x, w, b, config=c), (r(1024, 768), r(3072, 768) / 28, r(3072))),
+        ("linear_decode", lambda c, x, w, b: linear(x, w, b, config=c), (r(1, 768), r(3072, 768) / 28, r(3072))),
+        ("attention", lambda c, q, k, v: attention(q, k, v, config=c), tuple(r(1, 12, 512, 64) for _ in range(3))),
+        ("decode_attention", lambda c, *a: decode_attention(*a, config=c), decode),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", range(5))
+def test_autotune_picks_a_valid_config_per_kernel_and_caches_it(monkeypatch, case):
+    monkeypatch.setattr(autotune, "_best", {})
+    kind, run, inputs = _kinds()[case]
+    device = torch.device("cuda")
+    best = autotune.pick(kind, ("test",), run, device, inputs=inputs)
+    assert isinstance(best, TileConfig) and best in autotune.CANDIDATES[kind]
+    assert autotune.choice(kind, ("test",), device).timing.ms > 0
+    run(best, *inputs)  # the winner runs on the caller's tensors
+
+    def no_timing(*a, **k):
+        raise AssertionError("a cached pick must not time again")
+
+    monkeypatch.setattr(timing, "device_time", no_timing)
+    assert autotune.pick(kind, ("test",), run, device, inputs=inputs) is best
+    # Timed without inputs (the launchers' current closures): the same graph method, labelled as warm.
+    monkeypatch.undo()
+    monkeypatch.setattr(autotune, "_best", {})
+    assert autotune.pick(kind, ("closure",), lambda c: run(c, *inputs), device) in autotune.CANDIDATES[kind]
+    assert autotune.choice(kind, ("closure",), device).timing.regime == timing.SAME_INPUTS_REGIME
 
 
 @pytest.mark.gpu
