@@ -249,3 +249,23 @@ def test_cold_timings_are_steady():
     make = lambda: (torch.randn(1 << 22, device="cuda"),)
     runs = [timing.device_ms(lambda x: x.sum(), make) for _ in range(3)]
     assert max(runs) < 1.5 * statistics.median(runs), runs
+
+
+def test_the_kernel_benchmark_table_names_its_regimes():
+    from kernels import bench
+
+    row = dict(
+        kernel="decode attention",
+        shape="B=1 cache=8192",
+        l2="cold",
+        sets=11,
+        ours_ms=0.0129,
+        torch_ms=0.02,
+        ours_rate=1950.0,
+        torch_rate=1250.0,
+        unit="GB/s",
+        ratio=1.55,
+        eager_ratio=1.2,
+    )
+    assert bench.HEADER.splitlines()[0].count("|") == bench._format_row(row).count("|")
+    assert timing.COLD_REGIME in bench.REGIMES and "launch overhead included" in bench.REGIMES
