@@ -55,31 +55,35 @@ def input_sets(bytes_per_set: int, l2_bytes: int, free_bytes: int | None = None)
 
 
 def set_bytes(inputs) -> int:
-    """Bytes of memory behind one input set; tensors that share a storage count it once."""
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in _tensors(inputs)}
-    return sum(storages.values())
+    """Bytes of memory one input set addresses; tensors that share a storage count the span they cover once."""
+    return sum(hi - lo for lo, hi in _spans(inputs).values())
 
 
 def random_like(inputs) -> tuple:
-    """A new set like `inputs`: same shapes, strides, offsets and storage sharing, in fresh memory. Floating
-    storages are filled with randn (never zeros, which some units compress or skip); the others (lengths,
-    indices) are copied so that they stay valid. Anything not a tensor (None, flags) is passed through."""
-    bases = {}
+    """A new set like `inputs`: same shapes, strides, alignment and storage sharing, in fresh memory. Only the
+    part of a storage that the tensors address is made (one layer's view of a whole-model KV cache copies
+    that layer). Floating storages are filled with randn (never zeros, which some units compress or skip);
+    the others (lengths, indices) are copied so that they stay valid; a storage takes the kind of its first
+    tensor. Anything not a tensor (None, flags) is passed through."""
+    spans, bases = _spans(inputs), {}
 
     def copy(t):
         if not isinstance(t, torch.Tensor):
             return t
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in bases:
-            raw = torch.empty(storage.nbytes(), dtype=torch.uint8, device=t.device)
+        if t.numel() == 0:
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        key = t.untyped_storage().data_ptr()
+        lo, hi = spans[key]
+        if key not in bases:
+            raw = torch.empty(hi - lo, dtype=torch.uint8, device=t.device)
             if t.is_floating_point():
-                n = storage.nbytes() // t.element_size()
+                n = (hi - lo) // t.element_size()
                 torch.empty(0, dtype=t.dtype, device=t.device).set_(raw.untyped_storage(), 0, (n,), (1,)).normal_()
             else:
-                raw.untyped_storage().copy_(storage)
-            bases[storage.data_ptr()] = raw
-        base = bases[storage.data_ptr()].untyped_storage()
-        return torch.empty(0, dtype=t.dtype, device=t.device).set_(base, t.storage_offset(), t.size(), t.stride())
+                raw.copy_(torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage(), lo, (hi - lo,)))
+            bases[key] = raw.untyped_storage()
+        offset = (t.storage_offset() * t.element_size() - lo) // t.element_size()
+        return torch.empty(0, dtype=t.dtype, device=t.device).set_(bases[key], offset, t.size(), t.stride())
 
     return tuple(copy(t) for t in inputs)
 
@@ -189,6 +193,21 @@ def capture(body, stream, graph=None):
 def _reset(graph):
     with contextlib.suppress(RuntimeError):
         graph.reset()
+
+
+def _spans(inputs) -> dict[int, tuple[int, int]]:
+    """Per storage, the bytes [lo, hi) its tensors address. lo is rounded down to 16 bytes so that a copy
+    keeps every view's alignment, which Triton specialises its kernels on."""
+    spans = {}
+    for t in _tensors(inputs):
+        if t.numel() == 0:
+            continue
+        start = t.storage_offset() * t.element_size()
+        end = start + (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))) * t.element_size()
+        key = t.untyped_storage().data_ptr()
+        lo, hi = spans.get(key, (start, end))
+        spans[key] = (min(lo, start) // 16 * 16, max(hi, end))
+    return spans
 
 
 def _tensors(inputs):

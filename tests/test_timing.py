@@ -52,6 +52,17 @@ def test_random_copies_are_fresh_random_memory_with_the_same_layout():
     assert timing.set_bytes(copy) == cache.untyped_storage().nbytes() + lengths.untyped_storage().nbytes()
 
 
+def test_a_view_of_a_bigger_buffer_copies_only_its_part():
+    cache = torch.zeros(12, 1, 4, 32, 8)  # (layers, B, H, T, D): the model's KV cache is one buffer
+    k, v = cache[5], cache[6]
+    copy = timing.random_like((k, v))
+    assert copy[0].untyped_storage().nbytes() == 2 * k.numel() * 4  # layers 5 and 6, not all twelve
+    assert timing.set_bytes((k,)) == k.numel() * 4 and timing.set_bytes((k, v)) == 2 * k.numel() * 4
+    assert copy[0].data_ptr() % 16 == 0 and copy[1].data_ptr() - copy[0].data_ptr() == v.data_ptr() - k.data_ptr()
+    x = torch.arange(10, dtype=torch.int64)[3:]  # offset not a multiple of 16 bytes: kept as it was
+    assert torch.equal(timing.random_like((x,))[0], x) and timing.random_like((x,))[0].data_ptr() % 16 == 8
+
+
 def test_rotated_inputs_are_distinct_sets_from_make_inputs():
     make = lambda: (torch.randn(1024, 1024), torch.randn(1024))  # ~4 MB a set
     sets = timing.rotated_inputs(make, l2_bytes=8 * MB)
@@ -202,6 +213,8 @@ def test_a_failed_capture_leaves_the_stream_clean(where):
         timing.device_time(fn, lambda: (torch.randn(1024, device="cuda"),))
     assert not torch.cuda.is_current_stream_capturing()
     assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    a, b = torch.randn(4, device="cuda"), torch.randn(4, device="cuda")
+    assert not torch.equal(a, b)  # the RNG is not left in a capture's bookkeeping
     t = timing.device_time(lambda x: x * 2, lambda: (torch.randn(1024, device="cuda"),))
     assert t.ms > 0
 
