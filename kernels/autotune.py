@@ -1,15 +1,20 @@
 """A small autotuner: time a handful of candidate tiles once per shape, keep the fastest.
 
-Launchers call `pick` when given config="autotune". On a GPU each candidate runs under
-triton.testing.do_bench (median after warm-up) and candidates the device cannot run are skipped; the
-winner is cached per (kernel, shape, dtype, device) for the life of the process. In the CPU
-interpreter timings say nothing about a GPU, so the defaults are used instead.
+Launchers call `pick` when given config="autotune". On a GPU each candidate is timed with the project's
+one method (kernels.timing.device_time: CUDA-graph replays, so launch overhead does not rank the tiles).
+Given the inputs, pick times every candidate over random copies of them rotated past L2, the regime a
+decode step runs in; without them it can only replay the caller's own tensors, and the choice is labelled
+so (timing.SAME_INPUTS_REGIME). Candidates the device cannot run are skipped; the winner is cached per
+(kernel, shape, dtype, device) for the life of the process. In the CPU interpreter timings say nothing
+about a GPU, so the defaults are used instead.
 """
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
+from . import timing
 from .config import TileConfig
 
 CANDIDATES = {
@@ -44,22 +49,46 @@ CANDIDATES = {
     ],  # fmt: skip
 }
 
-_best: dict[tuple, TileConfig | None] = {}
+
+class Choice(NamedTuple):
+    config: TileConfig | None  # None: no candidate ran, the launcher's defaults
+    timing: timing.Timing | None  # the winner's, with the regime it was timed in
 
 
-def pick(kind: str, key: tuple, run: Callable[[TileConfig], object], device: torch.device) -> TileConfig | None:
-    """The fastest candidate for `key`, or None (the defaults) on CPU."""
+_best: dict[tuple, Choice] = {}
+
+
+def pick(
+    kind: str, key: tuple, run: Callable[..., object], device: torch.device, *, inputs: tuple | None = None
+) -> TileConfig | None:
+    """The fastest candidate for `key`, or None (the defaults) on CPU.
+
+    Without `inputs`, run(cfg) is timed on the tensors it closes over. With them, run(cfg, *inputs) is
+    timed over random copies of `inputs` (same shapes, strides and dtypes; see timing.random_like) rotated
+    past L2, and the caller's tensors are never touched.
+    """
     if device.type != "cuda":
         return None
     key = (kind, *key, str(device))
-    if key not in _best:
-        from triton.testing import do_bench
+    if key in _best:
+        return _best[key].config
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return None  # nothing can be timed inside someone else's capture: the defaults, and nothing cached
+    from triton.runtime.errors import OutOfResources
 
-        timings = []
-        for cfg in CANDIDATES[kind]:
-            try:
-                timings.append((do_bench(lambda c=cfg: run(c), warmup=5, rep=25, return_mode="median"), cfg))
-            except ValueError:
-                continue  # does not fit this device
-        _best[key] = min(timings, key=lambda t: t[0])[1] if timings else None
-    return _best[key]
+    sets = None if inputs is None else timing.rotated_inputs(lambda: timing.random_like(inputs))
+    timed = []
+    for cfg in CANDIDATES[kind]:
+        fn = (lambda c=cfg: run(c)) if inputs is None else (lambda *args, c=cfg: run(c, *args))
+        try:
+            timed.append((timing.device_time(fn, sets, samples=10), cfg))
+        except (ValueError, OutOfResources, timing.CaptureError):
+            continue  # does not fit this device, or cannot be captured: not a candidate here
+    best = min(timed, key=lambda t: t[0].ms, default=None)
+    _best[key] = Choice(best[1], best[0]) if best else Choice(None, None)
+    return _best[key].config
+
+
+def choice(kind: str, key: tuple, device: torch.device) -> Choice | None:
+    """What pick chose for this key, with the winner's timing and regime; None if it was never asked."""
+    return _best.get((kind, *key, str(device)))

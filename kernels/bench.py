@@ -2,58 +2,53 @@
 
 Every case runs ours and the PyTorch baseline in the same process on the same random inputs. Two
 timings per kernel:
-- device: the median over repeated replays of a CUDA graph holding several launches, each over its
-  own copy of the inputs (rotated so the working set exceeds L2), divided by the launch count. This
-  is the kernel's own time, free of Python launch overhead.
-- eager: triton.testing.do_bench's median of plain calls, launch overhead included.
+- device: kernels.timing.device_time, the one method the autotuner and the tile sweeps use too: the
+  median over replays of a CUDA graph that calls the kernel once per input set, over enough random
+  sets that together they exceed L2 several times, per call. This is the kernel's own time from
+  memory (cold L2), free of Python launch overhead; the L2 column says "warm" where even the largest
+  rotation fits in L2 (the smallest cases), so that number is an L2-resident one.
+- eager: triton.testing.do_bench's median of plain calls (L2 flushed before each), launch overhead
+  included.
 The ratio is baseline time / our time: above 1.0 means ours is faster.
 """
 
 import argparse
 import datetime
+import itertools
 
 import torch
 import torch.nn.functional as F
 
-from . import attention, decode_attention, layer_norm, linear, reference
+from . import attention, decode_attention, layer_norm, linear, reference, timing
 from .config import device_limits
-from .timing import device_ms
 
-L2_ROTATE_BYTES = 256 << 20  # more than the H200's 60 MB of L2 (and any other GPU's)
+EAGER_REGIME = "eager: triton.testing.do_bench median of plain calls, L2 flushed before each, launch overhead included"
 
 
 def copy_bandwidth(device) -> float:
-    """Device-to-device copy of 1 GiB, bytes read plus written over the do_bench median: GB/s."""
-    from triton.testing import do_bench
-
-    src = torch.randn(1 << 28, device=device)  # 1 GiB of fp32, far past any L2
-    dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=10, rep=50, return_mode="median")
-    return 2 * src.numel() * 4 / ms / 1e6
-
-
-def _rotating(make_inputs, bytes_per_set):
-    """Copies of the inputs so consecutive calls read different memory; returns a call-counter picker."""
-    n = max(1, min(64, L2_ROTATE_BYTES // max(1, bytes_per_set)))
-    sets = [make_inputs() for _ in range(n)]
-    state = {"i": 0}
-
-    def next_set():
-        state["i"] = (state["i"] + 1) % n
-        return sets[state["i"]]
-
-    return next_set
+    """Device-to-device copy of 1 GiB, bytes read plus written over its device time: GB/s."""
+    n = 1 << 28  # 1 GiB of fp32, far past any L2: one set is its own rotation
+    t = timing.device_time(
+        lambda src, dst: dst.copy_(src),
+        lambda: (torch.randn(n, device=device), torch.empty(n, device=device)),
+        reps=5,
+    )
+    return 2 * n * 4 / t.ms / 1e6
 
 
 def _time_pair(ours, theirs, make_inputs, bytes_per_set):
+    """Ours and the baseline over the same rotated sets: device time (the one method) and eager time."""
     from triton.testing import do_bench
 
-    pick = _rotating(make_inputs, bytes_per_set)
+    sets = timing.rotated_inputs(make_inputs, bytes_per_set=bytes_per_set)
     row = {}
     for name, fn in (("ours", ours), ("torch", theirs)):
-        call = lambda fn=fn: fn(*pick())
-        row[f"{name}_ms"] = device_ms(call)
+        t = timing.device_time(fn, sets, bytes_per_set=bytes_per_set)
+        row[f"{name}_ms"] = t.ms
+        cycle = itertools.cycle(sets)  # eager calls rotate through the same sets
+        call = lambda fn=fn, cycle=cycle: fn(*next(cycle))
         row[f"{name}_eager_ms"] = do_bench(call, warmup=25, rep=100, return_mode="median")
+    row["sets"], row["l2"], row["regime"] = t.sets, "cold" if t.regime == timing.COLD_REGIME else "warm", t.regime
     return row
 
 
@@ -185,14 +180,15 @@ def run(dtype=torch.bfloat16, only=None):
 
 
 HEADER = (
-    "| kernel | shape | ours ms | torch ms | ours | torch | speed-up (device) | speed-up (eager) |\n"
-    "|---|---|---:|---:|---:|---:|---:|---:|"
+    "| kernel | shape | L2 | input sets | ours ms | torch ms | ours | torch | speed-up (device) | speed-up (eager) |\n"
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
 )
+REGIMES = f"- device: {timing.COLD_REGIME}; the L2 column says warm where the rotated sets fit in it\n- {EAGER_REGIME}"
 
 
 def _format_row(r):
     return (
-        f"| {r['kernel']} | {r['shape']} | {r['ours_ms']:.4f} | {r['torch_ms']:.4f} | "
+        f"| {r['kernel']} | {r['shape']} | {r['l2']} | {r['sets']} | {r['ours_ms']:.4f} | {r['torch_ms']:.4f} | "
         f"{r['ours_rate']:.1f} {r['unit']} | {r['torch_rate']:.1f} {r['unit']} | "
         f"{r['ratio']:.2f}x | {r['eager_ratio']:.2f}x |"
     )
@@ -215,16 +211,17 @@ def main():
         f"{args.dtype} · measured copy bandwidth {bandwidth:.0f} GB/s"
     )
     print(title)
+    print(REGIMES)
     print(HEADER)
     rows = run(getattr(torch, args.dtype), args.only)
-    text = "\n".join([title, "", HEADER, *map(_format_row, rows)])
+    text = "\n".join([title, "", REGIMES, "", HEADER, *map(_format_row, rows)])
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
         import json
 
         with open(args.out.rsplit(".", 1)[0] + ".json", "w") as f:
-            json.dump(dict(title=title, copy_gbs=bandwidth, rows=rows), f, indent=1)
+            json.dump(dict(title=title, regimes=REGIMES, copy_gbs=bandwidth, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":
