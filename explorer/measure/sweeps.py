@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import fields
 
@@ -17,12 +15,12 @@ import pandas as pd
 import torch
 
 import kernels
+from kernels import timing
 from kernels.attention import decode_traffic
 from kernels.attention import traffic as attention_traffic
 from kernels.config import TileConfig
 from kernels.layer_norm import traffic as layer_norm_traffic
 from kernels.linear import traffic as linear_traffic
-from kernels.timing import device_ms
 
 from ..model.generate import generate
 from ..model.ops import Tiles
@@ -52,47 +50,38 @@ def grid_configs(kernel: str, grid: dict | None = None) -> list[TileConfig]:
 
 
 def _inputs(kernel: str, shape: dict, dtype, device):
-    """Random inputs and a call(config) for one kernel at one shape, with its traffic model."""
+    """For one kernel at one shape: make() -> a fresh set of random inputs, call(config, *inputs), and
+    its traffic model per config."""
     r = lambda *s: torch.randn(*s, device=device, dtype=dtype)
     item = torch.empty((), dtype=dtype).element_size()
     if kernel == "attention":
         B, H, T, D = (shape[k] for k in "BHTD")
-        q, k, v = r(B, H, T, D), r(B, H, T, D), r(B, H, T, D)
-        call = lambda c: kernels.attention(q, k, v, config=c)
+        make = lambda: (r(B, H, T, D), r(B, H, T, D), r(B, H, T, D))
+        call = lambda c, q, k, v: kernels.attention(q, k, v, config=c)
         model = lambda c: attention_traffic(B, H, T, T, D, item, config=c, dtype=dtype, device=device)
     elif kernel == "decode_attention":
         B, H, T, D = (shape[k] for k in "BHTD")
-        q, kc, vc = r(B, H, 1, D), r(B, H, T, D), r(B, H, T, D)
-        lengths = torch.full((B,), T, device=device, dtype=torch.int32)
-        call = lambda c: kernels.decode_attention(q, kc, vc, lengths, config=c)
+        make = lambda: (
+            r(B, H, 1, D),
+            r(B, H, T, D),
+            r(B, H, T, D),
+            torch.full((B,), T, device=device, dtype=torch.int32),
+        )
+        call = lambda c, q, kc, vc, n: kernels.decode_attention(q, kc, vc, n, config=c)
         model = lambda c: decode_traffic([T] * B, H, T, D, item, config=c, dtype=dtype, device=device)
     elif kernel == "linear":
         M, K, N = (shape[k] for k in "MKN")
-        x, w, b = r(M, K), r(N, K) / K**0.5, r(N)
-        call = lambda c: kernels.linear(x, w, b, activation="gelu", config=c)
+        make = lambda: (r(M, K), r(N, K) / K**0.5, r(N))
+        call = lambda c, x, w, b: kernels.linear(x, w, b, activation="gelu", config=c)
         model = lambda c: linear_traffic(M, N, K, item, activation="gelu", config=c, dtype=dtype, device=device)
     elif kernel == "layer_norm":
         M, C = shape["M"], shape["C"]
-        x, res, w, b = r(M, C), r(M, C), r(C), r(C)
-        call = lambda c: kernels.layer_norm(x, w, b, residual=res, config=c)
+        make = lambda: (r(M, C), r(M, C), r(C), r(C))
+        call = lambda c, x, res, w, b: kernels.layer_norm(x, w, b, residual=res, config=c)
         model = lambda c: layer_norm_traffic(M, C, item, residual=True, config=c)
     else:
         raise ValueError(f"kernel {kernel!r} is not known (allowed: {', '.join(GRIDS)})")
-    return call, model
-
-
-def time_call(fn, device: torch.device, reps: int = 3) -> float:
-    """Median ms of fn(): device time from CUDA-graph replays on a GPU (launch overhead out, since at
-    small shapes it would swamp the differences between tiles); perf_counter on CPU."""
-    if device.type == "cuda":
-        return device_ms(fn, reps=20, samples=10)
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return make, call, model
 
 
 def tile_sweep(
@@ -104,11 +93,14 @@ def tile_sweep(
     grid=None,
     progress: Progress | None = None,
 ) -> pd.DataFrame:
-    """Time every config of the grid for one kernel and shape. Impossible configs stay in the result
-    with valid=False and the reason."""
+    """Time every config of the grid for one kernel and shape, by the one method of kernels.timing: on
+    a GPU, CUDA-graph replays over random inputs rotated past L2 (made once, shared by every config);
+    on CPU, one interpreter call. Impossible configs stay in the result with valid=False and the reason;
+    the `timer` column says how each row was timed."""
     device = torch.device(device)
     shape = {**DEFAULT_SHAPES[kernel], **(shape or {})}
-    call, model = _inputs(kernel, shape, dtype, device)
+    make, call, model = _inputs(kernel, shape, dtype, device)
+    sets = timing.rotated_inputs(make) if device.type == "cuda" else [make()]
     configs = grid_configs(kernel, grid)
     rows = []
     for i, cfg in enumerate(configs):
@@ -117,15 +109,11 @@ def tile_sweep(
         row = {f.name: getattr(cfg, f.name) for f in fields(cfg) if getattr(cfg, f.name) is not None}
         try:
             traffic = model(cfg)
-            ms = time_call(lambda c=cfg: call(c), device)
-        except ValueError as e:  # refused by validation, or out of resources when compiled
-            rows.append(dict(row, valid=False, reason=str(e), ms=math.nan))
+            timed = timing.measure(lambda *a, c=cfg: call(c, *a), sets, device)
+        except Exception as e:  # refused by validation or by the compiler: recorded, and the sweep goes on
+            rows.append(dict(row, valid=False, reason=_reason(e), ms=math.nan))
             continue
-        except Exception as e:  # a config the compiler rejects in another way: recorded, the sweep goes on
-            rows.append(
-                dict(row, valid=False, reason=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", ms=math.nan)
-            )
-            continue
+        ms = timed.ms
         rows.append(
             dict(
                 row,
@@ -135,6 +123,7 @@ def tile_sweep(
                 modeled_mb=traffic.bytes / metrics.MB,
                 gbs=traffic.bytes / ms / 1e6,
                 tflops=traffic.flops / ms / 1e9,
+                timer=timed.regime,
             )
         )
     if progress:
@@ -142,8 +131,19 @@ def tile_sweep(
     out = pd.DataFrame(rows)
     out.insert(0, "kernel", kernel)
     out["shape"] = ",".join(f"{k}={v}" for k, v in shape.items())
-    out["timer"] = "CUDA-graph replay median (device time)" if device.type == "cuda" else metrics.CPU_LABEL
+    regime = timing.CPU_REGIME if device.type != "cuda" else timing.COLD_REGIME
+    out["timer"] = out["timer"].fillna(regime) if "timer" in out else regime
     return out
+
+
+def _reason(e: Exception) -> str:
+    """The message validation or the compiler gave; a CaptureError says what failed inside the capture."""
+    if isinstance(e, ValueError):
+        return str(e)
+    cause = e.__cause__ if isinstance(e, timing.CaptureError) and e.__cause__ else e
+    if isinstance(cause, ValueError):
+        return str(cause)
+    return f"{type(cause).__name__}: {str(cause).splitlines()[0][:200]}"
 
 
 def best_config(sweep: pd.DataFrame) -> TileConfig:
