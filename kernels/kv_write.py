@@ -23,7 +23,9 @@ def _kv_write_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    bh = tl.program_id(0)
+    # 64-bit before any pointer arithmetic: b * stride_kcb passes 2^31 elements in a large cache
+    # (B=3, T_max=20M, D=64: sequence 2 starts at 2.56e9), and int32 would wrap to a wrong address.
+    bh = tl.program_id(0).to(tl.int64)
     b = bh // heads
     h = bh % heads
     pos = tl.load(Lengths + b).to(tl.int64)
