@@ -24,6 +24,7 @@ import triton.language as tl
 
 from . import autotune
 from .config import (
+    SECTOR,
     TileConfig,
     Traffic,
     as_config,
@@ -35,9 +36,11 @@ from .config import (
     device_limits,
     explain_resources,
     fit_defaults,
+    l2_miss,
     new_output,
     next_pow2,
     pipeline_stages,
+    resident_programs,
 )
 
 LOG2E = 1.4426950408889634
@@ -360,48 +363,80 @@ def _visible_keys(tq: int, tk: int, causal: bool) -> int:
 
 
 def traffic(batch, heads, tq, tk, head_dim, itemsize, *, causal=True, config=None, dtype=torch.float16, device="cpu"):
-    """Modeled traffic of the flash kernel: Q read and O written once; each query tile reads the key
-    tiles up to its diagonal (all of them without the mask), so a taller BLOCK_M means fewer passes
-    over K and V."""
+    """Modeled traffic of the flash kernel.
+
+    L2 -> SM: Q read and O written once; each query tile loads the key tiles up to its diagonal (the
+    tile the diagonal crosses in full: its upper part is masked after the load), all of them without
+    the mask, so a taller BLOCK_M means fewer passes over K and V. Nothing above the crossing tile is
+    loaded. (The H200's 15.4 MB at B1 H12 T1024 matches the 128-query tiles that were the default
+    before 64, 15.7 MB here, not today's 28.3; at B4 T4096 it counted 1547 MB against 1661 for the
+    64-query tiles: re-measure with kernels.ncu_check, which prints the tiles each row ran with.)
+    HBM: Q, K and V once. Programs run query tile first, so the query tiles of one (batch, head) pair
+    that start in the same wave stream its key tiles side by side: their re-reads are L2 hits. Query
+    tiles that start a wave later (long prompts: more tiles than resident programs) re-read K and V
+    from L2 while the K and V of the pairs in flight fit the usable L2 (config.l2_miss)."""
     cfg = resolve_config(config, tq, head_dim, dtype, device)
     offset = tk - tq
-    keys_loaded = 0
-    for m in range(cdiv(tq, cfg.block_m)):
+    q_tiles = cdiv(tq, cfg.block_m)
+    in_flight = resident_programs(shared_memory(cfg, head_dim, itemsize, device), device)
+    keys_loaded = later_keys = 0
+    for m in range(q_tiles):
         hi = min(offset + (m + 1) * cfg.block_m, tk) if causal else tk
-        keys_loaded += min(cdiv(hi, cfg.block_n) * cfg.block_n, tk)
+        keys = min(cdiv(hi, cfg.block_n) * cfg.block_n, tk)
+        keys_loaded += keys
+        later_keys += keys if m >= in_flight else 0  # starts after the pair's first wave
     row = batch * heads * head_dim * itemsize
     q_bytes, kv_bytes = tq * row, 2 * tk * row
     flops = 4 * batch * heads * head_dim * _visible_keys(tq, tk, causal)
-    return Traffic(q_bytes + 2 * keys_loaded * row, q_bytes, flops, 2 * q_bytes + kv_bytes)
+    kv_loaded = 2 * keys_loaded * row
+    working_set = 2 * tk * head_dim * itemsize * max(1, cdiv(in_flight, q_tiles))
+    later_share = later_keys / keys_loaded if keys_loaded else 0.0
+    hbm = q_bytes + kv_bytes + round(max(0, kv_loaded - kv_bytes) * later_share * l2_miss(working_set, device))
+    return Traffic(q_bytes + kv_loaded, q_bytes, flops, 2 * q_bytes + kv_bytes, hbm, q_bytes)
 
 
 def traffic_floor(batch, heads, tq, tk, head_dim, itemsize, *, causal=True):
-    """Any fused attention at its floor: q, k and v read once, o written once."""
+    """Any fused attention at its floor: q, k and v read once, o written once (at both levels)."""
     row = batch * heads * head_dim * itemsize
     flops = 4 * batch * heads * head_dim * _visible_keys(tq, tk, causal)
     return Traffic((tq + 2 * tk) * row, tq * row, flops, (2 * tq + 2 * tk) * row)
 
 
-def traffic_naive(batch, heads, tq, tk, head_dim, itemsize, *, causal=True):
+def traffic_naive(batch, heads, tq, tk, head_dim, itemsize, *, causal=True, device="cpu"):
     """Unfused attention: S = q k^T written to memory, softmax reads S and writes P, then P v reads P.
-    The Tq x Tk matrices make four extra passes through HBM."""
+    The Tq x Tk matrices make four extra passes through L2; at the HBM level S and P are written
+    (eventually reaching HBM) and read back from L2 while one of them fits the usable L2."""
     row = batch * heads * head_dim * itemsize
     scores = batch * heads * tq * tk * itemsize
     q_bytes, kv_bytes = tq * row, 2 * tk * row
     flops = 4 * batch * heads * head_dim * _visible_keys(tq, tk, causal) + 5 * batch * heads * tq * tk
     reads = q_bytes + kv_bytes + 2 * scores
     writes = 2 * scores + q_bytes
-    return Traffic(reads, writes, flops, 2 * q_bytes + kv_bytes)
+    hbm = q_bytes + kv_bytes + round(2 * scores * l2_miss(scores, device))
+    return Traffic(reads, writes, flops, 2 * q_bytes + kv_bytes, hbm, writes)
 
 
 def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu"):
     """Modeled traffic of one decode_attention call: each sequence's cache read up to its length
-    (never the whole allocation), plus the fp32 partials the merge kernel reads back."""
+    (never the whole allocation), plus the fp32 partials the merge kernel reads back.
+
+    L2 -> SM: every split program loads q and its sequence's length (one sector) and stores its
+    partial output and its max and sum, one sector each: L2 moves whole 32-byte sectors, which is why
+    the H200 counted 0.25 MB written at B=1 H=12 N=8192 where 4-byte stores would make 0.20.
+    HBM: q, the lengths and the cache once; the partials are written (and reach HBM eventually, the
+    scalars packed into whole lines) and read back by the merge kernel from L2 while they fit."""
     batch = len(lengths)
     cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, dtype, device)
     _, splits = decode_split(max_len, cfg)
-    row = heads * head_dim * itemsize
-    partials = batch * heads * splits * (max(16, next_pow2(head_dim)) + 2) * 4
-    kv = 2 * sum(lengths) * row
+    programs = batch * heads * splits
+    block_d = max(16, next_pow2(head_dim))
+    q_row = head_dim * itemsize
+    kv = 2 * sum(lengths) * heads * q_row
+    o_bytes = batch * heads * q_row
+    partials = programs * (block_d + 2) * 4  # as laid out: the output vector, then max and sum
+    part_reads = programs * block_d * 4 + 2 * batch * heads * cdiv(splits * 4, SECTOR) * SECTOR  # the merge
+    reads = programs * (q_row + SECTOR) + kv + part_reads
+    writes = programs * (block_d * 4 + 2 * SECTOR) + o_bytes
     flops = 4 * heads * head_dim * sum(lengths)
-    return Traffic(batch * row + kv + partials, partials + batch * row, flops, kv + 2 * batch * row)
+    hbm = o_bytes + batch * 8 + kv + round(partials * l2_miss(partials, device))  # q, lengths (int64 at most)
+    return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm, partials + o_bytes)

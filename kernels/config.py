@@ -20,6 +20,16 @@ CPU_SHARED_MEMORY = 101376
 # Multiprocessor count assumed on CPU: the interpreter runs programs one after another, so a small
 # number keeps default grids (split counts) small.
 CPU_NUM_SMS = 4
+# L2 size assumed when torch cannot tell (CPU): 50 MiB, an H100's or H200's. It only feeds the HBM
+# level of the traffic models, so CPU runs chart what the common large GPU would move.
+CPU_L2_BYTES = 50 * 1024 * 1024
+# Share of L2 the HBM models let a re-read working set use. H100/H200 L2 is two partitions, and
+# what a kernel streams once (outputs, the other operand) competes for the same lines, so counting on
+# all of it would call re-reads hits long after they stop being hits. An assumption, not a fit: every
+# shape measured so far (kernels.ncu_check) has working sets far below either bound.
+L2_USABLE = 0.5
+# Bytes per L2 sector: the unit in which L2 serves requests, so a 4-byte scalar load or store costs 32.
+SECTOR = 32
 
 KERNELS = ("layer_norm", "linear", "attention", "decode_attention")
 
@@ -67,6 +77,7 @@ class DeviceLimits:
     num_sms: int
     capability: tuple[int, int]  # (0, 0) on CPU
     bf16: bool
+    l2_bytes: int = CPU_L2_BYTES  # L2 cache size; only the traffic models' HBM level reads it
 
     @property
     def is_cpu(self) -> bool:
@@ -82,7 +93,8 @@ def _cuda_limits(index: int) -> DeviceLimits:
 
         smem = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
     capability = (props.major, props.minor)
-    return DeviceLimits(props.name, int(smem), props.multi_processor_count, capability, capability >= (8, 0))
+    l2 = getattr(props, "L2_cache_size", 0) or CPU_L2_BYTES
+    return DeviceLimits(props.name, int(smem), props.multi_processor_count, capability, capability >= (8, 0), int(l2))
 
 
 def device_limits(device: torch.device | str | DeviceLimits | None = None) -> DeviceLimits:
@@ -222,21 +234,67 @@ def new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Traffic:
-    """Modeled cost of one launch (or of an unfused sequence of launches).
+    """Modeled cost of one launch (or of an unfused sequence of launches), at two levels.
 
-    bytes_read / bytes_written count what moves between global memory and the chip, tile re-reads
-    included: it is what tiling controls (L2 may serve some re-reads). min_bytes is the floor, each
-    input read once and each output written once.
+    bytes_read / bytes_written: between L2 and the SMs, every global load and store the kernel issues,
+    tile re-reads included (what ncu counts as lts__t_sectors_srcunit_tex_op_read/write). It is what
+    tiling controls.
+    hbm_read / hbm_written: between HBM and L2, starting from cold caches. Re-reads whose working set
+    fits the usable share of L2 are served there (config.l2_miss); every byte written is counted as
+    reaching HBM eventually, since dirty lines are written back when evicted, whether during this
+    kernel or a later one (so the HBM bytes of a sequence of launches add up). Left as None, each
+    equals its L2 level: right for a plain copy, which reads and writes every byte once.
+    min_bytes: the floor, each input read once and each output written once.
     """
 
     bytes_read: int
     bytes_written: int
     flops: int
     min_bytes: int
+    hbm_read: int | None = None
+    hbm_written: int | None = None
+
+    def __post_init__(self):
+        if self.hbm_read is None:
+            object.__setattr__(self, "hbm_read", self.bytes_read)
+        if self.hbm_written is None:
+            object.__setattr__(self, "hbm_written", self.bytes_written)
 
     @property
     def bytes(self) -> int:
+        """L2 <-> SM bytes (see hbm_bytes for the HBM level)."""
         return self.bytes_read + self.bytes_written
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_read + self.hbm_written
 
     def __add__(self, other: Traffic) -> Traffic:
         return Traffic(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
+def l2_miss(working_set: int, device) -> float:
+    """Share of re-reads that go to HBM when the data re-read sits in a working set of this many bytes:
+    none while it fits the usable share of L2 (L2_USABLE), then the part that does not fit, so the
+    share grows smoothly towards 1 as the working set outgrows L2."""
+    usable = L2_USABLE * device_limits(device).l2_bytes
+    return 0.0 if working_set <= usable else 1.0 - usable / working_set
+
+
+def hbm_reads(floor: int, issued: int, working_set: int, device) -> int:
+    """HBM bytes read by a kernel that issues `issued` bytes of loads over data of `floor` bytes: the
+    first touch of each byte comes from HBM (cold caches), the re-reads from L2 as l2_miss says."""
+    return floor + round(max(0, issued - floor) * l2_miss(working_set, device))
+
+
+def sectors(nbytes: int) -> int:
+    """Bytes L2 moves for one access of nbytes: whole 32-byte sectors."""
+    return cdiv(nbytes, SECTOR) * SECTOR
+
+
+def resident_programs(need: int, device) -> int:
+    """Programs running at once across the GPU when each needs `need` bytes of shared memory: the
+    per-block limit stands in for an SM's shared memory (equal to within 1 KiB from Ampere on).
+    Registers may allow fewer; the models only use this to size working sets."""
+    limits = device_limits(device)
+    return limits.num_sms * max(1, min(limits.shared_memory // max(1, need), 8))

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .config import check_dtype, next_pow2
+from .config import SECTOR, Traffic, check_dtype, next_pow2, sectors
 
 
 @triton.jit
@@ -23,7 +23,9 @@ def _kv_write_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    bh = tl.program_id(0)
+    # 64-bit before any pointer arithmetic: b * stride_kcb passes 2^31 elements in a large cache
+    # (B=3, T_max=20M, D=64: sequence 2 starts at 2.56e9), and int32 would wrap to a wrong address.
+    bh = tl.program_id(0).to(tl.int64)
     b = bh // heads
     h = bh % heads
     pos = tl.load(Lengths + b).to(tl.int64)
@@ -60,3 +62,15 @@ def kv_write(k, v, k_cache, v_cache, lengths) -> None:
         *k_cache.stride(), *v_cache.stride(),
         heads, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), num_warps=1,  # a row of D elements each
     )  # fmt: skip
+
+
+def traffic(batch: int, heads: int, head_dim: int, itemsize: int, *, lengths_itemsize: int = 4) -> Traffic:
+    """Modeled traffic of one kv_write call. L2 -> SM: each program loads its sequence's position (one
+    sector), its K and V rows, and stores the two rows, in whole sectors. HBM: the rows and positions
+    read once from cold caches, the rows written (reaching HBM eventually)."""
+    row = head_dim * itemsize
+    programs = batch * heads
+    reads = programs * (2 * sectors(row) + SECTOR)
+    writes = programs * 2 * sectors(row)
+    hbm_read = 2 * programs * row + sectors(batch * lengths_itemsize)
+    return Traffic(reads, writes, 0, 4 * programs * row, hbm_read, 2 * programs * row)

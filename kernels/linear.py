@@ -31,6 +31,8 @@ from .config import (
     device_limits,
     explain_resources,
     fit_defaults,
+    hbm_reads,
+    l2_miss,
     new_output,
     pipeline_stages,
 )
@@ -252,8 +254,19 @@ def tuned_config(x, weight, bias=None, *, activation=None, residual=None):
 
 def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False, config=None,
             dtype=torch.float16, device="cpu") -> Traffic:  # fmt: skip
-    """Modeled traffic of the fused launch(es) at these tiles. Every row tile reads the whole weight
-    and every column tile reads the whole input, so larger tiles mean fewer re-reads."""
+    """Modeled traffic of the fused launch(es) at these tiles.
+
+    L2 -> SM: every program loads its rows of x and its columns of the weight over the whole reduction
+    (rows past the edge wrap onto rows the same program already covers), so each column tile re-reads
+    x and each row tile re-reads the weight: larger tiles mean fewer re-reads. (The H200's 72.3 MB at
+    M=1024 768->3072 matches the 128x128 tiles that were the default before 64x128, 75.5 MB here, not
+    today's 113.3: re-measure with kernels.ncu_check, which prints the tiles each row ran with.)
+    HBM: x and the weight come from HBM once. Within a group of GROUP_M row tiles, the programs that
+    share a weight column tile run side by side and stream it at the same time: L2 hits. The row band
+    of x that a group shares is re-read by every column tile, and the whole weight by every later
+    group: those re-reads are L2 hits while the band (and the weight with it) fit the usable L2
+    (config.l2_miss). The split-K partials are written (reaching HBM eventually) and read back by the
+    reduce kernel from L2 while they fit."""
     cfg = resolve_config(config, rows, out_features, in_features, dtype, device)
     x_bytes, w_bytes, y_bytes = (
         rows * in_features * itemsize,
@@ -266,21 +279,31 @@ def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=
         (1 if bias else 0) + (1 if residual else 0) + (10 if activation else 0)
     )
     floor = x_bytes + w_bytes + b_bytes + r_bytes + y_bytes
+    tiles_n = cdiv(out_features, cfg.block_n)
+    w_loaded = tiles_n * min(cfg.block_n, out_features) * in_features * itemsize  # columns wrap, never masked
     if cfg.split_k == 1:
-        row_tiles = cdiv(rows, cfg.block_m)
-        reads = x_bytes * cdiv(out_features, cfg.block_n) + (w_bytes + b_bytes) * row_tiles + r_bytes
-        return Traffic(reads, y_bytes, flops, floor)
+        tiles_m = cdiv(rows, cfg.block_m)
+        tile_rows = min(cfg.block_m, rows)
+        x_loaded = tiles_m * tiles_n * tile_rows * in_features * itemsize
+        reads = x_loaded + w_loaded * tiles_m + b_bytes * tiles_m + r_bytes
+        band = min(cfg.group_m, tiles_m) * tile_rows * in_features * itemsize
+        groups = cdiv(tiles_m, cfg.group_m)
+        w_hbm = hbm_reads(w_bytes, w_loaded * groups, w_bytes + band, device)  # one pass per group
+        hbm = hbm_reads(x_bytes, x_loaded, band, device) + w_hbm
+        return Traffic(reads, y_bytes, flops, floor, hbm + b_bytes + r_bytes, y_bytes)
     splits = cdiv(in_features, cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k)
     partial = splits * rows * out_features * 4
-    reads = x_bytes * cdiv(out_features, cfg.block_n) + w_bytes + partial + b_bytes + r_bytes
-    return Traffic(reads, partial + y_bytes, flops, floor)
+    reads = x_bytes * tiles_n + w_loaded + partial + b_bytes + r_bytes  # x: its rows only (masked, no wrap)
+    hbm = x_bytes + w_bytes + round(partial * l2_miss(partial, device)) + b_bytes + r_bytes
+    return Traffic(reads, partial + y_bytes, flops, floor, hbm, partial + y_bytes)
 
 
 def traffic_unfused(
-    rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False
+    rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False, device="cpu"
 ) -> Traffic:
     """F.linear (at its floor: inputs read once, output written once), then F.gelu and the residual
-    add as separate launches, each reading and writing the whole activation."""
+    add as separate launches, each reading and writing the whole activation. At the HBM level each
+    launch reads the activation the previous one wrote from L2 when it fits there."""
     x_bytes, w_bytes, y_bytes = (
         rows * in_features * itemsize,
         out_features * in_features * itemsize,
@@ -289,8 +312,9 @@ def traffic_unfused(
     b_bytes = out_features * itemsize if bias else 0
     mm = 2 * rows * out_features * in_features + (rows * out_features if bias else 0)
     total = Traffic(x_bytes + w_bytes + b_bytes, y_bytes, mm, x_bytes + w_bytes + b_bytes + y_bytes)
+    reread = round(y_bytes * l2_miss(y_bytes, device))  # the activation, as the next launch reads it
     if activation:
-        total = total + Traffic(y_bytes, y_bytes, 10 * rows * out_features, 2 * y_bytes)
+        total = total + Traffic(y_bytes, y_bytes, 10 * rows * out_features, 2 * y_bytes, reread, y_bytes)
     if residual:
-        total = total + Traffic(2 * y_bytes, y_bytes, rows * out_features, 3 * y_bytes)
+        total = total + Traffic(2 * y_bytes, y_bytes, rows * out_features, 3 * y_bytes, reread + y_bytes, y_bytes)
     return total

@@ -48,3 +48,23 @@ def test_kv_write_refuses_mismatched_shapes_with_the_reason(device, change, mess
     lengths = torch.zeros(shapes["lengths"], dtype=torch.int32, device=device)
     with pytest.raises(ValueError, match=message):
         kv_write(t["k"], t["v"], t["k_cache"], t["v_cache"], lengths)
+
+
+@pytest.mark.gpu
+def test_kv_write_addresses_caches_past_2_to_the_31_elements():
+    # (3, 1, 20M, 64) fp16: sequence 2 starts at element 2.56e9, past what an int32 offset can hold;
+    # with 32-bit program ids its rows were written nowhere near their place. 2 x 7.7 GB on the GPU.
+    batch, heads, t_max, head_dim = 3, 1, 20_000_000, 64
+    device = torch.device("cuda")
+    k_cache = torch.zeros(batch, heads, t_max, head_dim, device=device, dtype=torch.float16)
+    v_cache = torch.zeros_like(k_cache)
+    k = torch.randn(batch, heads, 1, head_dim, device=device, dtype=torch.float16)
+    v = torch.randn_like(k)
+    positions = [t_max - 1, t_max - 2, t_max - 3]
+    kv_write(k, v, k_cache, v_cache, torch.tensor(positions, device=device, dtype=torch.int32))
+    for b, pos in enumerate(positions):
+        assert torch.equal(k_cache[b, :, pos], k[b, :, 0]) and torch.equal(v_cache[b, :, pos], v[b, :, 0])
+    # Nothing landed anywhere else: the only rows holding a nonzero are the three written ones.
+    expected = torch.tensor([[b, 0, pos] for b, pos in enumerate(positions)], device=device)
+    for cache in (k_cache, v_cache):
+        assert torch.equal(torch.nonzero(cache.any(dim=-1)), expected)

@@ -13,7 +13,7 @@ from explorer.measure.profile import Profiler, sample_positions
 from explorer.measure.traffic import category, op_traffic, step_traffic
 from kernels import TileConfig
 from kernels.attention import decode_traffic, traffic, traffic_naive
-from kernels.config import Traffic
+from kernels.config import SECTOR, Traffic
 from kernels.layer_norm import traffic as ln_traffic
 from kernels.layer_norm import traffic_unfused as ln_unfused
 from kernels.linear import traffic as lin_traffic
@@ -78,10 +78,13 @@ def test_split_k_decode_path_reads_the_weight_once():
 def test_decode_attention_reads_only_valid_positions():
     cfg = TileConfig(block_n=16, split_k=2)
     t = decode_traffic([3, 5], 2, 32, 16, 2, config=cfg)
-    row = 2 * 16 * 2  # heads x head_dim x fp16
-    partials = 2 * 2 * 2 * (16 + 2) * 4
-    assert t.bytes_read == 2 * row + 2 * (3 + 5) * row + partials
-    assert t.bytes_written == partials + 2 * row
+    programs, q_row = 2 * 2 * 2, 16 * 2  # sequences x heads x splits; one head's query in fp16
+    kv = 2 * (3 + 5) * 2 * q_row  # K and V up to each length, never the 32 allocated
+    # Each program loads q and its length and stores a partial and two scalars (a sector each); the
+    # merge reads the partials and each head's maxes and sums.
+    merge = programs * 16 * 4 + 2 * 4 * SECTOR
+    assert t.bytes_read == programs * (q_row + SECTOR) + kv + merge
+    assert t.bytes_written == programs * (16 * 4 + 2 * SECTOR) + 2 * 2 * q_row
     assert t.flops == 4 * 2 * 16 * 8
 
 

@@ -1,0 +1,345 @@
+"""The traffic models against the H200's (or any GPU's) hardware counters, at a fixed set of shapes.
+
+    python -m kernels.ncu_check [--dtype bf16] [--out ncu_check.csv] [--json ncu_check.json]
+    python -m kernels.ncu_check --model-only      # the model columns alone; works on CPU (H200 limits)
+
+The parent process runs itself again (with --child) under Nsight Compute's ncu, collecting for each
+kernel the DRAM bytes read and written (the HBM level) and the L2 sectors requested by the SMs' load
+and store path (x 32 bytes: the L2 <-> SM level). The child builds, compiles and warms every case
+before torch.cuda.profiler.start(), then launches each case exactly once inside the profiled range.
+
+Writes: the models count every byte written as reaching HBM eventually (kernels.config.Traffic), but
+a kernel's dirty lines mostly sit in the 50 MB L2 when it ends, so its own dram__bytes_write stays
+near 0. So ncu's cache control is off and the child flushes L2 itself with a read-only kernel
+(_l2_flush_kernel, reading 4x the L2 size) before the first case and after every case: its DRAM
+writes are the write-backs of the case before it, added to that case's counter. The same flush gives
+each case cold caches. A case's kernels are the ones between two flushes (a case may launch two:
+split-K reduce, decode merge), in launch order.
+
+A row passes when model and counter agree within 15% at both levels, or differ by less than 64 KB
+(tiny cases, where the flush's leftovers and sector rounding dominate).
+"""
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+METRICS = (
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "lts__t_sectors_srcunit_tex_op_read.sum",
+    "lts__t_sectors_srcunit_tex_op_write.sum",
+)
+FLUSH_KERNEL = "_l2_flush_kernel"
+TOLERANCE = 0.15
+NOISE_BYTES = 64 * 1024
+MB = 1e6
+UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kb": 1e3, "mb": 1e6, "gb": 1e9, "sector": 1, "": 1}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str  # layer_norm, linear, attention, decode_attention, kv_write
+    shape: dict
+
+
+CASES = (
+    Case("layer_norm+residual 4096x768", "layer_norm", dict(rows=4096, width=768)),
+    Case("linear M=1 768->3072 +GELU (split-K)", "linear", dict(rows=1, out=3072, inp=768)),
+    Case("linear M=1024 768->3072 +GELU", "linear", dict(rows=1024, out=3072, inp=768)),
+    Case("attention causal B1 H12 T1024 D64", "attention", dict(batch=1, heads=12, t=1024, d=64)),
+    Case("attention causal B4 H12 T4096 D64", "attention", dict(batch=4, heads=12, t=4096, d=64)),
+    Case("decode attention B1 H12 N8192 D64", "decode_attention", dict(batch=1, heads=12, n=8192, d=64)),
+    Case("kv_write B1 H12 D64 cache 1024", "kv_write", dict(batch=1, heads=12, t_max=1024, d=64)),
+    Case("kv_write B128 H12 D64 cache 1024", "kv_write", dict(batch=128, heads=12, t_max=1024, d=64)),
+)
+
+
+@triton.jit
+def _l2_flush_kernel(X, Out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    total = tl.sum(tl.load(X + offs, mask=offs < n, other=0.0), axis=0)
+    # Reads only: the buffer is zeros, so this store never happens, but the compiler cannot know that.
+    tl.store(Out + tl.program_id(0), total, mask=total == 12345.0)
+
+
+def h200_limits():
+    """What the models assume when there is no GPU to ask (--model-only on CPU): an H200."""
+    from .config import DeviceLimits
+
+    return DeviceLimits("NVIDIA H200 (assumed)", 232448, 132, (9, 0), True, 50 * 1024 * 1024)
+
+
+def model(case: Case, dtype, device):
+    """(Traffic, TileConfig or None) of one case from the kernel's own model."""
+    import importlib
+
+    import torch
+
+    item = torch.empty((), dtype=dtype).element_size()
+    s = case.shape
+    mod = importlib.import_module(f"kernels.{'attention' if case.kind == 'decode_attention' else case.kind}")
+    if case.kind == "layer_norm":
+        return mod.traffic(s["rows"], s["width"], item, residual=True, device=device), mod.resolve_config(
+            None, s["rows"], s["width"]
+        )
+    if case.kind == "linear":
+        t = mod.traffic(s["rows"], s["out"], s["inp"], item, activation="gelu", dtype=dtype, device=device)
+        return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device)
+    if case.kind == "attention":
+        t = mod.traffic(s["batch"], s["heads"], s["t"], s["t"], s["d"], item, dtype=dtype, device=device)
+        return t, mod.resolve_config(None, s["t"], s["d"], dtype, device)
+    if case.kind == "decode_attention":
+        lengths = [s["n"]] * s["batch"]
+        t = mod.decode_traffic(lengths, s["heads"], s["n"], s["d"], item, dtype=dtype, device=device)
+        return t, mod.resolve_decode_config(None, s["batch"] * s["heads"], s["n"], s["d"], dtype, device)
+    return mod.traffic(s["batch"], s["heads"], s["d"], item), None
+
+
+def make_call(case: Case, dtype, device):
+    """Inputs on the GPU and a function that launches the case once."""
+    import torch
+
+    from . import attention, decode_attention, kv_write, layer_norm, linear
+
+    s = case.shape
+    rand = lambda *shape: torch.randn(shape, device=device, dtype=dtype)
+    if case.kind == "layer_norm":
+        x, r, w, b = rand(s["rows"], s["width"]), rand(s["rows"], s["width"]), rand(s["width"]), rand(s["width"])
+        return lambda: layer_norm(x, w, b, residual=r)
+    if case.kind == "linear":
+        x, w, b = rand(s["rows"], s["inp"]), rand(s["out"], s["inp"]), rand(s["out"])
+        return lambda: linear(x, w, b, activation="gelu")
+    if case.kind == "attention":
+        q, k, v = (rand(s["batch"], s["heads"], s["t"], s["d"]) for _ in range(3))
+        return lambda: attention(q, k, v, causal=True)
+    if case.kind == "decode_attention":
+        q = rand(s["batch"], s["heads"], 1, s["d"])
+        kc, vc = (rand(s["batch"], s["heads"], s["n"], s["d"]) for _ in range(2))
+        lengths = torch.full((s["batch"],), s["n"], device=device, dtype=torch.int32)
+        return lambda: decode_attention(q, kc, vc, lengths)
+    k, v = rand(s["batch"], s["heads"], 1, s["d"]), rand(s["batch"], s["heads"], 1, s["d"])
+    kc, vc = (rand(s["batch"], s["heads"], s["t_max"], s["d"]) for _ in range(2))
+    lengths = torch.arange(s["batch"], device=device, dtype=torch.int32) % s["t_max"]
+    return lambda: kv_write(k, v, kc, vc, lengths)
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """ncu --csv output -> one dict per profiled kernel, in launch (ID) order:
+    {"id", "kernel", "metrics": {name: value in base units (bytes, sectors)}}. Lines before the
+    header (ncu's ==PROF== messages) are skipped; values may carry thousands separators."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError('no ncu CSV header (a line starting with "ID") in the output')
+    kernels: dict[int, dict] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        if not row.get("ID", "").strip().isdigit():
+            continue  # a stray message line inside the table
+        kid = int(row["ID"])
+        entry = kernels.setdefault(kid, {"id": kid, "kernel": row["Kernel Name"], "metrics": {}})
+        raw = row["Metric Value"].replace(",", "").strip()
+        unit = row.get("Metric Unit", "").strip().lower()
+        if unit not in UNITS:
+            raise ValueError(f"unknown unit {unit!r} for {row['Metric Name']}")
+        entry["metrics"][row["Metric Name"]] = float(raw) * UNITS[unit] if raw not in ("", "n/a") else float("nan")
+    return [kernels[k] for k in sorted(kernels)]
+
+
+def attribute(kernels: list[dict], n_cases: int, flush_name: str = FLUSH_KERNEL) -> list[dict]:
+    """Split the launch-ordered kernels on the flush kernel (flush, case, flush, case, ..., flush) and
+    sum each case's counters in bytes; the DRAM writes of the flush after a case are its write-backs."""
+    groups, current, seen_flush = [], None, False
+    for k in kernels:
+        if flush_name in k["kernel"]:
+            if current is not None:
+                current["dram_write_back"] = k["metrics"].get("dram__bytes_write.sum", 0.0)
+                groups.append(current)
+            current, seen_flush = None, True
+            continue
+        if not seen_flush:
+            raise ValueError(f"kernel {k['kernel']!r} (ID {k['id']}) ran before the first flush")
+        if current is None:
+            current = {"kernels": [], "dram_read": 0.0, "dram_write": 0.0, "l2_read": 0.0, "l2_write": 0.0}
+        m = k["metrics"]
+        current["kernels"].append(k["kernel"])
+        current["dram_read"] += m.get("dram__bytes_read.sum", 0.0)
+        current["dram_write"] += m.get("dram__bytes_write.sum", 0.0)
+        current["l2_read"] += 32 * m.get("lts__t_sectors_srcunit_tex_op_read.sum", 0.0)
+        current["l2_write"] += 32 * m.get("lts__t_sectors_srcunit_tex_op_write.sum", 0.0)
+    if current is not None:
+        raise ValueError("the last case has no flush after it")
+    if len(groups) != n_cases:
+        raise ValueError(f"found {len(groups)} cases between flushes, expected {n_cases}")
+    return groups
+
+
+def diff(model_bytes: float, counter_bytes: float) -> tuple[float, bool]:
+    """(model vs counter in %, within tolerance)."""
+    pct = 100 * (model_bytes - counter_bytes) / counter_bytes if counter_bytes else float("nan")
+    return pct, abs(model_bytes - counter_bytes) < NOISE_BYTES or abs(pct) <= 100 * TOLERANCE
+
+
+def rows_for(dtype, device, counters=None) -> list[dict]:
+    rows = []
+    for i, case in enumerate(CASES):
+        t, cfg = model(case, dtype, device)
+        row = dict(case=case.name, config=str(cfg) if cfg else "", model_l2_read_mb=t.bytes_read / MB,
+                   model_l2_write_mb=t.bytes_written / MB, model_hbm_read_mb=t.hbm_read / MB,
+                   model_hbm_write_mb=t.hbm_written / MB, floor_mb=t.min_bytes / MB)  # fmt: skip
+        if counters is not None:
+            c = counters[i]
+            hbm_write = c["dram_write"] + c["dram_write_back"]
+            checks = [
+                ("l2_read", t.bytes_read, c["l2_read"]),
+                ("l2_write", t.bytes_written, c["l2_write"]),
+                ("hbm_read", t.hbm_read, c["dram_read"]),
+                ("hbm_write", t.hbm_written, hbm_write),
+            ]
+            ok = True
+            for name, m, n in checks:
+                pct, good = diff(m, n)
+                row[f"counter_{name}_mb"] = n / MB
+                row[f"{name}_diff_pct"] = pct
+                ok &= good
+            row["counter_dram_write_in_kernel_mb"] = c["dram_write"] / MB
+            row["kernels"] = " + ".join(c["kernels"])
+            row["verdict"] = "PASS" if ok else "OVER 15%"
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    measured = "verdict" in rows[0]
+    for r in rows:
+        print(f"{r['case']}  [{r['config'] or 'no tiles'}]")
+        for level, read, write in (("L2->SM", "l2_read", "l2_write"), ("HBM", "hbm_read", "hbm_write")):
+            line = f"  {level:6s} model read {r[f'model_{read}_mb']:9.3f} MB  write {r[f'model_{write}_mb']:7.3f} MB"
+            if measured:
+                line += (f"  | counter read {r[f'counter_{read}_mb']:9.3f} MB ({r[f'{read}_diff_pct']:+6.1f}%)"
+                         f"  write {r[f'counter_{write}_mb']:7.3f} MB ({r[f'{write}_diff_pct']:+6.1f}%)")  # fmt: skip
+            print(line)
+        print(f"  floor {r['floor_mb']:.3f} MB" + (f"  -> {r['verdict']}" if measured else ""))
+
+
+def missing_tools() -> list[str]:
+    import torch
+
+    missing = []
+    if not torch.cuda.is_available():
+        missing.append("a CUDA GPU (torch.cuda.is_available() is False)")
+    if find_ncu() is None:
+        missing.append("Nsight Compute's ncu (not on PATH, nor /usr/local/cuda/bin/ncu)")
+    return missing
+
+
+def find_ncu() -> str | None:
+    found = shutil.which("ncu")
+    return found or ("/usr/local/cuda/bin/ncu" if os.access("/usr/local/cuda/bin/ncu", os.X_OK) else None)
+
+
+def run_child(dtype) -> None:
+    """Inside ncu: compile and warm every case, then flush, case, flush, ... in the profiled range."""
+    import torch
+
+    device = torch.device("cuda")
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size or 50 * 1024 * 1024
+    buf = torch.zeros(4 * l2 // 4, device=device, dtype=torch.float32)  # 4x L2 of clean lines
+    sink = torch.zeros(triton.cdiv(buf.numel(), 4096), device=device)
+    flush = lambda: _l2_flush_kernel[(sink.numel(),)](buf, sink, buf.numel(), BLOCK=4096)
+    calls = [make_call(case, dtype, device) for case in CASES]
+    for call in calls:  # compile and warm outside the profiled range
+        call()
+        call()
+    flush()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    flush()
+    for call in calls:
+        call()
+        flush()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def run_ncu(dtype_name: str) -> str:
+    log = tempfile.NamedTemporaryFile(prefix="ncu_check_", suffix=".csv", delete=False).name
+    cmd = [find_ncu(), "--clock-control", "none", "--profile-from-start", "off", "--cache-control", "none",
+           "--metrics", ",".join(METRICS), "--csv", "--print-units", "base", "--log-file", log,
+           sys.executable, "-m", "kernels.ncu_check", "--child", "--dtype", dtype_name]  # fmt: skip
+    print("running:", " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if done.returncode != 0:
+        sys.exit(f"ncu_check: ncu or the child failed (exit {done.returncode}); ncu's log: {log}")
+    with open(log) as f:
+        return f.read()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--out", default=None, help="CSV of the rows (default ncu_check.csv when measuring)")
+    p.add_argument("--json", default=None, help="JSON with GPU, date, versions and rows (default ncu_check.json)")
+    p.add_argument("--model-only", "--dry-run", action="store_true", help="the model columns only; no GPU or ncu")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    if args.child:
+        run_child(dtype)
+        return 0
+    if args.model_only:
+        device = torch.device("cuda") if torch.cuda.is_available() else h200_limits()
+        from .config import device_limits
+
+        print(f"model only, {args.dtype}, limits of {device_limits(device).name}")
+        rows = rows_for(dtype, device)
+        print_table(rows)
+        write_outputs(rows, args, device_limits(device).name)
+        return 0
+    missing = missing_tools()
+    if missing:
+        print("ncu_check: missing " + " and ".join(missing) + "; --model-only prints the model alone", file=sys.stderr)
+        return 2
+    counters = attribute(parse_ncu_csv(run_ncu(args.dtype)), len(CASES))
+    rows = rows_for(dtype, torch.device("cuda"), counters)
+    print_table(rows)
+    args.out, args.json = args.out or "ncu_check.csv", args.json or "ncu_check.json"
+    write_outputs(rows, args, torch.cuda.get_device_name())
+    return 0 if all(r["verdict"] == "PASS" for r in rows) else 1
+
+
+def write_outputs(rows, args, gpu: str) -> None:
+    import datetime
+
+    import torch
+    import triton
+
+    if args.out:
+        with open(args.out, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {args.out}")
+    if args.json:
+        meta = dict(gpu=gpu, date=datetime.datetime.now().isoformat(timespec="seconds"), torch=torch.__version__,
+                    triton=triton.__version__, dtype=args.dtype, metrics=list(METRICS), rows=rows)  # fmt: skip
+        with open(args.json, "w") as f:
+            json.dump(meta, f, indent=1)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
