@@ -343,15 +343,19 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
 
 
 def tuned_config(q, k, v, *, causal=True):
-    """The fastest candidate tiles for these inputs (timed once per shape on a GPU; defaults on CPU)."""
-    run = lambda c: attention(q, k, v, causal=causal, config=c)
-    return autotune.pick("attention", (*q.shape, k.shape[2], q.dtype, causal), run, q.device)
+    """The fastest candidate tiles for inputs like these (timed once per shape on a GPU, over random copies
+    rotated past L2; defaults on CPU)."""
+    run = lambda c, q, k, v: attention(q, k, v, causal=causal, config=c)
+    return autotune.pick("attention", (*q.shape, k.shape[2], q.dtype, causal), run, q.device, inputs=(q, k, v))
 
 
 def tuned_decode_config(q, k_cache, v_cache, lengths):
-    """As tuned_config, for decode_attention; keyed by the cache size, not the lengths' values."""
-    run = lambda c: decode_attention(q, k_cache, v_cache, lengths, config=c)
-    return autotune.pick("decode_attention", (*q.shape, k_cache.shape[2], q.dtype), run, q.device)
+    """As tuned_config, for decode_attention; keyed by the cache size, not the lengths' values, so it is
+    timed over full caches (the lengths at tuning time may be short)."""
+    run = lambda c, q, k, v, n: decode_attention(q, k, v, n, config=c)
+    full = torch.full_like(lengths, k_cache.shape[2])
+    key = (*q.shape, k_cache.shape[2], q.dtype)
+    return autotune.pick("decode_attention", key, run, q.device, inputs=(q, k_cache, v_cache, full))
 
 
 def _visible_keys(tq: int, tk: int, causal: bool) -> int:

@@ -245,11 +245,13 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
 
 
 def tuned_config(x, weight, bias=None, *, activation=None, residual=None):
-    """The fastest candidate tiles for these inputs (timed once per shape on a GPU; defaults on CPU)."""
+    """The fastest candidate tiles for inputs like these (timed once per shape on a GPU, over random copies
+    rotated past L2; defaults on CPU)."""
     rows = x.numel() // x.shape[-1]
     key = (rows, *weight.shape, x.dtype, bias is not None, activation, residual is not None)
-    run = lambda c: linear(x, weight, bias, activation=activation, residual=residual, config=c)
-    return autotune.pick("linear_decode" if rows <= DECODE_ROWS else "linear", key, run, x.device)
+    run = lambda c, x, w, b, r: linear(x, w, b, activation=activation, residual=r, config=c)
+    kind = "linear_decode" if rows <= DECODE_ROWS else "linear"
+    return autotune.pick(kind, key, run, x.device, inputs=(x, weight, bias, residual))
 
 
 def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False, config=None,

@@ -1,63 +1,62 @@
 #!/usr/bin/env bash
-# GPU runs on the device machine, in two parts that each fit one call (see the device notes in
-# benchmarks/RESULTS.md). Each stage has its own time limit so a slow one cannot starve the rest;
-# logs and tables go to $OUT (at most 8 files come back).
-#   bash scripts/device_run.sh tests   GPU test suite, kernel benchmark, whole-generation tokens/s
-#   bash scripts/device_run.sh decode  one decode step profiled, the sequence sweep, the app via its API
-#   bash scripts/device_run.sh sweeps  graph tests, one decode step profiled, decode-attention and linear tile sweeps
+# GPU runs on the device machine, in parts that each fit one call (at most 10 minutes). Each stage has
+# its own time limit so a slow one cannot starve the rest; logs and tables go to $OUT (at most 8 files
+# come back).
+#   bash scripts/device_run.sh measure  ncu_check, whole-generation rates (both clocks), the measurement tests,
+#                                       one decode step profiled and counted
+#   bash scripts/device_run.sh full     the whole test suite on the GPU, then tile sweeps by the one timing method
+#   bash scripts/device_run.sh app      the app via its API, a sequence sweep, the kernel benchmark
 set -u
-PART=${1:-tests}
+PART=${1:-measure}
 OUT=${OUT:-/tmp/device-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False
-stage() { echo; echo "== $(date +%T) $*"; }
+LOG="$OUT/run.log"
+stage() { echo; echo "== $(date +%T) $*"; } 
+say() { stage "$@" | tee -a "$LOG"; }
 
-stage environment
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
+say environment
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader | tee -a "$LOG"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site
-python3 -c "import torch, triton, transformers; print('torch', torch.__version__, '| triton', triton.__version__, '| transformers', transformers.__version__)"
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, '| triton', triton.__version__, '| transformers', transformers.__version__)" | tee -a "$LOG"
+python3 -c "import sys; sys.path.insert(0, 'scripts'); from device_app_check import gpt2_shaped; from pathlib import Path; gpt2_shaped(Path('/tmp/gpt2-shaped'))" >/dev/null 2>&1
 
-if [ "$PART" = tests ]; then
-  stage "GPU tests (compiled kernels, bf16/fp16/fp32, CUDA graphs)"
-  timeout "${T_TESTS:-170}" python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_layer_norm.py tests/test_linear.py \
-    tests/test_attention.py tests/test_decode_attention.py tests/test_config.py tests/test_model.py tests/test_graphs.py tests/test_kv_write.py \
-    >"$OUT/gpu-tests.log" 2>&1
-  echo "pytest exit $?"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3
-  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 15
-
-  stage "kernel benchmark"
-  timeout "${T_KERNELS:-100}" python3 -m kernels.bench --out "$OUT/kernels.md" 2>&1 | tail -n 32
-
-  stage "generation tokens/s"
-  timeout "${T_GEN:-120}" python3 benchmarks/generation.py --repeats 2 2>&1 | tee "$OUT/generation.md" | tail -n 12
-elif [ "$PART" = sweeps ]; then
-  python3 -c "import sys; sys.path.insert(0, 'scripts'); from device_app_check import gpt2_shaped; from pathlib import Path; gpt2_shaped(Path('/tmp/gpt2-shaped'))" >/dev/null 2>&1
-  stage "CUDA graph and profiling tests" | tee "$OUT/run.log"
-  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_graphs.py 2>&1 | tail -n 3 | tee -a "$OUT/run.log"
-  stage "one decode step, GPT-2-small-shaped, profiled; eager and CUDA graph" | tee -a "$OUT/run.log"
-  timeout 90 python3 -m explorer.bench generate --model /tmp/gpt2-shaped --new-tokens 64 --graph both --cache on \
-    --profile --out "$OUT/generate.csv" 2>&1 | grep -v "it/s\]" | grep -v "^\[" | tee -a "$OUT/run.log"
-  stage "tile sweep, decode attention B=1 H=12 T=8192 D=64" | tee -a "$OUT/run.log"
-  timeout 90 python3 -m explorer.bench tiles --kernel decode_attention --shape B=1,H=12,T=8192,D=64 \
-    --grid "block_n=32,64,128;split_k=8,16,32,64;num_warps=2,4;num_stages=2,3" --out "$OUT/sweep-decode.csv" 2>&1 \
-    | grep -v "run/s\]" | head -n 24 | tee -a "$OUT/run.log"
-  stage "tile sweep, linear M=1024 K=768 N=3072" | tee -a "$OUT/run.log"
-  timeout 100 python3 -m explorer.bench tiles --kernel linear --shape M=1024,K=768,N=3072 \
-    --grid "block_m=64,128;block_n=64,128,256;block_k=32,64;num_warps=4,8;num_stages=3,4" --out "$OUT/sweep-linear.csv" 2>&1 \
-    | grep -v "run/s\]" | head -n 24 | tee -a "$OUT/run.log"
-else
-  python3 -c "import sys; sys.path.insert(0, 'scripts'); from device_app_check import gpt2_shaped; from pathlib import Path; gpt2_shaped(Path('/tmp/gpt2-shaped'))" >/dev/null 2>&1
-  stage "one decode step, GPT-2-small-shaped, profiled; eager and CUDA graph" | tee "$OUT/run.log"
+if [ "$PART" = measure ]; then
+  say "traffic models against hardware counters (ncu)"
+  timeout "${T_NCU:-200}" python3 -m kernels.ncu_check --dtype bf16 --out "$OUT/ncu.csv" --json "$OUT/ncu_h200.json" 2>&1 \
+    | grep -v "^==PROF==" | tail -n 60 | tee -a "$LOG"
+  say "whole generations: tokens/s against transformers and the PyTorch CUDA-graph loop; both clocks"
+  timeout "${T_GEN:-200}" python3 benchmarks/generation.py --repeats 2 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
+  say "measurement tests on the GPU"
+  timeout "${T_TESTS:-150}" python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_launches.py tests/test_graphs.py \
+    tests/test_timing.py tests/test_kv_write.py tests/test_traffic.py tests/test_metrics.py tests/test_bench.py \
+    tests/test_actions.py tests/test_model.py >"$OUT/gpu-tests.log" 2>&1
+  echo "pytest exit $?" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"
+  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 20 | tee -a "$LOG"
+  say "one decode step, GPT-2-small-shaped: profiled at spread positions, kernels counted; eager and CUDA graph"
   timeout "${T_PROFILE:-120}" python3 -m explorer.bench generate --model /tmp/gpt2-shaped --new-tokens 128 --graph both \
-    --profile --out "$OUT/generate.csv" 2>&1 | grep -v "it/s\]" | grep -v "^\[" | tee -a "$OUT/run.log"
-
-  stage "cache on/off, 1024 new tokens, bundled model, both backends" | tee -a "$OUT/run.log"
+    --cache on --profile --out "$OUT/generate.csv" 2>&1 | grep -v "it/s\]" | grep -v "^\[" | tail -n 60 | tee -a "$LOG"
+elif [ "$PART" = full ]; then
+  say "the whole test suite on the GPU"
+  timeout "${T_TESTS:-330}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1
+  echo "pytest exit $?" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"
+  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 20 | tee -a "$LOG"
+  for spec in "decode_attention B=1,H=12,T=8192,D=64 block_n=32,64,128;split_k=8,16,32,64;num_warps=2,4;num_stages=2,3" \
+              "linear M=1024,K=768,N=3072 block_m=64,128;block_n=64,128,256;block_k=32,64;num_warps=4,8;num_stages=3,4" \
+              "attention B=1,H=12,T=1024,D=64 block_m=64,128;block_n=32,64,128;num_warps=4,8;num_stages=2,3"; do
+    set -- $spec
+    say "tile sweep $1 $2 (CUDA-graph replays, inputs rotated past L2)"
+    timeout "${T_SWEEP:-80}" python3 -m explorer.bench tiles --kernel "$1" --shape "$2" --grid "$3" --out "$OUT/sweep-$1.csv" 2>&1 \
+      | grep -v "run/s\]" | head -n 14 | tee -a "$LOG"
+  done
+else
+  say "the app, driven through gradio_client"
+  timeout "${T_APP:-120}" python3 scripts/device_app_check.py 128 2>&1 | grep -v "Loading weights" | tee -a "$LOG" | tail -n 40
+  say "cache on/off, 1024 new tokens, bundled model, both backends"
   timeout "${T_SEQ:-200}" python3 -m explorer.bench sequence --prompt-lengths 1 --new-tokens 1024 --out "$OUT/seq.csv" 2>&1 \
-    | grep -v "it/s\]" | tee -a "$OUT/run.log" | tail -n 12
-
-  stage "the app, driven through gradio_client" | tee -a "$OUT/run.log"
-  timeout "${T_APP:-90}" python3 scripts/device_app_check.py 128 2>&1 | grep -v "Loading weights" | tee -a "$OUT/run.log" \
-    | grep -E "^###|tokens/s|first token|warm-up|launches|ms/token|bandwidth|text:" | head -n 40
+    | grep -v "it/s\]" | tail -n 12 | tee -a "$LOG"
+  say "kernel benchmark against PyTorch"
+  timeout "${T_KERNELS:-150}" python3 -m kernels.bench --out "$OUT/kernels.md" 2>&1 | tail -n 32 | tee -a "$LOG"
 fi
-stage done
+say done

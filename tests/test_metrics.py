@@ -156,7 +156,7 @@ def test_summary_keeps_prefill_warmup_device_steps_and_the_wall_clock_apart():
     assert s["wall_tokens_per_s"] == pytest.approx(4 / 0.4)  # 4 tokens after the first, over 0.4 s
     assert s["device_tokens_per_s"] == pytest.approx(1000 / 5.0)
     assert s["peak_memory_mb"] == 5.0  # the largest max_memory_allocated a step saw
-    moved = [sum(t.bytes for t in step_traffic(x).values()) for x in steps[1:]]
+    moved = [sum(t.hbm_bytes for t in step_traffic(x).values()) for x in steps[1:]]
     assert s["achieved_gbs"] == pytest.approx(
         statistics.median(m / ms / 1e6 for m, ms in zip(moved, [2, 4, 6, 8], strict=True))
     )
@@ -205,7 +205,7 @@ def test_roofline_marks_memory_and_compute_bound():
     peaks = metrics.Peaks(bandwidth_gbs=1000.0, tflops=100.0, label="test")  # ridge at 100 FLOP/byte
     r = metrics.roofline(frame.reset_index(), peaks).set_index("kind")
     for kind in ("decode attention", "ffn"):
-        intensity = frame.loc[kind, "gflop"] * 1e9 / (frame.loc[kind, "modeled_mb"] * metrics.MB)
+        intensity = frame.loc[kind, "gflop"] * 1e9 / (frame.loc[kind, "hbm_mb"] * metrics.MB)
         assert r.loc[kind, "intensity"] == pytest.approx(intensity)
         assert r.loc[kind, "ceiling_tflops"] == pytest.approx(min(100.0, intensity * 1.0))
         assert r.loc[kind, "bound"] == ("memory" if intensity < 100 else "compute")

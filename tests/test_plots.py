@@ -3,6 +3,7 @@
 import math
 
 import pandas as pd
+import pytest
 
 from explorer.app import plots
 from explorer.measure import metrics
@@ -48,13 +49,17 @@ def test_overlaid_runs_get_their_own_traces():
     assert [t.name for t in fig.data] == ["A prefill", "A decode", "B prefill", "B decode"]
 
 
-def test_traffic_figure_stacks_kinds_per_step():
-    fig = plots.traffic_figure(metrics.kernel_frame(_steps()))
+def test_traffic_figure_stacks_hbm_bytes_per_kind_under_the_l2_line():
+    kernels = metrics.kernel_frame(_steps())
+    fig = plots.traffic_figure(kernels)
     by_name = {t.name: t for t in fig.data}
-    assert set(by_name) == {"ffn", "attention", "decode attention"}
+    assert set(by_name) == {"ffn", "attention", "decode attention", "L2 → SMs (all tile loads)"}
     assert fig.layout.barmode == "stack"
     assert list(by_name["ffn"].x) == [0, 1, 2, 3, 4]
-    assert by_name["ffn"].y[0] == op_traffic(FFN).bytes / metrics.MB
+    assert by_name["ffn"].y[0] == op_traffic(FFN).hbm_bytes / metrics.MB
+    line = by_name["L2 → SMs (all tile loads)"]
+    assert list(line.y) == pytest.approx(list(kernels.groupby("step").modeled_mb.sum()))
+    assert all(l2 >= hbm for l2, hbm in zip(line.y, kernels.groupby("step").hbm_mb.sum(), strict=True))
 
 
 def test_kv_figure_shows_cache_or_recompute():

@@ -287,14 +287,18 @@ def summary_markdown(summary: dict) -> str:
         (f"decode step p50 / p90 ({clock})", f"{summary['step_ms_p50']:.3f} / {summary['step_ms_p90']:.3f} ms"),
         ("warm-up (compile, first run, graph capture)", f"{summary['warmup_ms']:.0f} ms, not counted above"),
         ("decode step launches", _launches(summary)),
-        ("bytes per token (modeled)", f"{summary['mb_per_token']:.2f} MB"),
-        ("achieved bandwidth (modeled bytes / step time)", bandwidth),
+        ("bytes per token (modeled): HBM / L2 → SMs", _per_token(summary)),
+        ("achieved bandwidth (modeled HBM bytes / step time)", bandwidth),
         ("KV cache", f"{summary['kv_cache_mb']:.2f} MB"),
         ("peak GPU memory (max allocated)", "n/a on CPU" if math.isnan(memory) else f"{memory:.0f} MB"),
         ("stopped", summary.get("stop_reason") or "running"),
     ]
     head = "CPU timings (Triton interpreter), not GPU timings\n\n" if cpu else ""
     return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _per_token(summary: dict) -> str:
+    return f"{summary['mb_per_token']:.2f} MB / {summary.get('l2_mb_per_token', math.nan):.2f} MB"
 
 
 def _rate(value) -> str:

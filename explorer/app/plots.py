@@ -70,13 +70,24 @@ def latency_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
 
 
 def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
-    """Modeled memory traffic per step, stacked by kernel kind (one run)."""
+    """Modeled HBM traffic per step, stacked by kernel kind, under the line of what the SMs load from L2
+    (tile re-reads included): the gap between the two is what the L2 absorbs (one run)."""
     fig = go.Figure()
     if not kernels.empty:
         for kind, part in kernels.groupby("kind", sort=False):
-            fig.add_trace(go.Bar(x=part.step, y=part.modeled_mb, name=kind, marker_color=KIND_COLORS.get(kind)))
+            fig.add_trace(go.Bar(x=part.step, y=part.hbm_mb, name=kind, marker_color=KIND_COLORS.get(kind)))
+        issued = kernels.groupby("step", sort=True).modeled_mb.sum()
+        fig.add_trace(
+            go.Scatter(
+                x=issued.index,
+                y=issued.values,
+                mode="lines",
+                line=dict(color="black", dash="dot"),
+                name="L2 → SMs (all tile loads)",
+            )
+        )
     fig.update_layout(barmode="stack")
-    return _layout(fig, "Memory traffic per step (modeled)", "generated token", "MB moved", note)
+    return _layout(fig, "Memory traffic per step (modeled): HBM by kernel", "generated token", "MB moved", note)
 
 
 def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: str = "") -> go.Figure:
@@ -97,8 +108,8 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
     for run, frame in _runs(steps):
         if frame.kv_allocated_mb.max() > 0:
             lines = [("kv_used_mb", None, "used"), ("kv_allocated_mb", "dot", "allocated")]
-            if frame.memory_mb.notna().any():
-                lines.append(("memory_mb", "dash", "GPU memory allocated"))
+            if frame.peak_memory_mb.notna().any():
+                lines.append(("peak_memory_mb", "dash", "GPU memory, peak so far"))
             for column, dash, label in lines:
                 fig.add_trace(
                     go.Scatter(
@@ -123,7 +134,7 @@ def kernel_share_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
     """Share of a decode step per kernel kind: measured time when profiled, else modeled bytes."""
     decode = kernels[kernels.phase == "decode"] if (kernels.phase == "decode").any() else kernels
     timed = decode.kernel_ms.notna().any() if not decode.empty else False
-    column, what = ("kernel_ms", "device time") if timed else ("modeled_mb", "modeled bytes")
+    column, what = ("kernel_ms", "device time") if timed else ("hbm_mb", "modeled HBM bytes")
     share = decode.groupby("kind", sort=False)[column].sum() if not decode.empty else pd.Series(dtype=float)
     fig = go.Figure(
         go.Pie(
@@ -252,25 +263,33 @@ def roofline_figure(
     return _layout(fig, "Roofline", "arithmetic intensity (FLOP/byte)", "TFLOP/s", note)
 
 
-def hierarchy_html(kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.DataFrame | None = None) -> str:
-    """The HBM -> SRAM -> compute picture with this run's numbers: per kernel kind in one decode step,
-    bytes loaded into SRAM (tiles included), the HBM floor, the time those bytes need at the measured
-    bandwidth and, once profiled, the device time measured and the host time spent launching."""
+def hierarchy_html(
+    kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.DataFrame | None = None, counters: str = ""
+) -> str:
+    """The HBM -> L2 -> SRAM -> compute picture with this run's numbers: per kernel kind in one decode
+    step, bytes the SMs load from L2 (tiles included), bytes HBM sees (what the L2 lets through), the
+    floor, the time the HBM bytes need at the measured bandwidth and, once profiled, the device time
+    measured and the host time spent launching (over the profiled steps alone, so that bytes and times
+    come from the same positions). `counters`: the recorded hardware-counter table, as HTML."""
     decode = kernels[kernels.phase == "decode"] if (kernels.phase == "decode").any() else kernels
     if decode.empty:
-        return "<p>Generate to see where the bytes go.</p>"
+        return "<p>Generate to see where the bytes go.</p>" + counters
+    profiled = decode[decode.step == decode.profiled_step] if "profiled_step" in decode else decode
+    if not profiled.empty and profiled.kernel_ms.notna().any():
+        decode = profiled
     steps = max(1, decode.step.nunique())
     measured = [c for c in ("kernel_ms", "launch_ms") if c in decode and decode[c].notna().any()]
-    per_kind = decode.groupby("kind", sort=False)[["modeled_mb", "floor_mb", "gflop", *measured]].sum() / steps
-    heads = ["kernel", "MB loaded (tiles)", "MB floor", "MFLOP", "time at peak bandwidth"]
+    columns = ["modeled_mb", "hbm_mb", "floor_mb", "gflop", *measured]
+    per_kind = decode.groupby("kind", sort=False)[columns].sum() / steps
+    heads = ["kernel", "MB L2 → SMs (tiles)", "MB HBM (modeled)", "MB floor", "MFLOP", "HBM bytes at peak bandwidth"]
     if "kernel_ms" in measured:
         heads.append("device time measured" if peak_gbs else "interpreter time")
     if "launch_ms" in measured:
         heads.append("host time launching it")
     rows = []
     for kind, r in per_kind.iterrows():
-        at_peak = f"{r.modeled_mb * 1.048576 / peak_gbs * 1e3:.1f} µs" if peak_gbs else "n/a on CPU"
-        cells = [kind, f"{r.modeled_mb:.3f}", f"{r.floor_mb:.3f}", f"{r.gflop * 1e3:.2f}", at_peak]
+        at_peak = f"{r.hbm_mb * 1.048576 / peak_gbs * 1e3:.1f} µs" if peak_gbs else "n/a on CPU"
+        cells = [kind, f"{r.modeled_mb:.3f}", f"{r.hbm_mb:.3f}", f"{r.floor_mb:.3f}", f"{r.gflop * 1e3:.2f}", at_peak]
         cells += [_us(r[c]) for c in measured]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     saved = ""
@@ -289,9 +308,11 @@ def hierarchy_html(kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.Da
         if "launch_ms" in measured
         else ""
     )
+    where = f"averaged over the {steps} profiled decode steps" if measured else "averaged over the run's decode steps"
     return (
-        '<div class="hierarchy"><p><b>HBM</b> (' + bw + ") ⟶ <b>SRAM</b> (tiles, shared memory) ⟶ "
-        "<b>registers / tensor cores</b>. Per decode step:</p>"
+        '<div class="hierarchy"><p><b>HBM</b> (' + bw + ") ⟶ <b>L2</b> ⟶ <b>SRAM</b> (tiles, shared memory) ⟶ "
+        "<b>registers / tensor cores</b>. Tiles decide how often the SMs load a byte from L2; the L2 decides "
+        f"how many of those loads reach HBM. Per decode step, {where}:</p>"
         "<table><tr>"
         + "".join(f"<th>{h}</th>" for h in heads)
         + "</tr>"
@@ -299,6 +320,7 @@ def hierarchy_html(kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.Da
         + "</table>"
         + launch
         + saved
+        + counters
         + "</div>"
     )
 

@@ -91,6 +91,7 @@ def step_frame(steps) -> pd.DataFrame:
     for s in steps:
         traffic = step_traffic(s)
         moved = sum(t.bytes for t in traffic.values())
+        hbm = sum(t.hbm_bytes for t in traffic.values())
         rows.append(
             dict(
                 step=s.index,
@@ -100,12 +101,13 @@ def step_frame(steps) -> pd.DataFrame:
                 context_tokens=s.context_tokens,
                 latency_ms=s.latency_ms,
                 wall_s=s.wall_s,
-                modeled_mb=moved / MB,
+                modeled_mb=moved / MB,  # L2 <-> SM
+                hbm_mb=hbm / MB,
                 modeled_gflop=sum(t.flops for t in traffic.values()) / 1e9,
-                achieved_gbs=moved / s.latency_ms / 1e6 if s.latency_ms > 0 else math.nan,
+                achieved_gbs=hbm / s.latency_ms / 1e6 if s.latency_ms > 0 else math.nan,  # HBM bytes over step time
                 kv_used_mb=s.kv_used_bytes / MB,
                 kv_allocated_mb=s.kv_allocated_bytes / MB,
-                memory_mb=s.peak_memory_bytes / MB if s.peak_memory_bytes is not None else math.nan,
+                peak_memory_mb=s.peak_memory_bytes / MB if s.peak_memory_bytes is not None else math.nan,
                 warmup_ms=s.warmup_ms,
                 operations=len(s.ops),
                 graph=s.graph,
@@ -122,6 +124,9 @@ KERNEL_COLUMNS = [
     "bytes_read",
     "bytes_written",
     "modeled_mb",
+    "hbm_read",
+    "hbm_written",
+    "hbm_mb",
     "floor_mb",
     "gflop",
     "intensity",
@@ -150,14 +155,17 @@ def kernel_frame(steps, profiled: pd.DataFrame | None = None) -> pd.DataFrame:
                     kind=kind,
                     bytes_read=t.bytes_read,
                     bytes_written=t.bytes_written,
-                    modeled_mb=t.bytes / MB,
+                    modeled_mb=t.bytes / MB,  # L2 <-> SM: every load and store issued, tile re-reads included
+                    hbm_read=t.hbm_read,
+                    hbm_written=t.hbm_written,
+                    hbm_mb=t.hbm_bytes / MB,  # what the L2 lets through to HBM
                     floor_mb=t.min_bytes / MB,
                     gflop=t.flops / 1e9,
-                    intensity=t.flops / t.bytes if t.bytes else math.nan,  # FLOP per byte
+                    intensity=t.flops / t.hbm_bytes if t.hbm_bytes else math.nan,  # FLOP per HBM byte
                     kernel_ms=ms,
                     launch_ms=launch,  # host time launching it (GPU profiling pass)
                     profiled_step=near if near is not None else math.nan,
-                    achieved_gbs=t.bytes / ms / 1e6 if ms and ms > 0 else math.nan,
+                    achieved_gbs=t.hbm_bytes / ms / 1e6 if ms and ms > 0 else math.nan,
                     achieved_tflops=t.flops / ms / 1e9 if ms and ms > 0 else math.nan,
                 )
             )
@@ -200,7 +208,8 @@ def summary(steps, peaks: Peaks | None = None, launches=None) -> dict:
     decode = [s for s in steps if s.phase == "decode"]
     batch = len(steps[0].token_ids)
     decode_ms = [s.latency_ms for s in decode]
-    moved = [sum(t.bytes for t in step_traffic(s).values()) for s in decode]
+    moved = [sum(t.hbm_bytes for t in step_traffic(s).values()) for s in decode]
+    issued = [sum(t.bytes for t in step_traffic(s).values()) for s in decode]
     achieved = [m / s.latency_ms / 1e6 for m, s in zip(moved, decode, strict=True) if s.latency_ms > 0]
     wall = steps[-1].wall_s - steps[0].wall_s
     memory = [s.peak_memory_bytes for s in steps if s.peak_memory_bytes is not None]
@@ -212,7 +221,8 @@ def summary(steps, peaks: Peaks | None = None, launches=None) -> dict:
         step_ms_p50=percentile(decode_ms, 50),
         step_ms_p90=percentile(decode_ms, 90),
         wall_tokens_per_s=len(decode) * batch / wall if decode and wall > 0 else math.nan,
-        mb_per_token=statistics.median(moved) / batch / MB if moved else math.nan,
+        mb_per_token=statistics.median(moved) / batch / MB if moved else math.nan,  # HBM
+        l2_mb_per_token=statistics.median(issued) / batch / MB if issued else math.nan,
         achieved_gbs=percentile(achieved, 50),
         kv_cache_mb=steps[-1].kv_used_bytes / MB,
         peak_memory_mb=max(memory) / MB if memory else math.nan,
@@ -231,13 +241,14 @@ def summary(steps, peaks: Peaks | None = None, launches=None) -> dict:
 
 
 def roofline(kernels: pd.DataFrame, peaks: Peaks | None) -> pd.DataFrame:
-    """Per kernel kind, over profiled decode steps: arithmetic intensity (FLOP/byte) and achieved
-    TFLOP/s, with the ceiling at that intensity, min(peak FLOP/s, intensity x peak bandwidth)."""
-    timed = kernels.dropna(subset=["kernel_ms"])
+    """Per kernel kind, over the steps that were profiled themselves (bytes and time at the same
+    position): arithmetic intensity (FLOP per HBM byte) and achieved TFLOP/s, with the ceiling at that
+    intensity, min(peak FLOP/s, intensity x peak HBM bandwidth)."""
+    timed = kernels[kernels.step == kernels.profiled_step].dropna(subset=["kernel_ms"])
     if timed.empty:
         return pd.DataFrame(columns=["phase", "kind", "intensity", "achieved_tflops", "ceiling_tflops", "bound"])
     g = timed.groupby(["phase", "kind"], as_index=False).agg(
-        bytes=("modeled_mb", "sum"), gflop=("gflop", "sum"), kernel_ms=("kernel_ms", "sum")
+        bytes=("hbm_mb", "sum"), gflop=("gflop", "sum"), kernel_ms=("kernel_ms", "sum")
     )
     g["intensity"] = g.gflop * 1e9 / (g.bytes * MB)
     g["achieved_tflops"] = g.gflop / g.kernel_ms

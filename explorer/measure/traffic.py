@@ -1,5 +1,7 @@
 """Bytes and FLOPs of each named operation, from the traffic model beside its kernel, and the chart
-category each name falls under.
+category each name falls under. Every Traffic has two levels: bytes between L2 and the SMs (every load
+and store the kernel issues, tile re-reads included: what tiling controls) and bytes to and from HBM
+(what the L2 lets through, given the working set and this device's L2 size).
 
 The decoder only names its operations (explorer.model.ops.Op); this is where a name becomes bytes.
 A Triton call is booked at the tiles it ran with; the torch backend's calls are booked as PyTorch
@@ -14,6 +16,7 @@ import functools
 from kernels.attention import decode_traffic, traffic_floor
 from kernels.attention import traffic as attention_traffic
 from kernels.config import Traffic
+from kernels.kv_write import traffic as kv_write_traffic
 from kernels.layer_norm import traffic as layer_norm_traffic
 from kernels.layer_norm import traffic_unfused as layer_norm_unfused
 from kernels.linear import traffic as linear_traffic
@@ -51,14 +54,14 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
     if op.kernel == "layer_norm":
         rows, width, residual = op.sizes
         if triton:
-            return layer_norm_traffic(rows, width, item, residual=bool(residual), config=op.config)
-        return layer_norm_unfused(rows, width, item, residual=bool(residual))
+            return layer_norm_traffic(rows, width, item, residual=bool(residual), config=op.config, device=op.device)
+        return layer_norm_unfused(rows, width, item, residual=bool(residual), device=op.device)
     if op.kernel == "linear":
         rows, out_f, in_f, bias, gelu, residual = op.sizes
         flags = dict(bias=bool(bias), activation="gelu" if gelu else None, residual=bool(residual))
         if triton:
             return linear_traffic(rows, out_f, in_f, item, **flags, config=op.config, **on)
-        return linear_unfused(rows, out_f, in_f, item, **flags)
+        return linear_unfused(rows, out_f, in_f, item, **flags, device=op.device)
     if op.kernel == "attention":
         b, h, tq, tk, d = op.sizes
         if triton:
@@ -70,7 +73,9 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
             return decode_traffic(list(lengths), h, max_len, d, item, config=op.config, **on)
         return traffic_floor(b, h, 1, max_len, d, item, causal=False)  # the masked SDPA reads every slot
     if op.kernel == "kv_write":
-        b, h, t, d, _ = op.sizes
+        b, h, t, d, decode = op.sizes
+        if decode and triton:
+            return kv_write_traffic(b, h, d, item)
         moved = 2 * b * h * t * d * item  # K and V rows read from the projection, written to the cache
         return Traffic(moved, moved, 0, 2 * moved)
     if op.kernel == "embedding":
