@@ -38,6 +38,13 @@ if [ "$PART" = measure ]; then
   timeout "${T_PROFILE:-120}" python3 -m explorer.bench generate --model /tmp/gpt2-shaped --new-tokens 128 --graph both \
     --cache on --profile --out "$OUT/generate.csv" 2>&1 | grep -v "it/s\]" | grep -v "^\[" | tail -n 60 | tee -a "$LOG"
 elif [ "$PART" = full ]; then
+  say "traffic models against hardware counters (ncu), and where the tiled kernels' re-reads stop"
+  timeout "${T_NCU:-120}" python3 -m kernels.ncu_check --dtype bf16 --out "$OUT/ncu.csv" --json "$OUT/ncu_h200.json" 2>&1 \
+    | grep -v "^==PROF==" | tail -n 40 | tee -a "$LOG"
+  timeout 90 /usr/local/cuda/bin/ncu --cache-control all --clock-control none --profile-from-start off --csv \
+    --metrics "regex:l1tex__t_sectors_pipe_lsu_mem_global_op_(ld|ldgsts).*sum$,lts__t_sectors_srcunit_tex_op_read.sum" \
+    python3 scripts/ncu_l1_probe.py > "$OUT/ncu_l1.csv" 2>&1; echo "l1 probe exit $?" | tee -a "$LOG"
+  grep -v "^==PROF==" "$OUT/ncu_l1.csv" | cut -d, -f5,13- | tail -n 40 | tee -a "$LOG"
   say "the whole test suite on the GPU"
   timeout "${T_TESTS:-330}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1
   echo "pytest exit $?" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"

@@ -98,7 +98,9 @@ def test_tiles_that_cannot_run_are_refused_before_any_launch(monkeypatch):
 
     launched = []
     monkeypatch.setattr(kernels, "layer_norm", lambda *a, **k: launched.append(1))
-    s = actions.RunSettings(new_tokens=2, tiles=actions.Tiles(linear_decode=TileConfig(block_n=256, block_k=256)))
+    # Too large for any GPU's shared memory, the H200's 227 KB included.
+    tiles = actions.Tiles(linear_decode=TileConfig(block_n=256, block_k=256, num_stages=8))
+    s = actions.RunSettings(new_tokens=2, tiles=tiles)
     with pytest.raises(actions.UserError, match="linear: .* shared memory"):
         list(actions.run_generation(s))
     assert launched == []

@@ -32,12 +32,15 @@ class Profiler:
     """Times every operation of the steps it observes; take() hands over one step's times by name."""
 
     def __init__(self):
+        self.active = True  # off: operations run untimed (a profiled step's set-up)
         self._events: list = []
         self._host: dict[str, float] = defaultdict(float)
         self._kinds: dict[str, str] = {}
         self._device: torch.device | None = None
 
     def __call__(self, op: Op, run):
+        if not self.active:
+            return run()
         self._kinds[op.name] = category(op)
         if op.device.type != "cuda":
             t0 = time.perf_counter()
@@ -53,7 +56,10 @@ class Profiler:
             out = run()
             end.record()
             host = (time.perf_counter() - host0) * 1e3
-            if host < _SPIN_MARGIN * _spin.ms(cycles, op.device):
+            spin_ms = _spin.ms(cycles, op.device)
+            if host < _SPIN_MARGIN * spin_ms:
+                if host < _SHRINK_BELOW * spin_ms:  # far shorter than the spin: wait less next time
+                    _spin.cycles = max(cycles // 2, _MIN_SPIN_CYCLES)
                 break
             _spin.cycles = min(4 * cycles, _MAX_SPIN_CYCLES)  # launched after the spin ended: longer spin, again
         self._events.append((op.name, start, end))
@@ -89,6 +95,8 @@ class Profiler:
 
 
 _SPIN_MARGIN = 0.8  # a launch must end within 80% of the spin
+_SHRINK_BELOW = 0.2  # a launch this much shorter halves the spin: one slow launch does not slow every later one
+_MIN_SPIN_CYCLES = 100_000
 _MAX_RESPINS = 6
 _MAX_SPIN_CYCLES = 1 << 27  # about 70 ms at 2 GHz
 
@@ -170,11 +178,11 @@ def profile_run(
         # The step's input is the prompt and the `index` tokens generated before it. With the cache on,
         # all but the last of those are a prefill and the last is what the decode step feeds.
         fed = [p + g[:index] for p, g in zip(prompts, generated, strict=True)]
-        if cache and index > 0:
-            gen = generate(model, [f[:-1] for f in fed], max_new_tokens=2, observer=profiler, **kw)
-            observed = list(_observed(gen, profiler))[1]
-        else:
-            observed = list(_observed(generate(model, fed, max_new_tokens=1, observer=profiler, **kw), profiler))[0]
+        prompt, steps_run = ([f[:-1] for f in fed], 2) if cache and index > 0 else (fed, 1)
+        if model.device.type == "cuda":  # compile for this length first, outside the timed calls
+            list(generate(model, prompt, max_new_tokens=steps_run, **kw))
+        gen = generate(model, prompt, max_new_tokens=steps_run, observer=profiler, **kw)
+        observed = _last_step(gen, steps_run, profiler)
         step = steps[index]
         rows += [dict(step=index, phase=step.phase, position=step.position, **r) for r in observed]
     if progress:
@@ -182,6 +190,15 @@ def profile_run(
     return pd.DataFrame(rows)
 
 
-def _observed(gen, profiler: Profiler):
-    for _ in gen:
-        yield profiler.take()
+def _last_step(gen, n: int, profiler: Profiler) -> list[dict]:
+    """The profiled rows of the last of a generation's n steps; the steps before it (the prefill that
+    fills the cache for a decode step) run untimed. Under an observer, generate launches each step only
+    when it is asked for, so switching the profiler on between steps times exactly the last one."""
+    profiler.active = n == 1
+    try:
+        for i, _ in enumerate(gen):
+            if i + 2 == n:
+                profiler.active = True
+    finally:
+        profiler.active = True
+    return profiler.take()
