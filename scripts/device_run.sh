@@ -4,8 +4,9 @@
 # come back).
 #   bash scripts/device_run.sh measure  ncu_check, whole-generation rates (both clocks), the measurement tests,
 #                                       one decode step profiled and counted
-#   bash scripts/device_run.sh full     the whole test suite on the GPU, then tile sweeps by the one timing method
-#   bash scripts/device_run.sh app      the app via its API, a sequence sweep, the kernel benchmark
+#   bash scripts/device_run.sh full     ncu_check and an L1 probe, the whole test suite, one decode step profiled
+#   bash scripts/device_run.sh sweeps   tile sweeps by the one timing method, the app via its API
+#   bash scripts/device_run.sh kernels  a sequence sweep, the kernel benchmark
 set -u
 PART=${1:-measure}
 OUT=${OUT:-/tmp/device-out}
@@ -49,6 +50,10 @@ elif [ "$PART" = full ]; then
   timeout "${T_TESTS:-330}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1
   echo "pytest exit $?" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"
   grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 20 | tee -a "$LOG"
+  say "one decode step, GPT-2-small-shaped: profiled at spread positions, kernels counted; eager and CUDA graph"
+  timeout "${T_PROFILE:-100}" python3 -m explorer.bench generate --model /tmp/gpt2-shaped --new-tokens 128 --graph both \
+    --cache on --profile --out "$OUT/generate.csv" 2>&1 | grep -v "it/s\]" | grep -v "^\[" | tail -n 50 | tee -a "$LOG"
+elif [ "$PART" = sweeps ]; then
   for spec in "decode_attention B=1,H=12,T=8192,D=64 block_n=32,64,128;split_k=8,16,32,64;num_warps=2,4;num_stages=2,3" \
               "linear M=1024,K=768,N=3072 block_m=64,128;block_n=64,128,256;block_k=32,64;num_warps=4,8;num_stages=3,4" \
               "attention B=1,H=12,T=1024,D=64 block_m=64,128;block_n=32,64,128;num_warps=4,8;num_stages=2,3"; do
@@ -57,9 +62,9 @@ elif [ "$PART" = full ]; then
     timeout "${T_SWEEP:-80}" python3 -m explorer.bench tiles --kernel "$1" --shape "$2" --grid "$3" --out "$OUT/sweep-$1.csv" 2>&1 \
       | grep -v "run/s\]" | head -n 14 | tee -a "$LOG"
   done
-else
   say "the app, driven through gradio_client"
   timeout "${T_APP:-120}" python3 scripts/device_app_check.py 128 2>&1 | grep -v "Loading weights" | tee -a "$LOG" | tail -n 40
+else
   say "cache on/off, 1024 new tokens, bundled model, both backends"
   timeout "${T_SEQ:-200}" python3 -m explorer.bench sequence --prompt-lengths 1 --new-tokens 1024 --out "$OUT/seq.csv" 2>&1 \
     | grep -v "it/s\]" | tail -n 12 | tee -a "$LOG"
