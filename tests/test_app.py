@@ -54,13 +54,16 @@ def test_bad_inputs_are_clear_errors_and_the_app_keeps_serving(client):
     with pytest.raises(gradio_client.exceptions.AppError, match="prompt is empty"):
         client.predict(prompt="   ", new_tokens=2, api_name="/generate")
     with pytest.raises(gradio_client.exceptions.AppError, match="shared memory"):
-        # 256-query tiles with 128-key tiles and 4 stages do not fit any GPU's shared memory
+        # 128x256 matmul tiles, 128 deep, in 4 stages need ~384 KB: more than any GPU's shared memory (the
+        # H200's 227 KB included). A 32-token prompt takes the tiled (prefill) path these tiles are for.
         client.predict(
             prompt="x = 1",
+            prompt_tokens=32,
             new_tokens=2,
-            attention_block_m="256",
-            attention_block_n="128",
-            attention_num_stages="4",
+            linear_block_m="128",
+            linear_block_n="256",
+            linear_block_k="128",
+            linear_num_stages="4",
             api_name="/generate",
         )
     text = client.predict(prompt="x = 1", new_tokens=2, api_name="/generate")[0]

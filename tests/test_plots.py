@@ -157,3 +157,21 @@ def test_compare_draws_one_line_per_run_with_how_it_launched():
         "backend=triton, cache=on, launch_mode=CUDA graph, prompt_tokens=4",
     ]
     assert list(fig.data[1].y) == [0.5, 0.5, 0.5]
+
+
+def test_recorded_counters_sit_beside_the_models_on_the_hierarchy_tab():
+    from explorer.measure.counters import recorded
+
+    meta, rows = recorded()
+    assert meta["gpu"] and meta["date"] and meta["torch"] and meta["triton"]
+    # Every kernel family was measured, each at both levels.
+    assert {"layer_norm", "linear", "attention", "decode attention", "kv_write"} <= {
+        c.split("+")[0].split(" M=")[0].split(" causal")[0].split(" B")[0] for c in rows.case
+    }
+    for column in ("counter_l2_read_mb", "counter_hbm_read_mb", "counter_hbm_write_mb"):
+        assert rows[column].gt(0).all()
+    html = plots.counters_html(meta, rows)
+    assert meta["gpu"] in html and html.count("<tr>") == len(rows) + 1
+    first = rows.iloc[0]
+    assert f"{first.model_hbm_read_mb:.2f} / {first.counter_hbm_read_mb:.2f}" in html
+    assert plots.counters_html({}, pd.DataFrame()) == ""

@@ -22,6 +22,7 @@ from kernels import TileConfig
 from kernels.config import supported_dtypes
 
 from ..measure import launches, metrics, sweeps
+from ..measure.counters import recorded
 from ..measure.profile import profile_run
 from ..model.generate import generate
 from ..model.ops import Tiles
@@ -347,6 +348,15 @@ def roofline_figure(kernels: pd.DataFrame, profiled: str = ""):
     return plots.roofline_figure(points, p.tflops if p else None, p.bandwidth_gbs if p else None, note)
 
 
+def hierarchy_before_a_run() -> str:
+    """The tab before any run: the recorded counters already say how far the models go."""
+    return (
+        '<div class="hierarchy"><p>Generate to see where the bytes go.</p>'
+        + plots.counters_html(*recorded())
+        + "</div>"
+    )
+
+
 def hierarchy(s: RunSettings, kernels: pd.DataFrame) -> str:
     try:
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
@@ -355,7 +365,7 @@ def hierarchy(s: RunSettings, kernels: pd.DataFrame) -> str:
     except Exception:
         lessons = None
     p = peaks()
-    return plots.hierarchy_html(kernels, p.bandwidth_gbs if p else None, lessons)
+    return plots.hierarchy_html(kernels, p.bandwidth_gbs if p else None, lessons, plots.counters_html(*recorded()))
 
 
 def run_sweep(kernel: str, shape: dict, dtype: str, progress=None) -> tuple[pd.DataFrame, TileConfig | None]:

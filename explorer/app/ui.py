@@ -289,7 +289,7 @@ def build() -> gr.Blocks:
                             kv_plot, share_plot = gr.Plot(show_label=False), gr.Plot(show_label=False)
                         bandwidth_plot = gr.Plot(show_label=False)
             with gr.Tab("Memory hierarchy"):
-                hierarchy = gr.HTML("<p>Generate to see where the bytes go.</p>")
+                hierarchy = gr.HTML(actions.hierarchy_before_a_run())
                 roofline_plot = gr.Plot(show_label=False)
             with gr.Tab("Tile sweep"):
                 with gr.Row():
