@@ -64,6 +64,16 @@ elif [ "$PART" = sweeps ]; then
   done
   say "the app, driven through gradio_client"
   timeout "${T_APP:-120}" python3 scripts/device_app_check.py 128 2>&1 | grep -v "Loading weights" | tee -a "$LOG" | tail -n 40
+elif [ "$PART" = final ]; then
+  say "the whole test suite on the GPU"
+  timeout "${T_TESTS:-300}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1
+  echo "pytest exit $?" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"
+  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 20 | tee -a "$LOG"
+  say "whole generations: tokens/s against transformers and the PyTorch CUDA-graph loop; both clocks"
+  timeout "${T_GEN:-150}" python3 benchmarks/generation.py --repeats 2 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
+  say "the app, driven through gradio_client"
+  timeout "${T_APP:-120}" python3 scripts/device_app_check.py 256 2>&1 | grep -v "Loading weights" \
+    | grep -E "^###|tokens/s|step p50|launches|peak" | tee -a "$LOG"
 else
   say "cache on/off, 1024 new tokens, bundled model, both backends"
   timeout "${T_SEQ:-200}" python3 -m explorer.bench sequence --prompt-lengths 1 --new-tokens 1024 --out "$OUT/seq.csv" 2>&1 \

@@ -32,7 +32,9 @@ from . import plots
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MAX_NEW_TOKENS = 2048
 MAX_BATCH = 16
-CHART_INTERVAL_S = 0.5  # charts refresh at most this often; the text streams every token
+CHART_INTERVAL_S = 0.5  # charts refresh at most this often
+TEXT_INTERVAL_S = 0.05  # the text at most this often (20 times a second): a browser shows no more, and
+# every update costs the server far more than a decode step, so tokens stream in small groups
 
 
 class UserError(Exception):
@@ -229,7 +231,8 @@ def _friendly(e: Exception) -> UserError:
 
 
 def run_generation(s: RunSettings) -> Iterator[Update]:
-    """Generate token by token, yielding text on every token and charts at most every half second.
+    """Generate token by token, yielding the text at most 20 times a second (every token on CPU, where a
+    token takes longer than that) and charts at most every half second.
     After the run, a profiling pass measures the device time per operation at decode positions
     spread over the run, and on a GPU torch.profiler counts the kernels one decode step runs."""
     try:
@@ -241,11 +244,14 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         batch = [ids] * s.batch
         kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
         graph = None if s.cuda_graph else False  # None: generate replays a graph wherever one applies
-        steps, texts, last_chart = [], [tok.decode(ids)] * s.batch, 0.0
+        steps, texts, last_chart, last_text = [], [tok.decode(ids)] * s.batch, 0.0, 0.0
         for step in generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, graph=graph, **kw):
             steps.append(step)
             texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
             now = time.monotonic()
+            if now - last_text < TEXT_INTERVAL_S and not step.stop_reason:
+                continue
+            last_text = now
             charts = now - last_chart >= CHART_INTERVAL_S
             if charts:
                 last_chart = now
