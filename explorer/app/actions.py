@@ -33,8 +33,8 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 MAX_NEW_TOKENS = 2048
 MAX_BATCH = 16
 CHART_INTERVAL_S = 0.5  # charts refresh at most this often
-TEXT_INTERVAL_S = 0.05  # the text at most this often (20 times a second): a browser shows no more, and
-# every update costs the server far more than a decode step, so tokens stream in small groups
+TEXT_INTERVAL_S = 0.1  # decoding runs at least this long between two text updates: every update costs the
+# server tens of ms, during which the generator waits, so on a GPU tokens stream in groups
 
 
 class UserError(Exception):
@@ -231,8 +231,8 @@ def _friendly(e: Exception) -> UserError:
 
 
 def run_generation(s: RunSettings) -> Iterator[Update]:
-    """Generate token by token, yielding the text at most 20 times a second (every token on CPU, where a
-    token takes longer than that) and charts at most every half second.
+    """Generate token by token, yielding the text after at least 0.1 s of decoding (every token on CPU,
+    where a token takes longer than that) and charts at most every half second.
     After the run, a profiling pass measures the device time per operation at decode positions
     spread over the run, and on a GPU torch.profiler counts the kernels one decode step runs."""
     try:
@@ -251,13 +251,13 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
             now = time.monotonic()
             if now - last_text < TEXT_INTERVAL_S and not step.stop_reason:
                 continue
-            last_text = now
             charts = now - last_chart >= CHART_INTERVAL_S
             if charts:
                 last_chart = now
             # The frames cover every step so far: build them only when the charts will redraw.
             frames = (metrics.step_frame(steps), metrics.kernel_frame(steps)) if charts else (None, None)
             yield Update(texts, *frames, metrics.summary(steps, peaks()), charts)
+            last_text = time.monotonic()  # from when the consumer asks again, not from before it took the update
         counted = None
         if model.device.type == "cuda":
             counted = launches.decode_step_launches(
