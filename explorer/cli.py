@@ -138,6 +138,7 @@ def _run(args):
         shape, grid = _parse_shape(args.shape), _parse_grid(args.grid)
         progress = _tqdm_progress(f"tile sweep {args.kernel}")
         table = tile_sweep(args.kernel, shape, dtype=dtype, device=device, grid=grid, progress=progress)
+        print("timed by:", "; ".join(sorted(set(table.timer) - {""})) or "nothing ran")
         shown = table.sort_values("ms").drop(columns=["kernel", "shape", "timer"])
         shown["reason"] = shown.reason.str.replace(r"^.*? needs", "needs", regex=True).str.slice(0, 60)
     else:

@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import plotly.io as pio
 import pytest
+import torch
 
 from explorer.app import actions
+from kernels import timing
 from tests.serve import running_app
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -85,7 +87,13 @@ def test_tile_sweep_endpoint(client):
     )
     rows = pd.DataFrame(table["data"], columns=table["headers"])
     assert len(rows) == 20 and "Fastest valid" in best
-    assert pio.from_json(heat["plot"]).data[0].type == "heatmap"
+    figure = pio.from_json(heat["plot"])
+    assert figure.data[0].type == "heatmap"
+    # The chart and every row say how they were timed: rotated graph replays on a GPU, one call on CPU.
+    # On a GPU a shape this small cannot be rotated past L2 in 64 copies, and says so.
+    regimes = {timing.COLD_REGIME, timing.WARM_REGIME} if torch.cuda.is_available() else {timing.CPU_REGIME}
+    timed = set(rows[rows.valid].timer)
+    assert timed and timed <= regimes and all(r in figure.layout.title.text for r in timed)
 
 
 def test_named_endpoints(client):

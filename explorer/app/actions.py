@@ -450,6 +450,11 @@ def parse_lengths(text: str) -> list[int]:
     return lengths
 
 
+def sweep_note(frame: pd.DataFrame) -> str:
+    """How the sweep's rows were timed, e.g. CUDA-graph replays with inputs rotated past L2."""
+    return "; ".join(sorted(set(frame.timer.dropna()) - {""})) if "timer" in frame else timer_note()
+
+
 def timer_note() -> str:
     return "" if device().type == "cuda" else "CPU interpreter timings"
 

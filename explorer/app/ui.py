@@ -161,7 +161,7 @@ def sweep(kernel, shape, dtype, x, y, value, state, progress=gr.Progress()):
         )
     except actions.UserError as e:
         raise _fail(e) from None
-    heat = plots.sweep_heatmap(frame, x, y, value, note=actions.timer_note())
+    heat = plots.sweep_heatmap(frame, x, y, value, note=actions.sweep_note(frame))
     best_text = f"Fastest valid: `{best}`" if best else "No valid config in this grid."
     return heat, frame, best_text, {**(state or NEW_STATE), "sweep": frame, "best": (kernel, best)}
 
