@@ -138,7 +138,10 @@ def _run(args):
         shape, grid = _parse_shape(args.shape), _parse_grid(args.grid)
         progress = _tqdm_progress(f"tile sweep {args.kernel}")
         table = tile_sweep(args.kernel, shape, dtype=dtype, device=device, grid=grid, progress=progress)
-        print("timed by:", "; ".join(sorted(set(table.timer) - {""})) or "nothing ran")
+        if not table.valid.any():
+            first = table.reason.iloc[0] if len(table) else "the grid is empty"
+            raise SystemExit(f"error: none of the {len(table)} configs could run on this device; the first: {first}")
+        print("timed by:", "; ".join(sorted(set(table.timer) - {""})))
         shown = table.sort_values("ms").drop(columns=["kernel", "shape", "timer"])
         shown["reason"] = shown.reason.str.replace(r"^.*? needs", "needs", regex=True).str.slice(0, 60)
     else:

@@ -1,5 +1,10 @@
 """Sweeps and the CLI, end to end on CPU (small shapes, the bundled model)."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
@@ -105,3 +110,25 @@ def test_cli_tiles_reach_the_kernels_and_bad_ones_are_refused_with_the_reason(tm
         ]
     )
     assert pd.read_csv(out).tokens.tolist() == [2]
+
+
+def _bench(*args):
+    """python -m explorer.bench in a fresh process, without TRITON_INTERPRET in its environment."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run(
+        [sys.executable, "-m", "explorer.bench", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_chooses_the_interpreter_itself_and_fails_when_no_config_could_run():
+    if torch.cuda.is_available():
+        pytest.skip("CPU behaviour: on a GPU the kernels compile")
+    ok = _bench("tiles", "--kernel", "layer_norm", "--shape", "M=3,C=40", "--grid", "block_m=1;num_warps=1,2")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "timed by: CPU: Triton interpreter" in ok.stdout and "True" in ok.stdout
+    # A row of 100 does not fit 16-wide tiles: every config is refused, and the exit status says so.
+    none = _bench("tiles", "--kernel", "layer_norm", "--shape", "M=3,C=100", "--grid", "block_n=16;block_m=1,2")
+    assert none.returncode != 0
+    assert "error: none of the 2 configs could run on this device" in none.stderr
+    assert "smaller than the row width 100" in none.stderr
