@@ -66,7 +66,8 @@ def test_generate_handler_streams_and_keeps_the_run_in_state():
     values = [False if name.endswith("autotune") else v for name, v in zip(ui.TILE_NAMES, values, strict=True)]
     settings = ("bundled", "import os", 0, 3, 1, actions.default_dtype(), "triton", True, True, 0, 0, 0)
     outputs = list(ui.generate(*settings, True, ui.NEW_STATE, *values))
-    assert len(outputs) == 4  # one per token, then the run with its profiling pass
+    assert len(outputs) == 5  # one per token on CPU, the profiling notice, then the run with its kernel times
+    assert "profiling the kernels at 3 steps" in outputs[3][1]
     assert all(len(o) == 10 for o in outputs)
     assert outputs[-1][0].startswith("import os") and "time to first token" in outputs[-1][1]
     if torch.cuda.is_available():  # the box is ticked: decode steps replay a graph, and kernels are counted
@@ -74,6 +75,7 @@ def test_generate_handler_streams_and_keeps_the_run_in_state():
     else:  # on CPU the box is ignored and the summary says the steps launched from Python
         assert "each launched from Python" in outputs[-1][1] and "CUDA graph" not in outputs[-1][1]
         assert "kernels are counted on a GPU" in outputs[-1][1]
+    assert "| kernel times | timed at decode positions" in outputs[-1][1]
     state = outputs[-1][-1]
     assert list(state["steps"].step) == [0, 1, 2] and state["previous"] is None
 

@@ -54,3 +54,31 @@ def test_generate_in_a_browser(browser):
         page.wait_for_timeout(1000)
         page.screenshot(path=str(ARTIFACTS / "generate.png"), full_page=True)
         assert (ARTIFACTS / "generate.png").stat().st_size > 10_000
+
+
+def test_a_finished_run_and_the_memory_hierarchy_tab(browser):
+    """A short run to its end: the summary names each clock, and the hierarchy tab shows both levels of
+    traffic next to the hardware counters recorded on a GPU."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app() as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url, wait_until="load")
+        page.get_by_label("prompt", exact=True).fill("def greet(name):")
+        tokens = page.get_by_label("number input for new tokens")
+        tokens.fill("3")
+        tokens.press("Enter")
+        page.get_by_role("button", name="Generate", exact=True).click()
+        # The last update comes after the profiling pass, and says where it timed the kernels.
+        page.get_by_text("reached max new tokens (3)").wait_for(timeout=240_000)
+        page.get_by_role("cell", name="timed at decode positions").wait_for(timeout=240_000)
+        page.wait_for_timeout(1000)
+        body = page.inner_text("body")
+        assert "tokens/s delivered (wall clock, first to last token)" in body
+        assert "decode step p50 / p90 (CPU clock)" in body and "kernels are counted on a GPU" in body
+        assert "Where a decode step goes (interpreter time)" in body  # the profiled times, not bytes
+        page.screenshot(path=str(ARTIFACTS / "generate-finished.png"), full_page=True)
+        page.get_by_role("tab", name="Memory hierarchy").click()
+        page.get_by_text("MB HBM (modeled)").wait_for(timeout=30_000)
+        text = page.inner_text("body")
+        assert "MB L2 → SMs (tiles)" in text and "recorded on NVIDIA H200" in text
+        page.screenshot(path=str(ARTIFACTS / "hierarchy.png"), full_page=True)

@@ -258,19 +258,21 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
             frames = (metrics.step_frame(steps), metrics.kernel_frame(steps)) if charts else (None, None)
             yield Update(texts, *frames, metrics.summary(steps, peaks()), charts)
             last_text = time.monotonic()  # from when the consumer asks again, not from before it took the update
+        samples = 5 if model.device.type == "cuda" else 2  # the interpreter takes seconds per profiled step
+        after = dict(metrics.summary(steps, peaks()), after_run=f"profiling the kernels at {samples + 1} steps…")
+        yield Update(texts, None, None, after, False)
         counted = None
         if model.device.type == "cuda":
             counted = launches.decode_step_launches(
                 model, batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend
             )
-        samples = 5 if model.device.type == "cuda" else 2  # the interpreter takes seconds per profiled step
         profiled = profile_run(model, batch, steps, cache=s.cache, tiles=s.tiles, backend=s.backend, samples=samples)
         kernels = metrics.kernel_frame(steps, profiled)
         yield Update(
             texts,
             metrics.step_frame(steps),
             kernels,
-            metrics.summary(steps, peaks(), counted),
+            dict(metrics.summary(steps, peaks(), counted), after_run=metrics.profiled_note(profiled)),
             True,
             done=True,
             profiled=metrics.profiled_note(profiled),
@@ -300,6 +302,8 @@ def summary_markdown(summary: dict) -> str:
         ("peak GPU memory (max allocated)", "n/a on CPU" if math.isnan(memory) else f"{memory:.0f} MB"),
         ("stopped", summary.get("stop_reason") or "running"),
     ]
+    if summary.get("after_run"):
+        rows.append(("kernel times", summary["after_run"]))
     head = "CPU timings (Triton interpreter), not GPU timings\n\n" if cpu else ""
     return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
@@ -341,7 +345,7 @@ def generation_figures(
         plots.latency_figure(both, note),
         plots.traffic_figure(kernels, "bytes from each kernel's traffic model at the chosen tiles"),
         plots.kv_figure(both, note),
-        plots.kernel_share_figure(kernels, share_note),
+        plots.kernel_share_figure(kernels, share_note, "device time" if p else "interpreter time"),
         plots.bandwidth_figure(both, p.bandwidth_gbs if p else None, note),
     )
 

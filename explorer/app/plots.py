@@ -130,11 +130,12 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
     return _layout(fig, "KV cache growth", "sequence position", "MB", note)
 
 
-def kernel_share_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
-    """Share of a decode step per kernel kind: measured time when profiled, else modeled bytes."""
+def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "device time") -> go.Figure:
+    """Share of a decode step per kernel kind: measured time when profiled (`clock` names it: device time
+    on a GPU, interpreter time on CPU), else modeled bytes."""
     decode = kernels[kernels.phase == "decode"] if (kernels.phase == "decode").any() else kernels
     timed = decode.kernel_ms.notna().any() if not decode.empty else False
-    column, what = ("kernel_ms", "device time") if timed else ("hbm_mb", "modeled HBM bytes")
+    column, what = ("kernel_ms", clock) if timed else ("hbm_mb", "modeled HBM bytes")
     share = decode.groupby("kind", sort=False)[column].sum() if not decode.empty else pd.Series(dtype=float)
     fig = go.Figure(
         go.Pie(

@@ -194,7 +194,7 @@ def profiled_note(profiled: pd.DataFrame | None) -> str:
         return ""
     decode = sorted(set(profiled[profiled.phase == "decode"].position))
     where = f"decode positions {', '.join(map(str, decode))}" if decode else "the prefill"
-    return f"device times profiled at {where}; other steps use the nearest"
+    return f"timed at {where}; other steps use the nearest"
 
 
 def summary(steps, peaks: Peaks | None = None, launches=None) -> dict:
