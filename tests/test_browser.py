@@ -75,10 +75,32 @@ def test_a_finished_run_and_the_memory_hierarchy_tab(browser):
         body = page.inner_text("body")
         assert "tokens/s delivered (wall clock, first to last token)" in body
         assert "decode step p50 / p90 (CPU clock)" in body and "kernels are counted on a GPU" in body
-        assert "Where a decode step goes (interpreter time)" in body  # the profiled times, not bytes
+        assert "Where a decode step goes (CPU time)" in body  # the profiled times, not bytes
+        assert "KV cache growth" in body and "No GPU here" in body
         page.screenshot(path=str(ARTIFACTS / "generate-finished.png"), full_page=True)
         page.get_by_role("tab", name="Memory hierarchy").click()
         page.get_by_text("MB HBM (modeled)").wait_for(timeout=30_000)
         text = page.inner_text("body")
         assert "MB L2 → SMs (tiles)" in text and "recorded on NVIDIA H200" in text
         page.screenshot(path=str(ARTIFACTS / "hierarchy.png"), full_page=True)
+
+
+def test_stop_says_so_and_the_sweep_table_starts_with_its_own_columns(browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app() as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url, wait_until="load")
+        tokens = page.get_by_label("number input for new tokens")
+        tokens.fill("200")
+        tokens.press("Enter")
+        page.get_by_role("button", name="Generate", exact=True).click()
+        page.get_by_role("cell", name="running").wait_for(timeout=120_000)
+        page.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_role("cell", name="by you, before the end").wait_for(timeout=30_000)
+        page.get_by_role("tab", name="Tile sweep").click()
+        table = page.get_by_label("every config, impossible ones with the reason")
+        page.get_by_text("why not").first.wait_for(timeout=30_000)
+        headers = page.locator("th").all_inner_texts()
+        assert any("why not" in h for h in headers) and not any(h.strip() in ("1", "2", "3") for h in headers)
+        assert table is not None
+        page.screenshot(path=str(ARTIFACTS / "stopped-and-sweep.png"), full_page=True)

@@ -153,10 +153,11 @@ def test_compare_draws_one_line_per_run_with_how_it_launched():
             )
     fig = plots.compare_figure(pd.DataFrame(rows))
     assert [t.name for t in fig.data] == [
-        "backend=triton, cache=on, launch_mode=eager, prompt_tokens=4",
-        "backend=triton, cache=on, launch_mode=CUDA graph, prompt_tokens=4",
+        "triton · cache on · eager · prompt 4",
+        "triton · cache on · CUDA graph · prompt 4",
     ]
     assert list(fig.data[1].y) == [0.5, 0.5, 0.5]
+    assert fig.layout.yaxis.type == "log"  # a 16x gap: on a linear axis the graph line would lie flat at 0
 
 
 def test_recorded_counters_sit_beside_the_models_on_the_hierarchy_tab():

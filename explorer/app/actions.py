@@ -83,7 +83,10 @@ def header() -> str:
     """What the app runs on, measured once."""
     peaks = metrics.device_peaks(str(device()), DTYPES[default_dtype()])
     if peaks is None:
-        return f"**{metrics.CPU_LABEL}.** Kernels run in Triton's interpreter: correct, but slow and not GPU timings."
+        return (
+            "**No GPU here: the kernels run in Triton's CPU interpreter.** Results are exact; every timing is a "
+            "CPU timing and says so."
+        )
     return f"**{peaks.label}**"
 
 
@@ -284,7 +287,8 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
 def summary_markdown(summary: dict) -> str:
     if not summary:
         return ""
-    cpu = "interpreter" in summary.get("timer", "")
+    timer = summary.get("timer", "")
+    cpu = timer.startswith("cpu")
     bandwidth = f"{summary['achieved_gbs']:.3g} GB/s"
     if "bandwidth_fraction" in summary:
         bandwidth += f" ({summary['bandwidth_fraction']:.0%} of measured peak)"
@@ -304,7 +308,7 @@ def summary_markdown(summary: dict) -> str:
     ]
     if summary.get("after_run"):
         rows.append(("kernel times", summary["after_run"]))
-    head = "CPU timings (Triton interpreter), not GPU timings\n\n" if cpu else ""
+    head = f"CPU timings ({timer[timer.find('(') + 1 : -1]}), not GPU timings\n\n" if cpu else ""
     return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
@@ -326,7 +330,7 @@ def _launches(summary: dict) -> str:
             f"{summary['kernels_per_step']} GPU kernels + {summary['memory_ops_per_step']} memory operations "
             f"(counted by torch.profiler), from {n:.0f} named operations, {how}"
         )
-    counted = "kernels are counted on a GPU" if "interpreter" in summary.get("timer", "") else "counting after the run"
+    counted = "kernels are counted on a GPU" if summary.get("timer", "").startswith("cpu") else "counting after the run"
     return f"{n:.0f} named operations, {how} ({counted})"
 
 
@@ -336,7 +340,8 @@ def generation_figures(
     """The live charts; with `previous`, the last run overlaid on latency and KV growth; `profiled`
     says at which positions the kernel times were measured."""
     p = peaks()
-    note = "" if p else "CPU interpreter timings"
+    on_cpu = steps.timer.iloc[0][len("cpu perf_counter (") : -1] if not p and len(steps) else ""
+    note = f"CPU timings ({on_cpu})" if on_cpu else ""
     share_note = "; ".join(n for n in (note, profiled) if n)
     both = steps
     if previous is not None and not previous.empty:
@@ -344,8 +349,8 @@ def generation_figures(
     return (
         plots.latency_figure(both, note),
         plots.traffic_figure(kernels, "bytes from each kernel's traffic model at the chosen tiles"),
-        plots.kv_figure(both, note),
-        plots.kernel_share_figure(kernels, share_note, "device time" if p else "interpreter time"),
+        plots.kv_figure(both),  # bytes and tokens: no timings in it
+        plots.kernel_share_figure(kernels, share_note, "device time" if p else "CPU time"),
         plots.bandwidth_figure(both, p.bandwidth_gbs if p else None, note),
     )
 
@@ -452,6 +457,36 @@ def parse_lengths(text: str) -> list[int]:
     if not lengths or any(n < 1 or n > 4096 for n in lengths):
         raise UserError("Give one to a few prompt lengths between 1 and 4096 tokens.")
     return lengths
+
+
+def describe(cfg: TileConfig) -> str:
+    """block_m=64, block_n=32, num_warps=4: the fields a config sets, as a person would write them."""
+    return ", ".join(f"{f}={v}" for f, v in vars(cfg).items() if v is not None)
+
+
+def best_text(frame: pd.DataFrame, best: TileConfig | None) -> str:
+    if best is None:
+        return "No valid config in this grid."
+    ms = frame[frame.valid].ms.min()
+    return f"Fastest valid: **{describe(best)}**, {ms * 1e3:.1f} µs ({sweep_note(frame)})."
+
+
+def sweep_view(frame: pd.DataFrame) -> pd.DataFrame:
+    """The sweep as a person reads it: fastest first, times in µs, rates rounded, a mark for validity."""
+    tiles = [c for c in ("block_m", "block_n", "block_k", "split_k", "num_warps", "num_stages") if c in frame]
+    view = frame.sort_values("ms", na_position="last")[tiles].astype("Int64")
+    view["runs"] = ["✓" if v else "✗" for v in frame.sort_values("ms", na_position="last").valid]
+    ordered = frame.sort_values("ms", na_position="last")
+    view["µs"] = (ordered.ms * 1e3).round(2)
+    for column, name, digits in (("gbs", "GB/s", 0), ("tflops", "TFLOP/s", 2), ("modeled_mb", "MB (L2 → SMs)", 2)):
+        if column in ordered:
+            view[name] = ordered[column].round(digits)
+    view["why not"] = ordered.reason.str.replace(r"^.*? needs", "needs", regex=True)
+    return view.reset_index(drop=True)
+
+
+# What the sweep table shows before the first sweep: its columns, no rows.
+SWEEP_VIEW_EMPTY = pd.DataFrame(columns=["runs", "µs", "GB/s", "TFLOP/s", "MB (L2 → SMs)", "why not"])
 
 
 def sweep_note(frame: pd.DataFrame) -> str:

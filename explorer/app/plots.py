@@ -31,9 +31,10 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, note: str = "") -> go.Fi
         yaxis_title=y,
         uirevision="keep",  # live updates keep the user's zoom
         margin=dict(l=60, r=20, t=60, b=40),
-        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
+        # Below the x axis's title, not over it (the title sits about 0.15 of the plot height down).
+        legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),
         template="plotly_white",
-        height=380,
+        height=420,
         uniformtext=dict(minsize=10, mode="hide"),  # labels too small to read are dropped, not overlapped
     )
     if x in ("generated token", "sequence position"):  # whole tokens only, however few
@@ -126,8 +127,15 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
                     name=f"{run} cache off: tokens recomputed".strip(),
                 )
             )
-    fig.update_layout(yaxis2=dict(title="tokens recomputed per step", overlaying="y", side="right", showgrid=False))
-    return _layout(fig, "KV cache growth", "sequence position", "MB", note)
+    cached = (steps.kv_allocated_mb > 0).any()
+    fig.update_layout(
+        yaxis2=dict(
+            title="tokens recomputed per step", overlaying="y", side="right", showgrid=False, rangemode="tozero"
+        )
+    )
+    fig.update_yaxes(rangemode="tozero")
+    title = "KV cache growth" if cached else "Tokens recomputed per step (KV cache off)"
+    return _layout(fig, title, "sequence position", "MB" if cached else "", note)
 
 
 def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "device time") -> go.Figure:
@@ -205,10 +213,18 @@ def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
     fig = go.Figure()
     keys = [k for k in ("backend", "cache", "launch_mode", "prompt_tokens") if k in seq.columns]
     for key, part in seq.groupby(keys, sort=False):
-        label = ", ".join(f"{k}={v}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        label = " · ".join(_short_run(k, v) for k, v in values.items())
         part = part[part.phase == "decode"]
         fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms, mode="lines", name=label))
-    return _layout(fig, "Decode latency vs sequence position", "sequence position", "ms per token", note)
+    fig.update_yaxes(type="log")  # runs differ by 10-100x: on a linear axis the fast ones lie flat at zero
+    return _layout(fig, "Decode latency vs sequence position", "sequence position", "ms per token (log)", note)
+
+
+def _short_run(key: str, value) -> str:
+    return {"cache": f"cache {value}", "prompt_tokens": f"prompt {value}", "launch_mode": str(value)}.get(
+        key, str(value)
+    )
 
 
 def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:

@@ -162,8 +162,13 @@ def sweep(kernel, shape, dtype, x, y, value, state, progress=gr.Progress()):
     except actions.UserError as e:
         raise _fail(e) from None
     heat = plots.sweep_heatmap(frame, x, y, value, note=actions.sweep_note(frame))
-    best_text = f"Fastest valid: `{best}`" if best else "No valid config in this grid."
-    return heat, frame, best_text, {**(state or NEW_STATE), "sweep": frame, "best": (kernel, best)}
+    view, text = actions.sweep_view(frame), actions.best_text(frame, best)
+    return heat, view, text, {**(state or NEW_STATE), "sweep": frame, "best": (kernel, best)}
+
+
+def stopped(summary: str) -> str:
+    """The summary after Stop: the run did not reach its end, and the table says so."""
+    return summary.replace("| stopped | running |", "| stopped | by you, before the end |")
 
 
 def sweep_axes(kernel):
@@ -305,7 +310,9 @@ def build() -> gr.Blocks:
                     best_btn = gr.Button("Use best in Generate")
                 best_md = gr.Markdown()
                 heat = gr.Plot(label="tile sweep")
-                sweep_table = gr.Dataframe(label="every config, impossible ones with the reason")
+                sweep_table = gr.Dataframe(
+                    actions.SWEEP_VIEW_EMPTY, label="every config, impossible ones with the reason"
+                )
             with gr.Tab("Compare"):
                 lengths = gr.Textbox("16, 64, 256", label="prompt lengths (tokens)")
                 compare_btn = gr.Button("Compare cache on/off, backends and launches", variant="primary")
@@ -339,7 +346,7 @@ def build() -> gr.Blocks:
         run = go_btn.click(
             _with_tile_names(generate), [*settings, overlay, state, *tiles], outputs, api_name="generate", **GPU
         )
-        stop_btn.click(None, None, None, cancels=[run])
+        stop_btn.click(stopped, summary, summary, cancels=[run], api_visibility="private")
         kernel.change(sweep_axes, kernel, [shape, x_axis, y_axis], api_visibility="private")
         sweep_btn.click(
             sweep,

@@ -152,7 +152,8 @@ def generate(
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
     cuda = device.type == "cuda"
-    timer = "cuda events around each step (device clock)" if cuda else "cpu perf_counter (Triton interpreter)"
+    on_cpu = "Triton interpreter" if (backend or model.backend) == "triton" else "PyTorch on CPU"
+    timer = "cuda events around each step (device clock)" if cuda else f"cpu perf_counter ({on_cpu})"
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
