@@ -28,17 +28,15 @@ from ..model.generate import generate
 from ..model.ops import Tiles
 from ..model.weights import DEFAULT_MODEL, HUB_MODELS, load_model, model_status
 from . import plots
+from .errors import UserError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MAX_NEW_TOKENS = 2048
 MAX_BATCH = 16
+MAX_COMPARE_LENGTHS = 6
 CHART_INTERVAL_S = 0.5  # charts refresh at most this often
 TEXT_INTERVAL_S = 0.1  # decoding runs at least this long between two text updates: every update costs the
 # server tens of ms, during which the generator waits, so on a GPU tokens stream in groups
-
-
-class UserError(Exception):
-    """A message for the person using the app (shown as is)."""
 
 
 @dataclass(frozen=True)
@@ -383,7 +381,38 @@ def hierarchy(s: RunSettings, kernels: pd.DataFrame) -> str:
     return plots.hierarchy_html(kernels, p.bandwidth_gbs if p else None, lessons, plots.counters_html(*recorded()))
 
 
+# One input set of a sweep may hold at most this many bytes: the interpreter runs every program in
+# Python (a few MB already take minutes), and on a GPU the sweep makes up to 64 rotated copies.
+SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
+
+
+def sweep_shape(kernel: str, shape: dict, dtype: str) -> dict:
+    """The sweep's shape: the sizes given, the rest from this device's defaults; refused when a size is
+    not one the kernel has, or when its inputs would be too large to time here."""
+    defaults = (DEFAULT_SHAPES if device().type == "cuda" else CPU_SHAPES)[kernel]
+    unknown = set(shape) - set(defaults)
+    if unknown:
+        raise UserError(f"Shape sizes {', '.join(sorted(unknown))} are not {kernel}'s; it takes {', '.join(defaults)}.")
+    full = {**defaults, **shape}
+    item = DTYPES[dtype or default_dtype()].itemsize
+    g = full.get
+    elements = {
+        "attention": lambda: 3 * g("B") * g("H") * g("T") * g("D"),
+        "decode_attention": lambda: 2 * g("B") * g("H") * g("T") * g("D"),
+        "linear": lambda: g("M") * g("K") + g("N") * g("K") + g("M") * g("N"),
+        "layer_norm": lambda: 3 * g("M") * g("C"),
+    }[kernel]()
+    limit = SWEEP_BYTES[device().type]
+    if elements * item > limit:
+        raise UserError(
+            f"Shape {', '.join(f'{k}={v}' for k, v in full.items())} needs {elements * item / 2**20:.0f} MB of "
+            f"inputs; a sweep here takes at most {limit / 2**20:.0f} MB. Use smaller sizes."
+        )
+    return full
+
+
 def run_sweep(kernel: str, shape: dict, dtype: str, progress=None) -> tuple[pd.DataFrame, TileConfig | None]:
+    shape = sweep_shape(kernel, shape, dtype)
     try:
         frame = sweeps.tile_sweep(
             kernel, shape, dtype=DTYPES[dtype or default_dtype()], device=device(), progress=progress
@@ -456,6 +485,8 @@ def parse_lengths(text: str) -> list[int]:
         ) from None
     if not lengths or any(n < 1 or n > 4096 for n in lengths):
         raise UserError("Give one to a few prompt lengths between 1 and 4096 tokens.")
+    if len(lengths) > MAX_COMPARE_LENGTHS:
+        raise UserError(f"Give at most {MAX_COMPARE_LENGTHS} prompt lengths (got {len(lengths)}): each is four runs.")
     return lengths
 
 

@@ -7,7 +7,7 @@ import inspect
 
 import gradio as gr
 
-from . import actions, plots
+from . import actions, plots, validate
 
 EXAMPLES = ["def fibonacci(n):", "class Config:", "import os\nimport sys\n\n\ndef main(", '"""Return the number of']
 THEME = gr.themes.Soft(primary_hue="indigo")
@@ -72,26 +72,31 @@ def _tiles(values) -> actions.Tiles:
     it = iter(values)
     chosen = {}
     for kernel, field_choices in actions.TILE_FIELDS.items():
-        chosen[kernel] = {name: next(it) for name in field_choices} | {"autotune": next(it)}
+        fields = {
+            name: validate.choice(f"{kernel} {name}", next(it), ["default", *map(str, allowed)])
+            for name, allowed in field_choices.items()
+        }
+        chosen[kernel] = fields | {"autotune": validate.flag(f"{kernel} autotune", next(it))}
     return actions.tiles_from(chosen)
 
 
 def _settings(
     model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k, seed, tiles
 ):
+    """The Generate and Compare controls, each checked (validate.py) before anything runs."""
     return actions.RunSettings(
-        model=model,
-        prompt=prompt,
-        prompt_tokens=int(prompt_tokens),
-        new_tokens=int(new_tokens),
-        batch=int(batch),
-        dtype=dtype,
-        backend=backend,
-        cache=bool(cache),
-        cuda_graph=bool(cuda_graph),
-        temperature=float(temperature),
-        top_k=int(top_k),
-        seed=int(seed),
+        model=validate.choice("model", model, [value for _, value in actions.model_choices()]),
+        prompt=validate.text("prompt", prompt, validate.MAX_PROMPT_CHARS),
+        prompt_tokens=validate.whole("prompt length in tokens", prompt_tokens, 0, 1000),
+        new_tokens=validate.whole("new tokens", new_tokens, 1, actions.MAX_NEW_TOKENS),
+        batch=validate.whole("batch", batch, 1, actions.MAX_BATCH),
+        dtype=validate.choice("dtype", dtype, actions.dtype_choices()),
+        backend=validate.choice("backend", backend, ["triton", "torch"]),
+        cache=validate.flag("KV cache", cache),
+        cuda_graph=validate.flag("CUDA graph", cuda_graph),
+        temperature=validate.number("temperature", temperature, 0.0, 2.0),
+        top_k=validate.whole("top-k", top_k, 0, 200),
+        seed=validate.whole("seed", seed, 0, validate.MAX_SEED),
         tiles=_tiles(tiles),
     )
 
@@ -113,25 +118,26 @@ def generate(
     state,
     *tiles,
 ):
-    """Stream the text on every token and the charts at a throttled rate."""
-    s = _settings(
-        model,
-        prompt,
-        prompt_tokens,
-        new_tokens,
-        batch,
-        dtype,
-        backend,
-        cache,
-        cuda_graph,
-        temperature,
-        top_k,
-        seed,
-        tiles,
-    )
-    state = dict(state or NEW_STATE)
-    previous = state.get("steps") if overlay else None
+    """Stream the text and, at a throttled rate, the charts."""
     try:
+        s = _settings(
+            model,
+            prompt,
+            prompt_tokens,
+            new_tokens,
+            batch,
+            dtype,
+            backend,
+            cache,
+            cuda_graph,
+            temperature,
+            top_k,
+            seed,
+            tiles,
+        )
+        overlay = validate.flag("overlay previous run", overlay)
+        state = dict(state or NEW_STATE)
+        previous = state.get("steps") if overlay else None
         for u in actions.run_generation(s):
             text = "\n\n".join(t if len(u.texts) == 1 else f"[{i + 1}] {t}" for i, t in enumerate(u.texts))
             figures = (
@@ -156,9 +162,13 @@ def generate(
 
 def sweep(kernel, shape, dtype, x, y, value, state, progress=gr.Progress()):
     try:
-        frame, best = actions.run_sweep(
-            kernel, actions.parse_shape(shape), dtype, progress=lambda i, n, d: progress(i / max(n, 1), desc=d)
-        )
+        kernel = validate.choice("kernel", kernel, actions.DEFAULT_SHAPES)
+        shape = actions.parse_shape(validate.text("shape", shape))
+        dtype = validate.choice("dtype", dtype, actions.dtype_choices())
+        x = validate.choice("x", x, actions.sweep_axes(kernel))
+        y = validate.choice("y", y, actions.sweep_axes(kernel))
+        value = validate.choice("show", value, ["ms", "gbs", "tflops"])
+        frame, best = actions.run_sweep(kernel, shape, dtype, progress=lambda i, n, d: progress(i / max(n, 1), desc=d))
     except actions.UserError as e:
         raise _fail(e) from None
     heat = plots.sweep_heatmap(frame, x, y, value, note=actions.sweep_note(frame))
@@ -210,26 +220,25 @@ def compare(
     *tiles,
     progress=gr.Progress(),
 ):
-    s = _settings(
-        model,
-        prompt,
-        prompt_tokens,
-        new_tokens,
-        batch,
-        dtype,
-        backend,
-        cache,
-        cuda_graph,
-        temperature,
-        top_k,
-        seed,
-        tiles,
-    )
     try:
-        frame = actions.run_compare(
-            s, actions.parse_lengths(lengths), progress=lambda i, n, d: progress(i / max(n, 1), desc=d)
+        s = _settings(
+            model,
+            prompt,
+            prompt_tokens,
+            new_tokens,
+            batch,
+            dtype,
+            backend,
+            cache,
+            cuda_graph,
+            temperature,
+            top_k,
+            seed,
+            tiles,
         )
-        lessons = actions.fusion_table(s, max(actions.parse_lengths(lengths)))
+        lengths = actions.parse_lengths(validate.text("prompt lengths", lengths))
+        frame = actions.run_compare(s, lengths, progress=lambda i, n, d: progress(i / max(n, 1), desc=d))
+        lessons = actions.fusion_table(s, max(lengths))
     except actions.UserError as e:
         raise _fail(e) from None
     note = actions.timer_note()
@@ -244,6 +253,8 @@ def compare(
 def export(which, fmt, state):
     frames = {"last run: steps": "steps", "last run: kernels": "kernels", "tile sweep": "sweep", "compare": "compare"}
     try:
+        which = validate.choice("table", which, frames)
+        fmt = validate.choice("format", fmt, ["csv", "json"])
         return actions.export((state or {}).get(frames[which]), frames[which], fmt)
     except actions.UserError as e:
         raise _fail(e) from None
