@@ -27,7 +27,7 @@ from ..measure.profile import profile_run
 from ..model.generate import generate
 from ..model.ops import Tiles
 from ..model.weights import DEFAULT_MODEL, HUB_MODELS, load_model, model_status
-from . import plots
+from . import gpu, plots
 from .errors import UserError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -68,17 +68,24 @@ def graphs_available() -> bool:
 
 
 def default_dtype() -> str:
-    return "bfloat16" if torch.bfloat16 in supported_dtypes(device()) else "float32"
+    return dtype_choices()[0] if "bfloat16" in dtype_choices() else "float32"
 
 
 def dtype_choices() -> list[str]:
+    if gpu.zero_gpu():  # H200 slices, whose properties must not be read outside a GPU event
+        return ["bfloat16", "float16", "float32"]
     names = {v: k for k, v in DTYPES.items()}
     return [names[d] for d in supported_dtypes(device())]
 
 
 @functools.cache
 def header() -> str:
-    """What the app runs on, measured once."""
+    """What the app runs on, measured once (on ZeroGPU, inside the first run instead)."""
+    if gpu.zero_gpu():
+        return (
+            "**ZeroGPU: a slice of an NVIDIA H200 is attached for each run.** Its copy bandwidth and matmul "
+            "rate are measured inside the first run and shown in the summary."
+        )
     peaks = metrics.device_peaks(str(device()), DTYPES[default_dtype()])
     if peaks is None:
         return (

@@ -7,7 +7,7 @@ import inspect
 
 import gradio as gr
 
-from . import actions, plots, validate
+from . import actions, gpu, plots, validate
 
 EXAMPLES = ["def fibonacci(n):", "class Config:", "import os\nimport sys\n\n\ndef main(", '"""Return the number of']
 THEME = gr.themes.Soft(primary_hue="indigo")
@@ -24,6 +24,9 @@ moving bytes between HBM and on-chip SRAM: pick tiles, fusion and the KV cache, 
 memory traffic and the cache change. On a GPU, untick *CUDA graph* to see what launching every
 kernel from Python costs."""
 GPU = dict(concurrency_id="gpu", concurrency_limit=1)  # one run on the GPU at a time; others wait in line
+# ZeroGPU's duration estimates (seconds a GPU is held per event): compile and warm-up, the tokens, the
+# profiling pass; a sweep's configs; a compare's runs.
+GENERATE_S, SWEEP_S, COMPARE_S = 90, 120, 240
 NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None}
 
 
@@ -355,12 +358,16 @@ def build() -> gr.Blocks:
         figures = [latency_plot, traffic_plot, kv_plot, share_plot, bandwidth_plot]
         outputs = [out, summary, *figures, hierarchy, roofline_plot, state]
         run = go_btn.click(
-            _with_tile_names(generate), [*settings, overlay, state, *tiles], outputs, api_name="generate", **GPU
+            gpu.event(_with_tile_names(generate), GENERATE_S),
+            [*settings, overlay, state, *tiles],
+            outputs,
+            api_name="generate",
+            **GPU,
         )
         stop_btn.click(stopped, summary, summary, cancels=[run], api_visibility="private")
         kernel.change(sweep_axes, kernel, [shape, x_axis, y_axis], api_visibility="private")
         sweep_btn.click(
-            sweep,
+            gpu.event(sweep, SWEEP_S),
             [kernel, shape, sweep_dtype, x_axis, y_axis, value, state],
             [heat, sweep_table, best_md, state],
             api_name="sweep",
@@ -369,7 +376,11 @@ def build() -> gr.Blocks:
         best_btn.click(use_best, state, tiles, api_visibility="private")
         compared = [compare_plot, fusion_plot, compare_df, state]
         compare_btn.click(
-            _with_tile_names(compare), [*settings, lengths, state, *tiles], compared, api_name="compare", **GPU
+            gpu.event(_with_tile_names(compare), COMPARE_S),
+            [*settings, lengths, state, *tiles],
+            compared,
+            api_name="compare",
+            **GPU,
         )
         export_btn.click(export, [which, fmt, state], file, api_name="export")
     return demo
