@@ -24,6 +24,11 @@ def parse_args():
 
 def main():
     args = parse_args()
+    from explorer.app import gpu
+
+    if gpu.zero_gpu():
+        import spaces  # noqa: F401  before torch: it makes the GPU that each event will get visible to torch
+
     import torch
 
     if not torch.cuda.is_available():
