@@ -27,7 +27,7 @@ def main():
     from explorer.app import gpu
 
     if gpu.zero_gpu():
-        import spaces  # noqa: F401  before torch: it makes the GPU that each event will get visible to torch
+        import spaces  # noqa: F401  before torch, which it patches for ZeroGPU (its documented order)
 
     import torch
 
