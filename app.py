@@ -18,6 +18,17 @@ def parse_args():
         "--share", action="store_true", default=env("SHARE", "") == "1", help="a public gradio.live link"
     )
     parser.add_argument("--model", default=env("EXPLORER_MODEL", "bundled"), help="default model in the picker")
+    parser.add_argument(
+        "--models",
+        default=env("EXPLORER_MODELS", "distilgpt2,gpt2"),
+        help="comma-separated hub names or folders visitors may pick besides the bundled model",
+    )
+    parser.add_argument(
+        "--allow-downloads",
+        action="store_true",
+        default=env("EXPLORER_ALLOW_DOWNLOADS", "") == "1",
+        help="let a visitor's pick download a model this machine does not have",
+    )
     parser.add_argument("--queue-size", type=int, default=int(env("QUEUE_SIZE", "32")), help="visitors who may wait")
     return parser.parse_args()
 
@@ -37,6 +48,7 @@ def main():
     from explorer.app import actions, ui
 
     actions.set_default_model(args.model)
+    actions.set_model_policy(args.models.split(","), args.allow_downloads)
     demo = ui.build()
     demo.queue(default_concurrency_limit=1, max_size=args.queue_size)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=ui.THEME, css=ui.CSS,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from ..measure.counters import recorded
 from ..measure.profile import profile_run
 from ..model.generate import generate
 from ..model.ops import Tiles
-from ..model.weights import DEFAULT_MODEL, HUB_MODELS, load_model, model_status
+from ..model.weights import DEFAULT_MODEL, load_model, model_status
 from . import gpu, plots
 from .errors import UserError
 
@@ -99,26 +100,55 @@ def peaks():
     return metrics.device_peaks(str(device()), DTYPES[default_dtype()])
 
 
-_DEFAULT = {"model": DEFAULT_MODEL}
+# The operator's choices (app.py's --model, --models and --allow-downloads): which model the picker
+# starts on, which others visitors may pick, and whether picking one may download it.
+_POLICY = {"model": DEFAULT_MODEL, "models": ("distilgpt2", "gpt2"), "downloads": False}
+# Parameters of the hub models, to refuse one that would not fit the device before fetching it.
+HUB_PARAMS = {"distilgpt2": 82e6, "gpt2": 124e6, "gpt2-medium": 355e6, "gpt2-large": 774e6, "gpt2-xl": 1.56e9}
 
 
 def set_default_model(name: str) -> None:
     """The model the picker starts on (app.py's --model)."""
-    _DEFAULT["model"] = name or DEFAULT_MODEL
+    _POLICY["model"] = name or DEFAULT_MODEL
+
+
+def set_model_policy(models, downloads: bool) -> None:
+    """Which hub models or folders visitors may pick besides the bundled one and the default, and
+    whether a model missing from this machine may be downloaded when picked."""
+    _POLICY["models"], _POLICY["downloads"] = tuple(m for m in models if m), bool(downloads)
 
 
 def default_model() -> str:
-    return _DEFAULT["model"]
+    return _POLICY["model"]
 
 
 def model_choices() -> list[tuple[str, str]]:
-    """(label, value) pairs; models that cannot load here say why in their label."""
+    """(label, value) pairs of the models the operator offers; one that cannot load here says why."""
     out = [("bundled: tiny GPT-2 trained on Python's standard library (offline)", DEFAULT_MODEL)]
-    extra = [default_model()] if default_model() not in (DEFAULT_MODEL, *HUB_MODELS) else []
-    for name in [*extra, *HUB_MODELS]:
+    offered = dict.fromkeys([default_model(), *_POLICY["models"]])
+    for name in (n for n in offered if n != DEFAULT_MODEL):
         ok, why = model_status(name)
+        if ok and why and not _POLICY["downloads"]:  # on the Hub only, and this server does not download
+            ok, why = False, "not on this server, and downloads are off"
         out.append((name if ok else f"{name} (unavailable: {why})", name))
     return out
+
+
+def check_model(name: str) -> None:
+    """Refuse a model this server may not fetch, or that would not fit the device, before loading it."""
+    ok, why = model_status(name)
+    if not ok or (why and not _POLICY["downloads"]):
+        reason = why if not ok else "it is not on this server and the operator has not allowed downloads"
+        raise UserError(f"Model {name!r} cannot be used here: {reason}. Pick the bundled model.")
+    params = HUB_PARAMS.get(name)
+    if params is not None and device().type == "cuda":
+        need = params * 4 * 2  # loaded in fp32, then converted: twice the fp32 weights at the peak
+        free = torch.cuda.mem_get_info()[0]
+        if need > free:
+            raise UserError(
+                f"Model {name!r} needs about {need / 2**30:.1f} GB to load; the GPU has "
+                f"{free / 2**30:.1f} GB free. Pick a smaller model."
+            )
 
 
 # The tile choices the app offers per kernel (the Tiles field each sets, and its allowed values).
@@ -245,6 +275,7 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
     spread over the run, and on a GPU torch.profiler counts the kernels one decode step runs."""
     try:
         check(s)
+        check_model(s.model)
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()], backend=s.backend)
         ids = prompt_ids(tok, s, model.config.n_positions)
         if s.backend == "triton":
@@ -436,6 +467,7 @@ def run_sweep(kernel: str, shape: dict, dtype: str, progress=None) -> tuple[pd.D
 def run_compare(s: RunSettings, prompt_lengths: list[int], progress=None) -> pd.DataFrame:
     try:
         check(s)
+        check_model(s.model)
         model, _ = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
         # With the CUDA graph box ticked on a GPU, cache-on runs go both ways: launched one by one and
         # replayed from a graph (cache-off runs cannot replay: every step has a new shape).
@@ -447,11 +479,32 @@ def run_compare(s: RunSettings, prompt_lengths: list[int], progress=None) -> pd.
         raise _friendly(e) from None
 
 
+EXPORT_DIR = os.path.join(tempfile.gettempdir(), "explorer-exports")
+EXPORT_MAX_AGE_S = 3600  # an exported file is kept this long, for its download
+
+
 def export(frame: pd.DataFrame | None, name: str, fmt: str) -> str:
     if frame is None or len(frame) == 0:
         raise UserError("Nothing to export yet: run something first.")
-    folder = tempfile.mkdtemp(prefix="explorer-")
+    prune_exports()
+    folder = tempfile.mkdtemp(prefix="export-", dir=_makedirs(EXPORT_DIR))
     return metrics.export(frame, os.path.join(folder, f"{name}.{fmt}"))
+
+
+def _makedirs(path: str) -> str:
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def prune_exports(now: float | None = None) -> None:
+    """Remove export folders older than EXPORT_MAX_AGE_S (Gradio keeps its own copy for the download,
+    and removes it on its own schedule: see ui.build's delete_cache)."""
+    now = time.time() if now is None else now
+    if not os.path.isdir(EXPORT_DIR):
+        return
+    for entry in os.scandir(EXPORT_DIR):
+        if entry.is_dir() and now - entry.stat().st_mtime > EXPORT_MAX_AGE_S:
+            shutil.rmtree(entry.path, ignore_errors=True)
 
 
 DEFAULT_SHAPES = sweeps.DEFAULT_SHAPES

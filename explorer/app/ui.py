@@ -264,7 +264,9 @@ def export(which, fmt, state):
 
 
 def build() -> gr.Blocks:
-    with gr.Blocks(title="Triton Decoder Explorer") as demo:
+    # Gradio's copies of exported files (and of any other file it serves) go after an hour.
+    age = actions.EXPORT_MAX_AGE_S
+    with gr.Blocks(title="Triton Decoder Explorer", delete_cache=(age, age)) as demo:
         state = gr.State(NEW_STATE)
         gr.Markdown(INTRO)
         gr.Markdown(actions.header())

@@ -110,7 +110,7 @@ def from_hf_state_dict(cfg: GPTConfig, state: dict, *, device, dtype) -> GPT:
     return model.to(device=device, dtype=dtype)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)  # each GPT-2-sized model holds its weights in memory: keep few
 def _load(name: str, device: str, dtype: torch.dtype):
     from transformers import AutoConfig, AutoTokenizer, GPT2LMHeadModel
 
