@@ -116,7 +116,7 @@ def test_sweep_shapes_are_bounded_and_filled_from_this_devices_defaults(monkeypa
         actions.sweep_shape("attention", {"Q": 3}, dtype)
     monkeypatch.setattr(actions.sweeps, "tile_sweep", lambda *a, **k: pytest.fail("swept a refused shape"))
     with pytest.raises(gr.Error, match="x must be one of"):
-        ui.sweep("layer_norm", "M=8,C=64", dtype, "block_q", "num_warps", "ms", ui.NEW_STATE)
+        list(ui.sweep("layer_norm", "M=8,C=64", dtype, "block_q", "num_warps", "ms", ui.NEW_STATE))
 
 
 def test_compare_and_export_refuse_what_their_controls_could_not_send(monkeypatch):
@@ -124,6 +124,6 @@ def test_compare_and_export_refuse_what_their_controls_could_not_send(monkeypatc
     args, tiles = _generate_args()
     lengths = ", ".join(["8"] * (actions.MAX_COMPARE_LENGTHS + 1))
     with pytest.raises(gr.Error, match=f"at most {actions.MAX_COMPARE_LENGTHS} prompt lengths"):
-        ui.compare(*args[:12], lengths, ui.NEW_STATE, *tiles)
+        list(ui.compare(*args[:12], lengths, ui.NEW_STATE, *tiles))
     with pytest.raises(gr.Error, match="format must be one of 'csv', 'json'; got None"):
         ui.export("last run: steps", None, ui.NEW_STATE)

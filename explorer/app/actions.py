@@ -35,6 +35,9 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 MAX_NEW_TOKENS = 2048
 MAX_BATCH = 16
 MAX_COMPARE_LENGTHS = 6
+# Seconds one request may keep the GPU (the operator's EXPLORER_JOB_SECONDS): a generation stops
+# decoding, a sweep or a compare stops between configs or runs, and says so.
+JOB_SECONDS = float(os.environ.get("EXPLORER_JOB_SECONDS", "600"))
 CHART_INTERVAL_S = 0.5  # charts refresh at most this often
 TEXT_INTERVAL_S = 0.1  # decoding runs at least this long between two text updates: every update costs the
 # server tens of ms, during which the generator waits, so on a GPU tokens stream in groups
@@ -284,10 +287,15 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
         graph = None if s.cuda_graph else False  # None: generate replays a graph wherever one applies
         steps, texts, last_chart, last_text = [], [tok.decode(ids)] * s.batch, 0.0, 0.0
-        for step in generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, graph=graph, **kw):
+        t0, over = time.monotonic(), False
+        tokens = generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, graph=graph, **kw)
+        for step in tokens:
             steps.append(step)
             texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
             now = time.monotonic()
+            over = now - t0 > JOB_SECONDS and not step.stop_reason
+            if over:
+                break
             if now - last_text < TEXT_INTERVAL_S and not step.stop_reason:
                 continue
             charts = now - last_chart >= CHART_INTERVAL_S
@@ -297,6 +305,12 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
             frames = (metrics.step_frame(steps), metrics.kernel_frame(steps)) if charts else (None, None)
             yield Update(texts, *frames, metrics.summary(steps, peaks()), charts)
             last_text = time.monotonic()  # from when the consumer asks again, not from before it took the update
+        tokens.close()
+        if over:  # no profiling pass either: the budget is spent
+            summary = dict(metrics.summary(steps, peaks()), stop_reason=f"the time budget ({JOB_SECONDS:.0f} s)")
+            kernels = metrics.kernel_frame(steps)
+            yield Update(texts, metrics.step_frame(steps), kernels, summary, True, done=True)
+            return
         samples = 5 if model.device.type == "cuda" else 2  # the interpreter takes seconds per profiled step
         after = dict(metrics.summary(steps, peaks()), after_run=f"profiling the kernels at {samples + 1} steps…")
         yield Update(texts, None, None, after, False)
@@ -449,22 +463,33 @@ def sweep_shape(kernel: str, shape: dict, dtype: str) -> dict:
     return full
 
 
-def run_sweep(kernel: str, shape: dict, dtype: str, progress=None) -> tuple[pd.DataFrame, TileConfig | None]:
+def run_sweep(kernel: str, shape: dict, dtype: str) -> Iterator[tuple[pd.DataFrame, TileConfig | None, str]]:
+    """Yield (the rows so far, the fastest so far, what is happening) after each config. The job ends
+    at the time budget; closing the generator (Stop, a closed tab) ends it after the config being timed."""
     shape = sweep_shape(kernel, shape, dtype)
+    t0, rows = time.monotonic(), []
     try:
-        frame = sweeps.tile_sweep(
-            kernel, shape, dtype=DTYPES[dtype or default_dtype()], device=device(), progress=progress
-        )
+        for i, n, row in sweeps.tile_sweep_rows(kernel, shape, dtype=DTYPES[dtype or default_dtype()], device=device()):
+            rows.append(row)
+            frame = sweeps.sweep_frame(kernel, shape, rows)
+            if time.monotonic() - t0 > JOB_SECONDS and i + 1 < n:
+                yield frame, _best(frame), f"stopped at the time budget ({JOB_SECONDS:.0f} s): {i + 1} of {n} configs"
+                return
+            yield frame, _best(frame), f"{i + 1} of {n} configs" if i + 1 < n else f"all {n} configs"
     except Exception as e:
         raise _friendly(e) from None
+
+
+def _best(frame: pd.DataFrame) -> TileConfig | None:
     try:
-        best = sweeps.best_config(frame)
+        return sweeps.best_config(frame)
     except ValueError:
-        best = None
-    return frame, best
+        return None
 
 
-def run_compare(s: RunSettings, prompt_lengths: list[int], progress=None) -> pd.DataFrame:
+def run_compare(s: RunSettings, prompt_lengths: list[int]) -> Iterator[tuple[pd.DataFrame, str]]:
+    """Yield (the runs so far, what is happening) after each run, within the time budget; closing the
+    generator ends it after the run in progress."""
     try:
         check(s)
         check_model(s.model)
@@ -472,9 +497,14 @@ def run_compare(s: RunSettings, prompt_lengths: list[int], progress=None) -> pd.
         # With the CUDA graph box ticked on a GPU, cache-on runs go both ways: launched one by one and
         # replayed from a graph (cache-off runs cannot replay: every step has a new shape).
         graphs = (False, True) if s.cuda_graph and graphs_available() else (False,)
-        return sweeps.sequence_sweep(
-            model, prompt_lengths, s.new_tokens, tiles=s.tiles, progress=progress, graphs=graphs
-        )
+        t0, frames = time.monotonic(), []
+        for i, n, frame in sweeps.sequence_runs(model, prompt_lengths, s.new_tokens, tiles=s.tiles, graphs=graphs):
+            frames.append(frame)
+            done = pd.concat(frames, ignore_index=True)
+            if time.monotonic() - t0 > JOB_SECONDS and i + 1 < n:
+                yield done, f"stopped at the time budget ({JOB_SECONDS:.0f} s): {i + 1} of {n} runs"
+                return
+            yield done, f"{i + 1} of {n} runs" if i + 1 < n else f"all {n} runs"
     except Exception as e:
         raise _friendly(e) from None
 

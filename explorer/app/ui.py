@@ -163,7 +163,8 @@ def generate(
         raise _fail(e) from None
 
 
-def sweep(kernel, shape, dtype, x, y, value, state, progress=gr.Progress()):
+def sweep(kernel, shape, dtype, x, y, value, state):
+    """The heatmap, the table and the fastest config so far, after each config."""
     try:
         kernel = validate.choice("kernel", kernel, actions.DEFAULT_SHAPES)
         shape = actions.parse_shape(validate.text("shape", shape))
@@ -171,12 +172,13 @@ def sweep(kernel, shape, dtype, x, y, value, state, progress=gr.Progress()):
         x = validate.choice("x", x, actions.sweep_axes(kernel))
         y = validate.choice("y", y, actions.sweep_axes(kernel))
         value = validate.choice("show", value, ["ms", "gbs", "tflops"])
-        frame, best = actions.run_sweep(kernel, shape, dtype, progress=lambda i, n, d: progress(i / max(n, 1), desc=d))
+        for frame, best, status in actions.run_sweep(kernel, shape, dtype):
+            heat = plots.sweep_heatmap(frame, x, y, value, note=actions.sweep_note(frame))
+            text = f"{actions.best_text(frame, best)} Timed: {status}."
+            state = {**(state or NEW_STATE), "sweep": frame, "best": (kernel, best)}
+            yield heat, actions.sweep_view(frame), text, state
     except actions.UserError as e:
         raise _fail(e) from None
-    heat = plots.sweep_heatmap(frame, x, y, value, note=actions.sweep_note(frame))
-    view, text = actions.sweep_view(frame), actions.best_text(frame, best)
-    return heat, view, text, {**(state or NEW_STATE), "sweep": frame, "best": (kernel, best)}
 
 
 def stopped(summary: str) -> str:
@@ -221,7 +223,6 @@ def compare(
     lengths,
     state,
     *tiles,
-    progress=gr.Progress(),
 ):
     try:
         s = _settings(
@@ -240,17 +241,13 @@ def compare(
             tiles,
         )
         lengths = actions.parse_lengths(validate.text("prompt lengths", lengths))
-        frame = actions.run_compare(s, lengths, progress=lambda i, n, d: progress(i / max(n, 1), desc=d))
-        lessons = actions.fusion_table(s, max(lengths))
+        lessons = plots.fusion_figure(actions.fusion_table(s, max(lengths)))
+        for frame, status in actions.run_compare(s, lengths):
+            note = "; ".join(n for n in (actions.timer_note(), status) if n)
+            state = {**(state or NEW_STATE), "compare": frame}
+            yield plots.compare_figure(frame, note), lessons, actions.compare_table(frame), state
     except actions.UserError as e:
         raise _fail(e) from None
-    note = actions.timer_note()
-    return (
-        plots.compare_figure(frame, note),
-        plots.fusion_figure(lessons),
-        actions.compare_table(frame),
-        {**(state or NEW_STATE), "compare": frame},
-    )
 
 
 def export(which, fmt, state):
@@ -323,6 +320,7 @@ def build() -> gr.Blocks:
                     value = gr.Radio(["ms", "gbs", "tflops"], value="ms", label="show")
                 with gr.Row():
                     sweep_btn = gr.Button("Run sweep", variant="primary")
+                    sweep_stop = gr.Button("Stop")
                     best_btn = gr.Button("Use best in Generate")
                 best_md = gr.Markdown()
                 heat = gr.Plot(label="tile sweep")
@@ -331,7 +329,9 @@ def build() -> gr.Blocks:
                 )
             with gr.Tab("Compare"):
                 lengths = gr.Textbox("16, 64, 256", label="prompt lengths (tokens)")
-                compare_btn = gr.Button("Compare cache on/off, backends and launches", variant="primary")
+                with gr.Row():
+                    compare_btn = gr.Button("Compare cache on/off, backends and launches", variant="primary")
+                    compare_stop = gr.Button("Stop")
                 compare_plot, fusion_plot = gr.Plot(label="decode latency"), gr.Plot(label="fusion")
                 compare_df = gr.Dataframe(label="per run")
             with gr.Tab("Export"):
@@ -368,21 +368,23 @@ def build() -> gr.Blocks:
         )
         stop_btn.click(stopped, summary, summary, cancels=[run], api_visibility="private")
         kernel.change(sweep_axes, kernel, [shape, x_axis, y_axis], api_visibility="private")
-        sweep_btn.click(
+        swept = sweep_btn.click(
             gpu.event(sweep, SWEEP_S),
             [kernel, shape, sweep_dtype, x_axis, y_axis, value, state],
             [heat, sweep_table, best_md, state],
             api_name="sweep",
             **GPU,
         )
+        sweep_stop.click(None, None, None, cancels=[swept], api_visibility="private")
         best_btn.click(use_best, state, tiles, api_visibility="private")
         compared = [compare_plot, fusion_plot, compare_df, state]
-        compare_btn.click(
+        comparing = compare_btn.click(
             gpu.event(_with_tile_names(compare), COMPARE_S),
             [*settings, lengths, state, *tiles],
             compared,
             api_name="compare",
             **GPU,
         )
+        compare_stop.click(None, None, None, cancels=[comparing], api_visibility="private")
         export_btn.click(export, [which, fmt, state], file, api_name="export")
     return demo

@@ -93,28 +93,39 @@ def tile_sweep(
     grid=None,
     progress: Progress | None = None,
 ) -> pd.DataFrame:
-    """Time every config of the grid for one kernel and shape, by the one method of kernels.timing: on
-    a GPU, CUDA-graph replays over random inputs rotated past L2 (made once, shared by every config);
-    on CPU, one interpreter call. Impossible configs stay in the result with valid=False and the reason;
-    the `timer` column says how each row was timed."""
-    device = torch.device(device)
+    """Time every config of the grid for one kernel and shape (see tile_sweep_rows) into one frame."""
     shape = {**DEFAULT_SHAPES[kernel], **(shape or {})}
+    rows = []
+    for i, n, row in tile_sweep_rows(kernel, shape, dtype=dtype, device=device, grid=grid):
+        if progress:
+            progress(i, n, f"{kernel} {row}")
+        rows.append(row)
+    if progress:
+        progress(len(rows), len(rows), "done")
+    return sweep_frame(kernel, shape, rows)
+
+
+def tile_sweep_rows(kernel: str, shape: dict, *, dtype=torch.float16, device="cpu", grid=None):
+    """Yield (index, count, row) for each config of the grid, as it is timed, by the one method of
+    kernels.timing: on a GPU, CUDA-graph replays over random inputs rotated past L2 (made once, shared
+    by every config); on CPU, one interpreter call. An impossible config's row has valid=False and the
+    reason. Closing the generator stops the sweep after the config being timed."""
+    device = torch.device(device)
     make, call, model = _inputs(kernel, shape, dtype, device)
     sets = timing.rotated_inputs(make) if device.type == "cuda" else [make()]
     configs = grid_configs(kernel, grid)
-    rows = []
     for i, cfg in enumerate(configs):
-        if progress:
-            progress(i, len(configs), f"{kernel} {cfg}")
         row = {f.name: getattr(cfg, f.name) for f in fields(cfg) if getattr(cfg, f.name) is not None}
         try:
             traffic = model(cfg)
             timed = timing.measure(lambda *a, c=cfg: call(c, *a), sets, device)
         except Exception as e:  # refused by validation or by the compiler: recorded, and the sweep goes on
-            rows.append(dict(row, valid=False, reason=_reason(e), ms=math.nan))
+            yield i, len(configs), dict(row, valid=False, reason=_reason(e), ms=math.nan)
             continue
         ms = timed.ms
-        rows.append(
+        yield (
+            i,
+            len(configs),
             dict(
                 row,
                 valid=True,
@@ -124,10 +135,12 @@ def tile_sweep(
                 gbs=traffic.bytes / ms / 1e6,
                 tflops=traffic.flops / ms / 1e9,
                 timer=timed.regime,
-            )
+            ),
         )
-    if progress:
-        progress(len(configs), len(configs), "done")
+
+
+def sweep_frame(kernel: str, shape: dict, rows: list[dict]) -> pd.DataFrame:
+    """The rows of a tile sweep (all of them, or those timed so far) as one tidy frame."""
     out = pd.DataFrame(rows)
     out.insert(0, "kernel", kernel)
     out["shape"] = ",".join(f"{k}={v}" for k, v in shape.items())
@@ -175,19 +188,44 @@ def sequence_sweep(
     progress: Progress | None = None,
     graphs=(None,),
 ):
-    """Per-step latency and modeled bytes for every (backend, cache, prompt length): cache on grows
-    O(n) per token in bytes read, cache off O(n^2) in recomputation. `graphs` holds generate's graph
-    choices to run (None: CUDA graphs wherever they apply); a graph with the cache off is skipped."""
+    """Per-step latency and modeled bytes for every (backend, cache, prompt length), in one frame (see
+    sequence_runs)."""
+    frames = []
+    for i, n, frame in sequence_runs(
+        model, prompt_lengths, new_tokens, caches=caches, backends=backends, tiles=tiles, seed=seed, graphs=graphs
+    ):
+        if progress:
+            progress(
+                i, n, f"{frame.backend.iloc[0]}, cache {frame.cache.iloc[0]}, prompt {frame.prompt_tokens.iloc[0]}"
+            )
+        frames.append(frame)
+    if progress:
+        progress(len(frames), len(frames), "done")
+    return pd.concat(frames, ignore_index=True)
+
+
+def sequence_runs(
+    model,
+    prompt_lengths,
+    new_tokens: int,
+    *,
+    caches=(True, False),
+    backends=("triton", "torch"),
+    tiles: Tiles | None = None,
+    seed: int = 0,
+    graphs=(None,),
+):
+    """Yield (index, count, frame) per (backend, cache, graph, prompt length) run, as it finishes: cache
+    on grows O(n) per token in bytes read, cache off O(n^2) in recomputation. `graphs` holds generate's
+    graph choices (None: CUDA graphs wherever they apply); a graph with the cache off is skipped.
+    Closing the generator stops the sweep after the run in progress."""
     runs = [
         (backend, cache, graph, length)
         for backend, cache, graph, length in itertools.product(backends, caches, graphs, prompt_lengths)
         if cache or not graph
     ]
     gen = torch.Generator().manual_seed(seed)
-    frames = []
     for i, (backend, cache, graph, length) in enumerate(runs):
-        if progress:
-            progress(i, len(runs), f"{backend}, cache {'on' if cache else 'off'}, prompt {length}")
         prompt = torch.randint(0, model.config.vocab_size, (length,), generator=gen).tolist()
         steps = list(
             generate(
@@ -202,9 +240,5 @@ def sequence_sweep(
             )
         )
         mode = "CUDA graph" if any(s.graph for s in steps) else "eager"
-        frames.append(
-            run_frame(steps, backend=backend, cache="on" if cache else "off", launch_mode=mode, prompt_tokens=length)
-        )
-    if progress:
-        progress(len(runs), len(runs), "done")
-    return pd.concat(frames, ignore_index=True)
+        labels = dict(backend=backend, cache="on" if cache else "off", launch_mode=mode, prompt_tokens=length)
+        yield i, len(runs), run_frame(steps, **labels)
