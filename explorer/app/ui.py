@@ -30,6 +30,15 @@ GENERATE_S, SWEEP_S, COMPARE_S = 90, 120, 240
 NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None}
 
 
+def raw(component):
+    """The component's value reaches the handler exactly as an API client sent it, so that validate.py
+    says what is wrong with it: gr.Slider and gr.Number fail on a string or None with Gradio's generic
+    error before the handler runs, and gr.Textbox turns 5 into "5" silently. (An instance attribute,
+    not a subclass: Gradio writes a .pyi stub beside any module that subclasses a component.)"""
+    component.preprocess = lambda payload: payload
+    return component
+
+
 def _fail(e: actions.UserError):
     return gr.Error(str(e), print_exception=False)
 
@@ -272,11 +281,13 @@ def build() -> gr.Blocks:
                 with gr.Row():
                     with gr.Column(scale=1, min_width=340):
                         model = gr.Dropdown(actions.model_choices(), value=actions.default_model(), label="model")
-                        prompt = gr.Textbox(EXAMPLES[0], lines=3, label="prompt")
+                        prompt = raw(gr.Textbox(EXAMPLES[0], lines=3, label="prompt"))
                         gr.Examples([[e] for e in EXAMPLES], [prompt], label="examples")
-                        prompt_tokens = gr.Slider(0, 1000, 0, step=1, label="prompt length in tokens (0: as written)")
-                        new_tokens = gr.Slider(1, actions.MAX_NEW_TOKENS, 64, step=1, label="new tokens")
-                        batch = gr.Slider(1, actions.MAX_BATCH, 1, step=1, label="batch (copies of the prompt)")
+                        prompt_tokens = raw(
+                            gr.Slider(0, 1000, 0, step=1, label="prompt length in tokens (0: as written)")
+                        )
+                        new_tokens = raw(gr.Slider(1, actions.MAX_NEW_TOKENS, 64, step=1, label="new tokens"))
+                        batch = raw(gr.Slider(1, actions.MAX_BATCH, 1, step=1, label="batch (copies of the prompt)"))
                         with gr.Row():
                             dtype = gr.Radio(actions.dtype_choices(), value=actions.default_dtype(), label="dtype")
                             backend = gr.Radio(["triton", "torch"], value="triton", label="backend")
@@ -290,9 +301,9 @@ def build() -> gr.Blocks:
                             )
                             overlay = gr.Checkbox(True, label="overlay previous run")
                         with gr.Accordion("sampling", open=False):
-                            temperature = gr.Slider(0, 2, 0, step=0.05, label="temperature (0: greedy)")
-                            top_k = gr.Slider(0, 200, 0, step=1, label="top-k (0: all)")
-                            seed = gr.Number(0, precision=0, label="seed")
+                            temperature = raw(gr.Slider(0, 2, 0, step=0.05, label="temperature (0: greedy)"))
+                            top_k = raw(gr.Slider(0, 200, 0, step=1, label="top-k (0: all)"))
+                            seed = raw(gr.Number(0, precision=0, label="seed"))
                         with gr.Accordion("tiles (default, a power of two, or autotune)", open=False):
                             tiles = _tile_controls()
                         with gr.Row():
@@ -312,7 +323,7 @@ def build() -> gr.Blocks:
             with gr.Tab("Tile sweep"):
                 with gr.Row():
                     kernel = gr.Dropdown(list(actions.DEFAULT_SHAPES), value="attention", label="kernel")
-                    shape = gr.Textbox(actions.shape_text("attention"), label="shape")
+                    shape = raw(gr.Textbox(actions.shape_text("attention"), label="shape"))
                     sweep_dtype = gr.Radio(actions.dtype_choices(), value=actions.default_dtype(), label="dtype")
                 with gr.Row():
                     x_axis = gr.Dropdown(["block_m", "block_n"], value="block_m", label="x")
@@ -328,7 +339,7 @@ def build() -> gr.Blocks:
                     actions.SWEEP_VIEW_EMPTY, label="every config, impossible ones with the reason"
                 )
             with gr.Tab("Compare"):
-                lengths = gr.Textbox("16, 64, 256", label="prompt lengths (tokens)")
+                lengths = raw(gr.Textbox("16, 64, 256", label="prompt lengths (tokens)"))
                 with gr.Row():
                     compare_btn = gr.Button("Compare cache on/off, backends and launches", variant="primary")
                     compare_stop = gr.Button("Stop")
