@@ -59,3 +59,28 @@ def test_cancelling_a_sweep_stops_its_work_and_the_server_serves_the_next_reques
             "layer_norm", "M=4,C=32", actions.default_dtype(), "block_m", "num_warps", "ms", api_name="/sweep"
         )
         assert "all 20 configs" in done[2]
+
+
+def test_closing_the_page_stops_its_sweep(monkeypatch):
+    """A visitor who closes the tab closes the event stream; the server stops the job behind it."""
+    httpx = pytest.importorskip("httpx")
+    from tests.serve import running_app
+
+    timed = []
+
+    def slow(fn, inputs, device, **kwargs):
+        timed.append(time.monotonic())
+        time.sleep(0.3)
+        return timing.Timing(0.3, timing.CPU_REGIME)
+
+    monkeypatch.setattr(timing, "measure", slow)
+    with running_app() as url:
+        data = ["layer_norm", "M=4,C=32", actions.default_dtype(), "block_m", "num_warps", "ms"]
+        event = httpx.post(url + "gradio_api/call/sweep", json={"data": data}).json()["event_id"]
+        with httpx.stream("GET", url + f"gradio_api/call/sweep/{event}", timeout=60) as stream:
+            for _ in stream.iter_lines():
+                if len(timed) >= 3:
+                    break  # the tab closes
+        at_close = len(timed)
+        time.sleep(2.0)
+        assert len(timed) <= at_close + 1, (at_close, len(timed))
