@@ -67,6 +67,17 @@ def device() -> torch.device:
 GRAPH_INFO = "replay each decode step as one launch (with the KV cache on); off: every kernel launched from Python"
 
 
+def default_new_tokens() -> int:
+    """What Generate starts with: on CPU, where the interpreter takes about a second a token, a run that
+    ends within half a minute."""
+    return 64 if device().type == "cuda" else 8
+
+
+def default_lengths() -> str:
+    """Compare's prompt lengths: on CPU one short length (four runs of 8 tokens, about half a minute)."""
+    return "16, 64, 256" if device().type == "cuda" else "8"
+
+
 def graphs_available() -> bool:
     return device().type == "cuda"
 

@@ -286,7 +286,11 @@ def build() -> gr.Blocks:
                         prompt_tokens = raw(
                             gr.Slider(0, 1000, 0, step=1, label="prompt length in tokens (0: as written)")
                         )
-                        new_tokens = raw(gr.Slider(1, actions.MAX_NEW_TOKENS, 64, step=1, label="new tokens"))
+                        new_tokens = raw(
+                            gr.Slider(
+                                1, actions.MAX_NEW_TOKENS, actions.default_new_tokens(), step=1, label="new tokens"
+                            )
+                        )
                         batch = raw(gr.Slider(1, actions.MAX_BATCH, 1, step=1, label="batch (copies of the prompt)"))
                         with gr.Row():
                             dtype = gr.Radio(actions.dtype_choices(), value=actions.default_dtype(), label="dtype")
@@ -339,7 +343,7 @@ def build() -> gr.Blocks:
                     actions.SWEEP_VIEW_EMPTY, label="every config, impossible ones with the reason"
                 )
             with gr.Tab("Compare"):
-                lengths = raw(gr.Textbox("16, 64, 256", label="prompt lengths (tokens)"))
+                lengths = raw(gr.Textbox(actions.default_lengths(), label="prompt lengths (tokens)"))
                 with gr.Row():
                     compare_btn = gr.Button("Compare cache on/off, backends and launches", variant="primary")
                     compare_stop = gr.Button("Stop")
