@@ -90,6 +90,12 @@ def test_stop_says_so_and_the_sweep_table_starts_with_its_own_columns(browser):
     with running_app() as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
         page.goto(url, wait_until="load")
+        # The tile controls: each kernel's name on a line of its own, above controls wide enough to read.
+        page.get_by_text("tiles (default").click()
+        heading = page.get_by_text("decode attention", exact=True)
+        heading.wait_for(timeout=10_000)
+        assert heading.bounding_box()["width"] > 60  # not squeezed into a narrow column beside its controls
+        page.screenshot(path=str(ARTIFACTS / "tiles.png"), full_page=True)
         tokens = page.get_by_label("number input for new tokens")
         tokens.fill("200")
         tokens.press("Enter")

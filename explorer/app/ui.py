@@ -47,11 +47,12 @@ def _tile_controls():
     """One dropdown per tile field ('default' or a power of two) and an autotune box per kernel."""
     controls = []
     for kernel, field_choices in actions.TILE_FIELDS.items():
+        # The kernel's name above its controls, which wrap at a width that fits "num_stages" and "default".
+        gr.Markdown(f"**{kernel.replace('_', ' ')}**")
         with gr.Row():
-            gr.Markdown(f"**{kernel.replace('_', ' ')}**")
             for name, values in field_choices.items():
-                controls.append(gr.Dropdown(["default", *map(str, values)], value="default", label=name, min_width=90))
-            controls.append(gr.Checkbox(False, label="autotune", min_width=90))
+                controls.append(gr.Dropdown(["default", *map(str, values)], value="default", label=name, min_width=120))
+            controls.append(gr.Checkbox(False, label="autotune", min_width=120))
     return controls
 
 
