@@ -4,9 +4,10 @@ With the cache on, prefill writes the prompt's K and V once and each decode step
 token. With it off, every step runs the whole sequence again (the O(n^2) path). Both give the same
 greedy tokens.
 
-The loop keeps the device busy: the next step is queued (its input is the sampled token, which never
-leaves the device) before the host reads the tokens of the step before it, so the host's work on one
-token (copying it back, detokenising, building the Step) overlaps the device's work on the next.
+On a GPU the loop keeps the device busy: the next step is queued (its input is the sampled token, which
+never leaves the device) before the host reads the tokens of the step before it, so the host's work on
+one token (copying it back, detokenising, building the Step) overlaps the device's work on the next.
+On CPU, and under an observer, steps run one after another, each yielded as soon as it is done.
 Each Step carries two clocks: `latency_ms`, the step's time on the device clock (CUDA events around
 it; perf_counter on CPU), and `wall_s`, when its tokens reached the caller by the wall clock.
 """
