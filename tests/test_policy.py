@@ -50,3 +50,14 @@ def test_old_exports_are_removed(tmp_path, monkeypatch):
     os.utime(folder, (old, old))
     second = actions.export(pd.DataFrame({"a": [2]}), "steps", "json")
     assert not os.path.exists(folder) and os.path.exists(second)
+
+
+def test_a_run_too_large_for_the_free_memory_is_refused_before_it_allocates(monkeypatch):
+    from explorer.model.weights import load_model
+
+    model, _ = load_model("bundled")
+    actions.check_memory(model, batch=16, positions=1024, cache=True)  # 12 MB of cache: fits anywhere
+    monkeypatch.setattr(actions, "free_memory_bytes", lambda: 20 << 20)  # a device with 20 MB free
+    with pytest.raises(UserError, match=r"needs about \d+\.\d\d GB .* and the device has 0.02 GB free"):
+        actions.check_memory(model, batch=16, positions=1024, cache=True)
+    actions.check_memory(model, batch=1, positions=16, cache=True)  # a small run still fits

@@ -148,6 +148,30 @@ def model_choices() -> list[tuple[str, str]]:
     return out
 
 
+def free_memory_bytes() -> int:
+    """What a run may still allocate on the device at hand: the GPU's free memory, or on CPU the memory
+    the operating system reports available."""
+    if device().type == "cuda":
+        return torch.cuda.mem_get_info()[0]
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
+
+
+def check_memory(model, batch: int, positions: int, cache: bool) -> None:
+    """Refuse a run whose KV cache and largest activations (modeled) would not fit in half of the free
+    memory, before it allocates anything."""
+    cfg, item = model.config, model.dtype.itemsize
+    kv = metrics.kv_bytes_per_token(cfg.n_layer, cfg.n_head, cfg.head_dim, item) * batch * positions if cache else 0
+    # A forward over the whole sequence holds a few (B, T, 4C) activations and the (B, vocab) logits in fp32.
+    activations = 4 * batch * positions * 4 * cfg.n_embd * item + batch * cfg.vocab_size * 4
+    need, free = kv + activations, free_memory_bytes()
+    if need > free // 2:
+        raise UserError(
+            f"This run needs about {need / 2**30:.2f} GB (KV cache and activations) and the device has "
+            f"{free / 2**30:.2f} GB free; lower the batch, the new tokens or the prompt length."
+        )
+
+
 def check_model(name: str) -> None:
     """Refuse a model this server may not fetch, or that would not fit the device, before loading it."""
     ok, why = model_status(name)
@@ -292,6 +316,7 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         check_model(s.model)
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()], backend=s.backend)
         ids = prompt_ids(tok, s, model.config.n_positions)
+        check_memory(model, s.batch, min(len(ids) + s.new_tokens, model.config.n_positions), s.cache)
         if s.backend == "triton":
             check_tiles(model, s.tiles, s.batch, len(ids), min(len(ids) + s.new_tokens, model.config.n_positions))
         batch = [ids] * s.batch
