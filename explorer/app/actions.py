@@ -83,7 +83,7 @@ def graphs_available() -> bool:
 
 
 def default_dtype() -> str:
-    return dtype_choices()[0] if "bfloat16" in dtype_choices() else "float32"
+    return "bfloat16" if "bfloat16" in dtype_choices() else "float32"
 
 
 def dtype_choices() -> list[str]:
@@ -181,7 +181,7 @@ def check_model(name: str) -> None:
     params = HUB_PARAMS.get(name)
     if params is not None and device().type == "cuda":
         need = params * 4 * 2  # loaded in fp32, then converted: twice the fp32 weights at the peak
-        free = torch.cuda.mem_get_info()[0]
+        free = free_memory_bytes()
         if need > free:
             raise UserError(
                 f"Model {name!r} needs about {need / 2**30:.1f} GB to load; the GPU has "
@@ -316,9 +316,10 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         check_model(s.model)
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()], backend=s.backend)
         ids = prompt_ids(tok, s, model.config.n_positions)
-        check_memory(model, s.batch, min(len(ids) + s.new_tokens, model.config.n_positions), s.cache)
+        positions = min(len(ids) + s.new_tokens, model.config.n_positions)
+        check_memory(model, s.batch, positions, s.cache)
         if s.backend == "triton":
-            check_tiles(model, s.tiles, s.batch, len(ids), min(len(ids) + s.new_tokens, model.config.n_positions))
+            check_tiles(model, s.tiles, s.batch, len(ids), positions)
         batch = [ids] * s.batch
         kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
         graph = None if s.cuda_graph else False  # None: generate replays a graph wherever one applies
@@ -356,16 +357,9 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
                 model, batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend
             )
         profiled = profile_run(model, batch, steps, cache=s.cache, tiles=s.tiles, backend=s.backend, samples=samples)
-        kernels = metrics.kernel_frame(steps, profiled)
-        yield Update(
-            texts,
-            metrics.step_frame(steps),
-            kernels,
-            dict(metrics.summary(steps, peaks(), counted), after_run=metrics.profiled_note(profiled)),
-            True,
-            done=True,
-            profiled=metrics.profiled_note(profiled),
-        )
+        kernels, where = metrics.kernel_frame(steps, profiled), metrics.profiled_note(profiled)
+        summary = dict(metrics.summary(steps, peaks(), counted), after_run=where)
+        yield Update(texts, metrics.step_frame(steps), kernels, summary, True, done=True, profiled=where)
     except Exception as e:  # every failure becomes one message; the app serves the next request
         raise _friendly(e) from None
 
@@ -394,8 +388,14 @@ def summary_markdown(summary: dict) -> str:
     ]
     if summary.get("after_run"):
         rows.append(("kernel times", summary["after_run"]))
-    head = f"CPU timings ({timer[timer.find('(') + 1 : -1]}), not GPU timings\n\n" if cpu else ""
+    head = f"CPU timings ({cpu_clock(timer)}), not GPU timings\n\n" if cpu else ""
     return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def cpu_clock(timer: str) -> str:
+    """What ran on CPU, from a Step's timer ("cpu perf_counter (Triton interpreter)" -> "Triton
+    interpreter"); "" for a GPU timer."""
+    return timer[timer.find("(") + 1 : -1] if timer.startswith("cpu") else ""
 
 
 def _per_token(summary: dict) -> str:
@@ -426,7 +426,7 @@ def generation_figures(
     """The live charts; with `previous`, the last run overlaid on latency and KV growth; `profiled`
     says at which positions the kernel times were measured."""
     p = peaks()
-    on_cpu = steps.timer.iloc[0][len("cpu perf_counter (") : -1] if not p and len(steps) else ""
+    on_cpu = cpu_clock(steps.timer.iloc[0]) if len(steps) else ""
     note = f"CPU timings ({on_cpu})" if on_cpu else ""
     share_note = "; ".join(n for n in (note, profiled) if n)
     both = steps
@@ -461,8 +461,7 @@ def hierarchy_before_a_run() -> str:
 def hierarchy(s: RunSettings, kernels: pd.DataFrame) -> str:
     try:
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
-        tokens = max(1, len(prompt_ids(tok, s, model.config.n_positions)))
-        lessons = metrics.fusion_lessons(model.config, tokens, model.dtype.itemsize, s.tiles, model.dtype, device())
+        lessons = fusion_table(s, max(1, len(prompt_ids(tok, s, model.config.n_positions))))
     except Exception:
         lessons = None
     p = peaks()
@@ -503,17 +502,26 @@ def run_sweep(kernel: str, shape: dict, dtype: str) -> Iterator[tuple[pd.DataFra
     """Yield (the rows so far, the fastest so far, what is happening) after each config. The job ends
     at the time budget; closing the generator (Stop, a closed tab) ends it after the config being timed."""
     shape = sweep_shape(kernel, shape, dtype)
-    t0, rows = time.monotonic(), []
+    rows = []
     try:
-        for i, n, row in sweeps.tile_sweep_rows(kernel, shape, dtype=DTYPES[dtype or default_dtype()], device=device()):
+        timed = sweeps.tile_sweep_rows(kernel, shape, dtype=DTYPES[dtype or default_dtype()], device=device())
+        for row, status in _within_budget(timed, "configs"):
             rows.append(row)
             frame = sweeps.sweep_frame(kernel, shape, rows)
-            if time.monotonic() - t0 > JOB_SECONDS and i + 1 < n:
-                yield frame, _best(frame), f"stopped at the time budget ({JOB_SECONDS:.0f} s): {i + 1} of {n} configs"
-                return
-            yield frame, _best(frame), f"{i + 1} of {n} configs" if i + 1 < n else f"all {n} configs"
+            yield frame, _best(frame), status
     except Exception as e:
         raise _friendly(e) from None
+
+
+def _within_budget(progress, unit: str):
+    """(index, count, item) as a job produces them -> (item, what is happening), ending the job after the
+    item that spent the time budget."""
+    t0 = time.monotonic()
+    for i, n, item in progress:
+        if time.monotonic() - t0 > JOB_SECONDS and i + 1 < n:
+            yield item, f"stopped at the time budget ({JOB_SECONDS:.0f} s): {i + 1} of {n} {unit}"
+            return
+        yield item, f"{i + 1} of {n} {unit}" if i + 1 < n else f"all {n} {unit}"
 
 
 def _best(frame: pd.DataFrame) -> TileConfig | None:
@@ -533,14 +541,11 @@ def run_compare(s: RunSettings, prompt_lengths: list[int]) -> Iterator[tuple[pd.
         # With the CUDA graph box ticked on a GPU, cache-on runs go both ways: launched one by one and
         # replayed from a graph (cache-off runs cannot replay: every step has a new shape).
         graphs = (False, True) if s.cuda_graph and graphs_available() else (False,)
-        t0, frames = time.monotonic(), []
-        for i, n, frame in sweeps.sequence_runs(model, prompt_lengths, s.new_tokens, tiles=s.tiles, graphs=graphs):
+        runs = sweeps.sequence_runs(model, prompt_lengths, s.new_tokens, tiles=s.tiles, graphs=graphs)
+        frames = []
+        for frame, status in _within_budget(runs, "runs"):
             frames.append(frame)
-            done = pd.concat(frames, ignore_index=True)
-            if time.monotonic() - t0 > JOB_SECONDS and i + 1 < n:
-                yield done, f"stopped at the time budget ({JOB_SECONDS:.0f} s): {i + 1} of {n} runs"
-                return
-            yield done, f"{i + 1} of {n} runs" if i + 1 < n else f"all {n} runs"
+            yield pd.concat(frames, ignore_index=True), status
     except Exception as e:
         raise _friendly(e) from None
 
@@ -631,9 +636,9 @@ def best_text(frame: pd.DataFrame, best: TileConfig | None) -> str:
 def sweep_view(frame: pd.DataFrame) -> pd.DataFrame:
     """The sweep as a person reads it: fastest first, times in µs, rates rounded, a mark for validity."""
     tiles = [c for c in ("block_m", "block_n", "block_k", "split_k", "num_warps", "num_stages") if c in frame]
-    view = frame.sort_values("ms", na_position="last")[tiles].astype("Int64")
-    view["runs"] = ["✓" if v else "✗" for v in frame.sort_values("ms", na_position="last").valid]
     ordered = frame.sort_values("ms", na_position="last")
+    view = ordered[tiles].astype("Int64")
+    view["runs"] = ["✓" if v else "✗" for v in ordered.valid]
     view["µs"] = (ordered.ms * 1e3).round(2)
     for column, name, digits in (("gbs", "GB/s", 0), ("tflops", "TFLOP/s", 2), ("modeled_mb", "MB (L2 → SMs)", 2)):
         if column in ordered:
