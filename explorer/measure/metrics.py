@@ -208,8 +208,9 @@ def summary(steps, peaks: Peaks | None = None, launches=None) -> dict:
     decode = [s for s in steps if s.phase == "decode"]
     batch = len(steps[0].token_ids)
     decode_ms = [s.latency_ms for s in decode]
-    moved = [sum(t.hbm_bytes for t in step_traffic(s).values()) for s in decode]
-    issued = [sum(t.bytes for t in step_traffic(s).values()) for s in decode]
+    traffic = [step_traffic(s).values() for s in decode]
+    moved = [sum(t.hbm_bytes for t in kinds) for kinds in traffic]
+    issued = [sum(t.bytes for t in kinds) for kinds in traffic]
     achieved = [m / s.latency_ms / 1e6 for m, s in zip(moved, decode, strict=True) if s.latency_ms > 0]
     wall = steps[-1].wall_s - steps[0].wall_s
     memory = [s.peak_memory_bytes for s in steps if s.peak_memory_bytes is not None]

@@ -176,24 +176,11 @@ def run_frame(steps, **labels) -> pd.DataFrame:
     return frame
 
 
-def sequence_sweep(
-    model,
-    prompt_lengths,
-    new_tokens: int,
-    *,
-    caches=(True, False),
-    backends=("triton", "torch"),
-    tiles: Tiles | None = None,
-    seed: int = 0,
-    progress: Progress | None = None,
-    graphs=(None,),
-):
-    """Per-step latency and modeled bytes for every (backend, cache, prompt length), in one frame (see
-    sequence_runs)."""
+def sequence_sweep(model, prompt_lengths, new_tokens: int, *, progress: Progress | None = None, **options):
+    """Per-step latency and modeled bytes for every (backend, cache, prompt length), in one frame;
+    `options` are sequence_runs' (caches, backends, tiles, seed, graphs)."""
     frames = []
-    for i, n, frame in sequence_runs(
-        model, prompt_lengths, new_tokens, caches=caches, backends=backends, tiles=tiles, seed=seed, graphs=graphs
-    ):
+    for i, n, frame in sequence_runs(model, prompt_lengths, new_tokens, **options):
         if progress:
             progress(
                 i, n, f"{frame.backend.iloc[0]}, cache {frame.cache.iloc[0]}, prompt {frame.prompt_tokens.iloc[0]}"

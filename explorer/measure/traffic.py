@@ -98,12 +98,3 @@ def _by_category(ops: tuple[Op, ...], lengths: tuple[int, ...]) -> dict[str, Tra
         kind = category(op)
         out[kind] = out[kind] + t if kind in out else t
     return out
-
-
-def step_operations(step) -> dict[str, int]:
-    """Named operations per chart category in one Step (calls, not GPU kernels: see launches.py)."""
-    out: dict[str, int] = {}
-    for op in step.ops:
-        kind = category(op)
-        out[kind] = out.get(kind, 0) + 1
-    return out

@@ -262,14 +262,13 @@ class _Run:
         if self.use_graph and index == 1 and self.graph is None:  # captured before the first decode step
             self.graph = DecodeGraph(self.model, self.kv, tiles=self.tiles, backend=self.backend)
             capture_ms = self.graph.capture_ms
-        positions = list(self.lengths)
+        positions, context = list(self.lengths), self._context(index)
         start = self._clock()
         if self.graph is not None and index > 0:
             logits, ops, replayed = self.graph.step(self.next_ids), self.graph.ops, True
-            context = len(self.lengths)
         else:
             trace = Trace(self.observer)
-            logits, context = self._forward(index, trace), self._context(index)
+            logits = self._forward(index, trace)
             ops, replayed = tuple(trace.ops), False
         next_ids = sampler(logits)
         end = self._clock()
