@@ -15,6 +15,10 @@ export PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False
 LOG="$OUT/run.log"
 stage() { echo; echo "== $(date +%T) $*"; } 
 say() { stage "$@" | tee -a "$LOG"; }
+tests_ran() {  # pytest's exit status, its closing line and its failures, from $OUT/gpu-tests.log
+  echo "pytest exit $1" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"
+  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 20 | tee -a "$LOG"
+}
 
 say environment
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader | tee -a "$LOG"
@@ -33,8 +37,7 @@ if [ "$PART" = measure ]; then
   timeout "${T_TESTS:-150}" python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_launches.py tests/test_graphs.py \
     tests/test_timing.py tests/test_kv_write.py tests/test_traffic.py tests/test_metrics.py tests/test_bench.py \
     tests/test_actions.py tests/test_model.py >"$OUT/gpu-tests.log" 2>&1
-  echo "pytest exit $?" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"
-  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 20 | tee -a "$LOG"
+  tests_ran $?
   say "one decode step, GPT-2-small-shaped: profiled at spread positions, kernels counted; eager and CUDA graph"
   timeout "${T_PROFILE:-120}" python3 -m explorer.bench generate --model /tmp/gpt2-shaped --new-tokens 128 --graph both \
     --cache on --profile --out "$OUT/generate.csv" 2>&1 | grep -v "it/s\]" | grep -v "^\[" | tail -n 60 | tee -a "$LOG"
@@ -48,8 +51,7 @@ elif [ "$PART" = full ]; then
   grep -v "^==PROF==" "$OUT/ncu_l1.csv" | cut -d, -f5,13- | tail -n 40 | tee -a "$LOG"
   say "the whole test suite on the GPU"
   timeout "${T_TESTS:-330}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1
-  echo "pytest exit $?" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"
-  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 20 | tee -a "$LOG"
+  tests_ran $?
   say "one decode step, GPT-2-small-shaped: profiled at spread positions, kernels counted; eager and CUDA graph"
   timeout "${T_PROFILE:-100}" python3 -m explorer.bench generate --model /tmp/gpt2-shaped --new-tokens 128 --graph both \
     --cache on --profile --out "$OUT/generate.csv" 2>&1 | grep -v "it/s\]" | grep -v "^\[" | tail -n 50 | tee -a "$LOG"
@@ -67,8 +69,7 @@ elif [ "$PART" = sweeps ]; then
 elif [ "$PART" = final ]; then
   say "the whole test suite on the GPU"
   timeout "${T_TESTS:-300}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1
-  echo "pytest exit $?" | tee -a "$LOG"; grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -n 3 | tee -a "$LOG"
-  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.log" | head -n 20 | tee -a "$LOG"
+  tests_ran $?
   say "whole generations: tokens/s against transformers and the PyTorch CUDA-graph loop; both clocks"
   timeout "${T_GEN:-150}" python3 benchmarks/generation.py --repeats 2 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
   say "the app, driven through gradio_client"
