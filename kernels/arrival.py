@@ -1,0 +1,31 @@
+"""Arrival counters: how the programs of one launch agree which of them finishes a shared job.
+
+A split-K launch divides one output tile's reduction among several programs. Instead of a second
+kernel that adds their partial results, each program stores its partial, then increments the tile's
+counter; the program that sees the count reach the number of splits is the last to arrive. It reads
+every partial in split order (so the sum is the same whatever order the programs ran in), applies
+the epilogue, stores the result and sets the counter back to 0 for the next launch.
+
+The counters are one zeroed int32 buffer per device, allocated once (outside any CUDA graph capture:
+the decoder runs every step eagerly before capturing it) and shared by every launch that uses them.
+That is safe because launches on one stream run one after another and each leaves its slots at 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SLOTS = 1 << 16  # more than any launch needs: one per output tile or (sequence, head)
+
+_buffers: dict[torch.device, torch.Tensor] = {}
+
+
+def counters(device: torch.device, needed: int) -> torch.Tensor:
+    """The device's zeroed arrival counters (at least `needed` of them)."""
+    if needed > SLOTS:
+        raise ValueError(f"a launch needs {needed} arrival counters, more than the {SLOTS} kept per device")
+    device = torch.device(device)
+    buf = _buffers.get(device)
+    if buf is None:
+        buf = _buffers[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)
+    return buf
