@@ -1,8 +1,9 @@
-"""Triton kernels of the decoder: LayerNorm, fused linear, flash attention, decode attention and the
-decode step's KV-cache write."""
+"""Triton kernels of the decoder: LayerNorm, fused linear, the decode step's one-launch linear (LayerNorm
+prologue, KV-cache-write epilogue), flash attention, decode attention and the decode step's KV-cache write."""
 
 from .attention import attention, decode_attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
+from .fused_linear import decode_linear
 from .kv_write import kv_write
 from .layer_norm import layer_norm
 from .linear import linear
@@ -12,6 +13,7 @@ __all__ = [
     "Traffic",
     "attention",
     "decode_attention",
+    "decode_linear",
     "device_limits",
     "kv_write",
     "layer_norm",

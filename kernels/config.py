@@ -65,6 +65,14 @@ BOUNDS = {
         "num_warps": (1, 16),
         "num_stages": (1, 8),
     },
+    # block_m is fixed at 16 (all rows in one tile), checked by the launcher itself.
+    "decode_linear": {
+        "block_n": (16, 256),
+        "block_k": (16, 256),
+        "split_k": (1, 64),
+        "num_warps": (1, 16),
+        "num_stages": (1, 8),
+    },
     "attention": {"block_m": (16, 256), "block_n": (16, 256), "num_warps": (1, 16), "num_stages": (1, 8)},
     "decode_attention": {"block_n": (16, 1024), "split_k": (1, 256), "num_warps": (1, 16), "num_stages": (1, 8)},
 }

@@ -1,0 +1,351 @@
+"""The decode step's linear as one launch: y = act(LN(x) @ weight.T + bias) + residual, for x of at most 16 rows.
+
+Today's decode path is two launches (split-K partials, then a reduce that applies the epilogue), a third
+for the LayerNorm before it and a fourth for the KV-cache write after c_attn. Here one grid of
+(column tiles, splits) does all of it:
+
+    prologue   with norm=(w, b, eps): each program computes every row's mean and rstd over the full row in
+               fp32 (mean, then the variance as the mean of squared differences, as kernels.layer_norm),
+               normalises its own K slice, applies w and b and rounds to x's dtype: that is its dot operand.
+    body       the split-K kernel's loop: the program's x rows times its weight slice, fp32 accumulator.
+    arrival    with several splits, each program stores its fp32 partial, then increments its column tile's
+               counter (kernels.arrival). The program that sees splits - 1 arrived last: it adds all the
+               partials in split order, so the result does not depend on which program ran when.
+    epilogue   the last arriver (or the only program, with one split) adds the bias, applies GPT-2's tanh
+               GELU, adds the residual and stores y; with kv=(k_cache, v_cache, lengths) it also stores
+               columns [C, 2C) and [2C, 3C) of row b at k_cache[b, h, lengths[b], d] / v_cache[...], then
+               sets the counter back to 0 for the next launch (and for CUDA-graph replays).
+
+Memory traffic: the weight is read exactly once, as in the split-K path. The LayerNorm output never goes
+to memory: each program re-reads x's rows for the statistics instead (a few KB, from L2), so the cost of
+fusing the norm grows with the number of programs, not with the weight. The partials make one round trip
+through L2, as before, but the launch that reads them is gone, and so are the separate y and KV-row
+reads of the cache write.
+"""
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from . import arrival, autotune
+from .config import (
+    TileConfig,
+    as_config,
+    cdiv,
+    check_dtype,
+    check_fields,
+    check_shared_memory,
+    explain_resources,
+    fit_defaults,
+    new_output,
+)
+from .linear import DECODE_ROWS, _gelu_tanh, shared_memory
+from .linear import default_config as linear_default_config
+
+NAME = "decode_linear"
+
+
+@triton.jit
+def _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
+              stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+              HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_KV: tl.constexpr,
+              BLOCK_N: tl.constexpr):  # fmt: skip
+    # linear's epilogue, in the same order, keeping the stored value for the cache write.
+    row_mask = rows < M
+    mask = row_mask[:, None] & (cols < N)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    if APPLY_GELU:
+        acc = _gelu_tanh(acc)
+    if HAS_RESIDUAL:
+        acc += tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = acc.to(Y.dtype.element_ty)
+    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y, mask=mask)
+    if HAS_KV:
+        if tl.program_id(0) * BLOCK_N + BLOCK_N > C:  # tiles wholly inside q's columns store no cache rows
+            # Columns [C, 2C) are K and [2C, 3C) are V, head h at [h * D, (h + 1) * D) of each. 64-bit
+            # offsets throughout: a cache can pass 2^31 elements (see kv_write).
+            pos = tl.load(Lengths + rows, mask=row_mask, other=0).to(tl.int64)
+            in_kv = (cols >= C) & (cols < N)
+            c = tl.where(in_kv, cols - C, 0) % C  # column within K or V
+            h, d = c // HEAD_DIM, c % HEAD_DIM
+            is_k = cols < 2 * C
+            k_ptrs = (
+                KC + rows[:, None] * stride_kcb + pos[:, None] * stride_kct + (h * stride_kch + d * stride_kcd)[None, :]
+            )
+            v_ptrs = (
+                VC + rows[:, None] * stride_vcb + pos[:, None] * stride_vct + (h * stride_vch + d * stride_vcd)[None, :]
+            )
+            tl.store(k_ptrs, y, mask=row_mask[:, None] & (in_kv & is_k)[None, :])
+            tl.store(v_ptrs, y, mask=row_mask[:, None] & (in_kv & ~is_k)[None, :])
+
+
+@triton.jit
+def _decode_linear_kernel(
+    X, W, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
+    M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
+    stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    split = tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M).to(tl.int64)  # all M <= BLOCK_M rows in one tile
+    row_mask = rows < M
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_lo = split * K_PER_SPLIT
+    k_hi = min(k_lo + K_PER_SPLIT, K)
+
+    if HAS_NORM:
+        # Every program needs the statistics of the full rows, not only of its slice: two passes over
+        # x in BLOCK_K chunks (the rows are small and stay in cache), with fp32 sums as layer_norm's.
+        acc_sum = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            ks = k + tl.arange(0, BLOCK_K)
+            mask = row_mask[:, None] & (ks < K)[None, :]
+            acc_sum += tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0).to(
+                tl.float32
+            )
+        mean = tl.sum(acc_sum, axis=1) / K
+        acc_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            ks = k + tl.arange(0, BLOCK_K)
+            mask = row_mask[:, None] & (ks < K)[None, :]
+            x = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
+            diff = tl.where(mask, x.to(tl.float32) - mean[:, None], 0.0)
+            acc_sq += diff * diff
+        rstd = 1.0 / tl.sqrt(tl.sum(acc_sq, axis=1) / K + eps)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_lo, k_hi, BLOCK_K):
+        ks = k + tl.arange(0, BLOCK_K)
+        mask = row_mask[:, None] & (ks < k_hi)[None, :]
+        a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
+        if HAS_NORM:
+            lw = tl.load(LnW + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
+            lb = tl.load(LnB + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
+            diff = tl.where(mask, a.to(tl.float32) - mean[:, None], 0.0)
+            # The same expression as layer_norm's, rounded to x's dtype: the operand the unfused path reads.
+            a = tl.where(mask, diff * rstd[:, None] * lw[None, :] + lb[None, :], 0.0).to(X.dtype.element_ty)
+        b = tl.load(W + (cols % N)[None, :] * stride_wn + ks[:, None] * stride_wk, mask=(ks < k_hi)[:, None], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    if ARRIVE:
+        mask = row_mask[:, None] & (cols < N)[None, :]
+        partials = P + rows[:, None] * N + cols[None, :]
+        tl.store(partials + split * M * N, acc, mask=mask)
+        # Every thread's partial stores come before the one atomic (the barrier), and the atomic releases
+        # them at GPU scope; the last arriver's atomic acquires everyone's, and its loads come after it.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(Counters + pid_n, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLITS - 1:
+            tl.debug_barrier()
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(0, SPLITS):  # in split order: the same sum whichever program arrives last
+                # .cg: from L2, never from a line this SM's L1 may hold from before the others stored.
+                acc += tl.load(partials + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, K, HEAD_DIM, stride_rm, stride_ym,
+                      stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+                      HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, BLOCK_N)  # fmt: skip
+            tl.store(Counters + pid_n, 0)  # the next launch on this stream finds zeros
+    else:
+        _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, K, HEAD_DIM, stride_rm, stride_ym,
+                  stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+                  HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, BLOCK_N)  # fmt: skip
+
+
+def default_config(rows: int, out_features: int, in_features: int, dtype: torch.dtype, device) -> TileConfig:
+    """linear's decode-shaped tiles: on a GPU block_n 64, block_k 128 and a power-of-two split_k that gives
+    every SM about two weight slices; in the interpreter few large programs (block_n 256, block_k 64, one split)."""
+    cfg = linear_default_config(min(rows, DECODE_ROWS), out_features, in_features, dtype, device)
+    return TileConfig(
+        block_m=16,
+        block_n=cfg.block_n,
+        block_k=cfg.block_k,
+        split_k=cfg.split_k,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+def _check_fields(user: TileConfig) -> None:
+    if user.block_m is not None and user.block_m != 16:
+        raise ValueError(f"{NAME}: all rows share one 16-row tile, so block_m must be 16 or unset (got {user.block_m})")
+    check_fields(NAME, user)
+
+
+@functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
+def resolve_config(config, rows, out_features, in_features, dtype, device) -> TileConfig:
+    user = as_config(NAME, config)
+    _check_fields(user)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    cfg = user.merged(default_config(rows, out_features, in_features, dtype, device))
+    cfg = fit_defaults(NAME, cfg, user, lambda c: shared_memory(c, itemsize, device), device)
+    need = shared_memory(cfg, itemsize, device)
+    what = f"{cfg.num_stages} stages of a 16x{cfg.block_k} and a {cfg.block_k}x{cfg.block_n} tile"
+    check_shared_memory(NAME, cfg, need, device, what)
+    return cfg
+
+
+def splits_of(cfg: TileConfig, in_features: int) -> tuple[int, int]:
+    """(columns of K per split, splits): whole BLOCK_K steps per split, as linear's split-K path, so the
+    last split may be shorter and fewer than split_k splits may be needed."""
+    k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
+    return k_per_split, cdiv(in_features, k_per_split)
+
+
+def _check(x, weight, bias, activation, residual, norm, kv):
+    """Validate everything before any launch; returns (rows, heads)."""
+    check_dtype(NAME, x)
+    if activation not in (None, "gelu"):
+        raise ValueError(f"{NAME}: activation={activation!r} is not supported (allowed: None, 'gelu')")
+    in_features = x.shape[-1]
+    if weight.dim() != 2 or weight.shape[1] != in_features:
+        raise ValueError(f"{NAME}: weight must be (out, {in_features}), got {tuple(weight.shape)}")
+    out_features = weight.shape[0]
+    if bias is not None and bias.shape != (out_features,):
+        raise ValueError(f"{NAME}: bias must be ({out_features},), got {tuple(bias.shape)}")
+    out_shape = (*x.shape[:-1], out_features)
+    if residual is not None and tuple(residual.shape) != out_shape:
+        raise ValueError(f"{NAME}: residual must have shape {out_shape}, got {tuple(residual.shape)}")
+    rows = math.prod(x.shape[:-1])
+    if rows > DECODE_ROWS:
+        raise ValueError(
+            f"{NAME}: x has {rows} rows, more than the {DECODE_ROWS} one decode launch holds in its single row "
+            "tile; use kernels.linear (after kernels.layer_norm) for prefill-shaped inputs"
+        )
+    tensors = {"weight": weight, "bias": bias, "residual": residual}
+    if norm is not None:
+        if not isinstance(norm, tuple | list) or len(norm) != 3:
+            raise ValueError(f"{NAME}: norm must be (ln_weight, ln_bias, eps), got {type(norm).__name__}")
+        ln_w, ln_b, eps = norm
+        if ln_w.shape != (in_features,) or ln_b.shape != (in_features,):
+            raise ValueError(
+                f"{NAME}: norm weight and bias must have shape ({in_features},), got "
+                f"{tuple(ln_w.shape)}, {tuple(ln_b.shape)}"
+            )
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not (0 <= eps < math.inf):
+            raise ValueError(f"{NAME}: norm eps must be a finite number >= 0, got {eps!r}")
+        tensors |= {"norm weight": ln_w, "norm bias": ln_b}
+    heads = 0
+    if kv is not None:
+        if not isinstance(kv, tuple | list) or len(kv) != 3:
+            raise ValueError(f"{NAME}: kv must be (k_cache, v_cache, lengths), got {type(kv).__name__}")
+        k_cache, v_cache, lengths = kv
+        if out_features != 3 * in_features:
+            raise ValueError(
+                f"{NAME}: kv needs c_attn's weight (3C, C) = ({3 * in_features}, {in_features}), "
+                f"got {tuple(weight.shape)}"
+            )
+        if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+            raise ValueError(
+                f"{NAME}: caches must be (B, H, T_max, D) alike, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+            )
+        batch, heads, t_max, head_dim = k_cache.shape
+        if batch != rows or heads == 0 or in_features % heads or head_dim != in_features // heads or t_max == 0:
+            raise ValueError(
+                f"{NAME}: caches must be (B={rows}, H, T_max >= 1, D=C/H) with H dividing C={in_features}, "
+                f"got {tuple(k_cache.shape)}"
+            )
+        if lengths.shape != (rows,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != x.device:
+            raise ValueError(
+                f"{NAME}: lengths must be a ({rows},) int32 or int64 tensor on {x.device}, got "
+                f"{tuple(lengths.shape)} {lengths.dtype} on {lengths.device}"
+            )
+        tensors |= {"k_cache": k_cache, "v_cache": v_cache}
+    for name, t in tensors.items():
+        if t is not None and (t.dtype != x.dtype or t.device != x.device):
+            raise ValueError(
+                f"{NAME}: {name} is {t.dtype} on {t.device}, but x is {x.dtype} on {x.device}; they must match"
+            )
+    return rows, heads
+
+
+def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, config=None):
+    """y = act(LN(x) @ weight.T + bias) + residual for decode-shaped x (..., in) with at most 16 rows, one launch.
+
+    norm=(ln_weight, ln_bias, eps): x is layer-normed in the prologue (as kernels.layer_norm would, rounded to
+    x's dtype before the dot). kv=(k_cache, v_cache, lengths): weight is c_attn's (3C, C); columns [C, 2C) and
+    [2C, 3C) of each row b are also stored into k_cache[b, h, lengths[b], d] / v_cache[...] (caches (B, H, T_max,
+    D), one layer's views, D = C // H, lengths (B,) int32/int64 on the device, 0 <= lengths[b] < T_max, which the
+    caller guarantees: the kernel reads them on the device and cannot check them); y (all 3C columns) is still
+    returned."""
+    rows, heads = _check(x, weight, bias, activation, residual, norm, kv)
+    in_features, out_features = x.shape[-1], weight.shape[0]
+    out_shape = (*x.shape[:-1], out_features)
+    if config == "autotune":
+        config = tuned_config(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv)
+    cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device)
+    y = new_output((rows, out_features), x.dtype, x.device)
+    if rows == 0:
+        return y.view(out_shape)
+    x2 = x.reshape(rows, in_features)
+    r2 = residual.reshape(rows, out_features).contiguous() if residual is not None else y
+    b = bias.contiguous() if bias is not None else weight  # placeholder pointers, unused when their flag is off
+    ln_w, ln_b, eps = (norm[0].contiguous(), norm[1].contiguous(), float(norm[2])) if norm is not None else (y, y, 0.0)
+    k_cache, v_cache, lengths = kv if kv is not None else (y, y, y)
+    cache_strides = (*k_cache.stride(), *v_cache.stride()) if kv is not None else (0,) * 8
+    k_per_split, splits = splits_of(cfg, in_features)
+    tiles_n = cdiv(out_features, cfg.block_n)
+    if splits > 1:
+        partial = new_output((splits, rows, out_features), torch.float32, x.device)
+        counters = arrival.counters(x.device, tiles_n)
+    else:
+        partial = counters = y  # one split: no partials, no arrival
+    flags = dict(
+        HAS_NORM=norm is not None,
+        HAS_BIAS=bias is not None,
+        APPLY_GELU=activation == "gelu",
+        HAS_RESIDUAL=residual is not None,
+        HAS_KV=kv is not None,
+        ARRIVE=splits > 1,
+    )
+    with explain_resources(NAME, cfg):
+        _decode_linear_kernel[(tiles_n, splits)](
+            x2, weight, b, r2, y, partial, counters, ln_w, ln_b, k_cache, v_cache, lengths,
+            rows, out_features, in_features, k_per_split, splits, eps, in_features // max(heads, 1),
+            x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), r2.stride(0), y.stride(0),
+            *cache_strides,
+            **flags, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+            BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+    return y.view(out_shape)
+
+
+def tuned_config(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None):
+    """The fastest of linear's decode candidates for inputs like these (timed once per shape on a GPU, over
+    random copies rotated past L2, the caches' lengths kept valid; defaults on CPU)."""
+    rows = x.numel() // x.shape[-1]
+    key = (
+        "fused",
+        rows,
+        *weight.shape,
+        x.dtype,
+        bias is not None,
+        activation,
+        residual is not None,
+        norm is not None,
+        None if kv is None else tuple(kv[0].shape),
+    )
+    ln_w, ln_b, eps = norm if norm is not None else (None, None, None)
+    k_cache, v_cache, lengths = kv if kv is not None else (None, None, None)
+
+    def run(c, x, w, b, r, ln_w, ln_b, kc, vc, lens):
+        return decode_linear(
+            x,
+            w,
+            b,
+            activation=activation,
+            residual=r,
+            norm=None if ln_w is None else (ln_w, ln_b, eps),
+            kv=None if kc is None else (kc, vc, lens),
+            config=c,
+        )
+
+    inputs = (x, weight, bias, residual, ln_w, ln_b, k_cache, v_cache, lengths)
+    return autotune.pick("linear_decode", key, run, x.device, inputs=inputs)

@@ -1,0 +1,282 @@
+"""decode_linear, the decode step's linear in one launch, against a float64 reference, against the unfused
+launches it replaces (layer_norm, linear, kv_write), and for what it leaves behind: counters at zero and
+every cache element but the new rows untouched."""
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels import TileConfig, arrival, decode_linear, kv_write, layer_norm, linear, reference
+from kernels.config import DeviceLimits
+from tests.tolerances import DTYPES, assert_close, f64
+
+fused = importlib.import_module("kernels.fused_linear")
+linear_mod = importlib.import_module("kernels.linear")
+
+# The decoder's uses, by flag combination. The attention's and the MLP's c_proj share one (bias and the
+# residual; they differ only in shape, covered by SHAPES), so four entries stand for five layers.
+USES = {
+    "ln_1-c_attn": dict(norm=True, bias=True, activation=None, residual=False),
+    "c_proj": dict(norm=False, bias=True, activation=None, residual=True),
+    "ln_2-c_fc-gelu": dict(norm=True, bias=True, activation="gelu", residual=False),
+    "ln_f-lm_head": dict(norm=True, bias=False, activation=None, residual=False),
+}
+# (rows, in_features, out_features): rows 1, 3, 16; widths that are not multiples of a tile; one output
+# column, a ragged last column tile, and c_attn's 3 * in.
+SHAPES = [(1, 17, 1), (3, 64, 17), (16, 96, 100), (3, 200, 600), (16, 17, 51)]
+SPLITS = [1, 2, 4]
+
+
+def _config(in_features, split_k):
+    """Tiles small enough for several column tiles and splits that do not divide K evenly: K=17 in 16-wide
+    steps splits as 16 + 1, K=200 in 32-wide steps as 64 + 64 + 64 + 8, K=96 as three splits of four asked."""
+    return TileConfig(block_n=64, block_k=16 if in_features <= 64 else 32, split_k=split_k)
+
+
+def _inputs(device, dtype, rows, k, n, use):
+    x = torch.randn(rows, k, device=device, dtype=dtype) * 2 + 0.5  # LayerNorm has a mean and a scale to remove
+    w = torch.randn(n, k, device=device, dtype=dtype) / k**0.5
+    b = torch.randn(n, device=device, dtype=dtype) if use["bias"] else None
+    r = torch.randn(rows, n, device=device, dtype=dtype) if use["residual"] else None
+    norm = None
+    if use["norm"]:
+        norm = (torch.randn(k, device=device, dtype=dtype), torch.randn(k, device=device, dtype=dtype), 1e-5)
+    return x, w, b, r, norm
+
+
+def _reference(x, w, b, r, norm, activation, dtype):
+    x64 = f64(x)[0]
+    if norm is not None:
+        # float64 LayerNorm, rounded to the input dtype as the kernel's dot operand is.
+        x64 = F.layer_norm(x64, (x.shape[-1],), *f64(norm[0], norm[1]), norm[2]).to(dtype).double()
+    return reference.linear(
+        x64, *f64(w), None if b is None else f64(b)[0], activation=activation, residual=None if r is None else f64(r)[0]
+    )
+
+
+def _unfused(x, w, b, r, norm, activation, cfg):
+    """Today's launches: layer_norm, then linear's split-K pair (or its tiled kernel, for one split)."""
+    if norm is not None:
+        x = layer_norm(x, *norm)
+    split = TileConfig(block_m=16, block_n=cfg.block_n, block_k=cfg.block_k, split_k=cfg.split_k)
+    return linear(x, w, b, activation=activation, residual=r, config=split)
+
+
+def _counters_are_zero(device):
+    return not arrival.counters(device, 1).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,k,n", SHAPES)
+@pytest.mark.parametrize("use", USES.values(), ids=USES.keys())
+@pytest.mark.parametrize("split_k", SPLITS)
+def test_decode_linear_matches_float64_reference(device, dtype, rows, k, n, use, split_k):
+    x, w, b, r, norm = _inputs(device, dtype, rows, k, n, use)
+    y = decode_linear(x, w, b, activation=use["activation"], residual=r, norm=norm, config=_config(k, split_k))
+    assert y.shape == (rows, n)
+    assert_close("linear", y, _reference(x, w, b, r, norm, use["activation"], dtype), dtype)
+    assert _counters_are_zero(device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,k,n", [(3, 200, 100), (16, 17, 51)])
+@pytest.mark.parametrize("use", USES.values(), ids=USES.keys())
+@pytest.mark.parametrize("split_k", SPLITS)
+def test_decode_linear_equals_the_unfused_launches(device, dtype, rows, k, n, use, split_k):
+    x, w, b, r, norm = _inputs(device, dtype, rows, k, n, use)
+    cfg = _config(k, split_k)
+    y = decode_linear(x, w, b, activation=use["activation"], residual=r, norm=norm, config=cfg)
+    expected = _unfused(x, w, b, r, norm, use["activation"], cfg)
+    assert_close("linear", y, expected, dtype)
+    if device.type == "cpu" and norm is None:
+        # Same tiles, same partials, added in the same split order: the interpreter gives the same bits.
+        # (With the norm, the statistics are summed in BLOCK_K chunks instead of one whole-row block, which
+        # can move fp32 mean and rstd by an ulp.)
+        assert torch.equal(y, expected)
+
+
+@pytest.mark.parametrize("split_k", [2, 4])
+def test_every_launch_leaves_the_counters_at_zero_and_repeats_bit_for_bit(device, split_k):
+    use = USES["ln_2-c_fc-gelu"]
+    x, w, b, r, norm = _inputs(device, torch.float16, 5, 96, 300, use)
+    cfg = _config(96, split_k)
+    first = decode_linear(x, w, b, activation="gelu", norm=norm, config=cfg)
+    assert _counters_are_zero(device)
+    second = decode_linear(x, w, b, activation="gelu", norm=norm, config=cfg)
+    assert _counters_are_zero(device)
+    assert torch.equal(first, second)
+
+
+def test_decode_linear_keeps_leading_dims_and_reads_strided_rows(device):
+    qkv = torch.randn(4, 1, 3, 96, device=device)
+    x = qkv[:, :, 1]  # (4, 1, 96), rows 288 elements apart
+    w = torch.randn(40, 96, device=device) / 10
+    y = decode_linear(x, w, config=TileConfig(block_n=16, block_k=32, split_k=2))
+    assert y.shape == (4, 1, 40)
+    assert_close("linear", y, reference.linear(*f64(x, w)), torch.float32)
+
+
+def test_autotune_without_a_gpu_takes_the_defaults(device):
+    if device.type == "cuda":
+        pytest.skip("on a GPU autotune times candidates; tested on CPU, where it must not")
+    x, w = torch.randn(2, 64, device=device), torch.randn(40, 64, device=device)
+    assert fused.tuned_config(x, w) is None
+    assert torch.equal(decode_linear(x, w, config="autotune"), decode_linear(x, w))
+
+
+def test_zero_rows_launch_nothing(device):
+    y = decode_linear(torch.randn(0, 64, device=device), torch.randn(10, 64, device=device))
+    assert y.shape == (0, 10)
+
+
+KV_CASES = [
+    # (lengths, T_max, heads, head_dim, split_k)
+    ([0], 1, 1, 17, 1),
+    ([16, 0, 5], 17, 3, 24, 2),
+    ([126, 1], 127, 4, 17, 4),
+    ([0, 16, 3, 9], 17, 2, 24, 2),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lengths,t_max,heads,head_dim,split_k", KV_CASES)
+def test_kv_rows_land_at_each_sequences_position_and_nothing_else_changes(
+    device, dtype, lengths, t_max, heads, head_dim, split_k
+):
+    batch, c = len(lengths), heads * head_dim
+    use = USES["ln_1-c_attn"]
+    x, w, b, _, norm = _inputs(device, dtype, batch, c, 3 * c, use)
+    x = x.view(batch, 1, c)  # as the decoder passes it: one token per sequence
+    # One layer's views of a whole-model cache (layers, B, H, T_max, D), as explorer.model.cache keeps them.
+    caches = torch.randn(2, 2, batch, heads, t_max, head_dim, device=device, dtype=dtype)
+    k_cache, v_cache = caches[0, 1], caches[1, 1]
+    before = caches.clone()
+    lens = torch.tensor(lengths, device=device, dtype=torch.int64 if batch % 2 else torch.int32)
+
+    y = decode_linear(x, w, b, norm=norm, kv=(k_cache, v_cache, lens), config=_config(c, split_k))
+
+    assert_close("linear", y[:, 0], _reference(x[:, 0], w, b, None, norm, None, dtype), dtype)
+    k_new = y[:, 0, c : 2 * c].view(batch, heads, head_dim)
+    v_new = y[:, 0, 2 * c :].view(batch, heads, head_dim)
+    for i, n in enumerate(lengths):
+        assert torch.equal(k_cache[i, :, n], k_new[i]) and torch.equal(v_cache[i, :, n], v_new[i])
+        before[0, 1, i, :, n], before[1, 1, i, :, n] = k_new[i], v_new[i]
+    assert torch.equal(caches, before)  # every other element, the other layer's included, as it was
+    assert _counters_are_zero(device)
+
+
+def test_kv_caches_match_the_unfused_cache_write(device):
+    lengths, heads, head_dim, t_max = [3, 0], 2, 24, 5
+    batch, c = len(lengths), heads * head_dim
+    x, w, b, _, _ = _inputs(device, torch.float16, batch, c, 3 * c, USES["c_proj"])
+    lens = torch.tensor(lengths, device=device, dtype=torch.int32)
+    caches = torch.randn(2, batch, heads, t_max, head_dim, device=device, dtype=torch.float16)
+    expected = caches.clone()
+    cfg = _config(c, 2)
+    y = decode_linear(x, w, b, kv=(caches[0], caches[1], lens), config=cfg)
+    y_unfused = _unfused(x, w, b, None, None, None, cfg)
+    _, k, v = y_unfused.view(batch, 1, 3, heads, head_dim).unbind(2)
+    kv_write(k.transpose(1, 2), v.transpose(1, 2), expected[0], expected[1], lens)
+    assert_close("linear", y, y_unfused, torch.float16)
+    if device.type == "cpu":  # the same partials in the same order, as in the test of y above
+        assert torch.equal(caches, expected)
+    else:
+        assert_close("linear", caches, expected, torch.float16)
+
+
+def _bad(device, **change):
+    """Valid ln_1 -> c_attn -> cache arguments for 2 rows of C=32 in 2 heads, with `change` applied."""
+    c = 32
+    args = dict(
+        x=torch.randn(2, c, device=device),
+        weight=torch.randn(3 * c, c, device=device),
+        bias=torch.randn(3 * c, device=device),
+        norm=(torch.ones(c, device=device), torch.zeros(c, device=device), 1e-5),
+        kv=(
+            torch.zeros(2, 2, 8, 16, device=device),
+            torch.zeros(2, 2, 8, 16, device=device),
+            torch.zeros(2, dtype=torch.int32, device=device),
+        ),
+    )
+    args.update(change)
+    return args
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (dict(x=torch.randn(17, 32)), r"x has 17 rows, more than the 16 one decode launch holds .* use kernels.linear"),
+        (dict(x=torch.randn(2, 32, dtype=torch.float64)), r"dtype torch.float64 is not supported on cpu"),
+        (dict(weight=torch.randn(96, 31)), r"weight must be \(out, 32\), got \(96, 31\)"),
+        (dict(bias=torch.randn(95)), r"bias must be \(96,\), got \(95,\)"),
+        (dict(activation="relu"), r"activation='relu' is not supported \(allowed: None, 'gelu'\)"),
+        (dict(residual=torch.randn(2, 95)), r"residual must have shape \(2, 96\), got \(2, 95\)"),
+        (dict(norm=(torch.ones(31), torch.zeros(32), 1e-5)), r"norm weight and bias must have shape \(32,\)"),
+        (dict(norm=(torch.ones(32), torch.zeros(32))), r"norm must be \(ln_weight, ln_bias, eps\)"),
+        (dict(norm=(torch.ones(32), torch.zeros(32), -1.0)), r"norm eps must be a finite number >= 0, got -1.0"),
+        (dict(norm=(torch.ones(32, dtype=torch.float16), torch.zeros(32), 1e-5)), r"norm weight is torch.float16"),
+        (
+            dict(weight=torch.randn(64, 32), bias=None),
+            r"kv needs c_attn's weight \(3C, C\) = \(96, 32\), got \(64, 32\)",
+        ),
+        (
+            dict(kv=(torch.zeros(2, 2, 8, 16), torch.zeros(2, 2, 9, 16), None)),
+            r"caches must be \(B, H, T_max, D\) alike",
+        ),
+        (
+            dict(kv=(torch.zeros(2, 3, 8, 11), torch.zeros(2, 3, 8, 11), None)),
+            r"with H dividing C=32, got \(2, 3, 8, 11\)",
+        ),
+        (dict(kv=(torch.zeros(3, 2, 8, 16), torch.zeros(3, 2, 8, 16), None)), r"caches must be \(B=2, H, T_max >= 1"),
+        (dict(kv=(torch.zeros(2, 2, 8, 8), torch.zeros(2, 2, 8, 8), None)), r"D=C/H\) with H dividing C=32"),
+        (
+            dict(kv=(torch.zeros(2, 2, 8, 16), torch.zeros(2, 2, 8, 16), torch.zeros(2))),
+            r"lengths must be a \(2,\) int32 or int64 tensor on cpu, got \(2,\) torch.float32",
+        ),
+        (
+            dict(kv=(torch.zeros(2, 2, 8, 16), torch.zeros(2, 2, 8, 16), torch.zeros(3, dtype=torch.int32))),
+            r"lengths must be a \(2,\) int32 or int64 tensor",
+        ),
+        (
+            dict(kv=(torch.zeros(2, 2, 8, 16, dtype=torch.float16),) * 2 + (torch.zeros(2, dtype=torch.int32),)),
+            r"k_cache is torch.float16 on cpu, but x is torch.float32 on cpu; they must match",
+        ),
+        (dict(config=TileConfig(block_m=32)), r"block_m must be 16 or unset \(got 32\)"),
+        (dict(config=TileConfig(split_k=3)), r"decode_linear: split_k=3 is not allowed \(powers of two from 1 to 64"),
+        (dict(config=TileConfig(block_n=512)), r"decode_linear: block_n=512 is not allowed"),
+        (
+            dict(config=TileConfig(block_n=256, block_k=256, num_stages=8)),
+            r"decode_linear: .* needs about \d+ bytes of shared memory",
+        ),
+        (dict(config="fast"), r"config must be None, a TileConfig or 'autotune', got 'fast'"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_bad_inputs_are_refused_with_the_reason(change, message):
+    device = torch.device("cpu")  # the messages name the device; every refusal happens before a launch
+    args = _bad(device, **change)
+    kv = args.pop("kv")
+    if kv[2] is None:
+        kv = (*kv[:2], torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match=message):
+        decode_linear(args.pop("x"), args.pop("weight"), kv=kv, **args)
+
+
+H200 = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True, l2_bytes=50 * 1024 * 1024)
+A10G = DeviceLimits("A10G", 101376, 80, (8, 6), True)
+
+
+@pytest.mark.parametrize("limits", [H200, A10G], ids=lambda d: d.name)
+@pytest.mark.parametrize("out_f,in_f", [(2304, 768), (3072, 768), (768, 3072), (50257, 768)])
+def test_gpu_defaults_are_linears_decode_tiles(limits, out_f, in_f):
+    cfg = fused.resolve_config(None, 1, out_f, in_f, torch.float16, limits)
+    lin = linear_mod.resolve_config(None, 1, out_f, in_f, torch.float16, limits)
+    assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k) == (16, 64, 128, lin.split_k)
+    assert (cfg.num_warps, cfg.num_stages) == (lin.num_warps, lin.num_stages)
+
+
+def test_cpu_defaults_are_few_large_programs():
+    cfg = fused.resolve_config(None, 1, 2304, 768, torch.float16, torch.device("cpu"))
+    assert (cfg.block_n, cfg.block_k, cfg.split_k) == (256, 64, 1)
