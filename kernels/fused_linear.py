@@ -32,7 +32,9 @@ import triton.language as tl
 
 from . import arrival, autotune
 from .config import (
+    SECTOR,
     TileConfig,
+    Traffic,
     as_config,
     cdiv,
     check_dtype,
@@ -40,7 +42,9 @@ from .config import (
     check_shared_memory,
     explain_resources,
     fit_defaults,
+    l2_miss,
     new_output,
+    sectors,
 )
 from .linear import DECODE_ROWS, _gelu_tanh, shared_memory
 from .linear import default_config as linear_default_config
@@ -349,3 +353,73 @@ def tuned_config(x, weight, bias=None, *, activation=None, residual=None, norm=N
 
     inputs = (x, weight, bias, residual, ln_w, ln_b, k_cache, v_cache, lengths)
     return autotune.pick("linear_decode", key, run, x.device, inputs=inputs)
+
+
+def traffic(
+    rows,
+    out_features,
+    in_features,
+    itemsize,
+    *,
+    bias=True,
+    activation=None,
+    residual=False,
+    norm=False,
+    kv=None,
+    config=None,
+    dtype=torch.float16,
+    device="cpu",
+    lengths_itemsize=4,
+) -> Traffic:
+    """Modeled traffic of one decode_linear launch at these tiles; `kv` is the number of heads of the cache
+    write (None: no cache write).
+
+    L2 -> SM: each program loads its x rows over its K slice (so x is read once per column tile) and its
+    weight slice (columns wrap, never masked, as linear's). With the norm, each program also reads the full
+    rows once for the statistics (the variance pass re-reads what the mean pass just brought into L1) and
+    its slice of the LN weight and bias. With several splits each program stores an fp32 partial and the
+    last arriver reads all of its tile's back; each program's atomic on its tile's counter moves one sector
+    each way, and the last arriver's reset stores one. The epilogue loads bias and residual once and stores
+    y; with kv, each tile holding K or V columns loads the positions (one access) and each cache row is
+    stored in whole sectors (config.sectors; a row split across two tiles can cost a sector more).
+    HBM: x, weight, LN weight and bias, bias and residual come from HBM once (the re-reads of x are L2 hits
+    while x fits, config.l2_miss); the partials are written (reaching HBM eventually) and read back from L2
+    while they fit; y and the cache rows are written; the counters are read and written once per tile."""
+    cfg = resolve_config(config, rows, out_features, in_features, dtype, device)
+    _, splits = splits_of(cfg, in_features)
+    tiles_n = cdiv(out_features, cfg.block_n)
+    programs = tiles_n * splits
+    x_bytes, w_bytes, y_bytes = (
+        rows * in_features * itemsize,
+        out_features * in_features * itemsize,
+        rows * out_features * itemsize,
+    )
+    b_bytes = out_features * itemsize if bias else 0
+    r_bytes = y_bytes if residual else 0
+    ln_bytes = 2 * in_features * itemsize if norm else 0
+    x_loaded = x_bytes * tiles_n + (x_bytes * programs if norm else 0)
+    w_loaded = tiles_n * min(cfg.block_n, out_features) * in_features * itemsize
+    partial = splits * rows * out_features * 4 if splits > 1 else 0
+    counter = tiles_n * SECTOR if splits > 1 else 0  # one slot per tile, one sector each
+    atomics = programs * SECTOR if splits > 1 else 0
+    kv_rows = kv_read = kv_bytes = lengths = 0
+    if kv:
+        head_dim = in_features // kv
+        kv_rows = 2 * rows * kv * sectors(head_dim * itemsize)
+        kv_bytes = 2 * rows * in_features * itemsize
+        lengths = rows * lengths_itemsize
+        kv_read = (tiles_n - in_features // cfg.block_n) * sectors(lengths)  # the tiles that end past column C
+    reads = x_loaded + w_loaded + ln_bytes * tiles_n + partial + b_bytes + r_bytes + kv_read + atomics
+    writes = partial + y_bytes + kv_rows + atomics + counter
+    flops = 2 * rows * out_features * in_features + rows * out_features * (
+        (1 if bias else 0) + (1 if residual else 0) + (10 if activation else 0) + (splits - 1 if splits > 1 else 0)
+    )
+    if norm:  # every program's statistics over the full rows (3 per element), each tile's normalisation (4)
+        flops += programs * 3 * rows * in_features + tiles_n * 4 * rows * in_features
+    inputs = x_bytes + w_bytes + ln_bytes + b_bytes + r_bytes
+    floor = inputs + lengths + y_bytes + kv_bytes
+    hbm_read = (
+        inputs + round((x_loaded - x_bytes) * l2_miss(x_bytes, device)) + round(partial * l2_miss(partial, device))
+    )
+    hbm_read += (sectors(lengths) if kv else 0) + counter
+    return Traffic(reads, writes, flops, floor, hbm_read, partial + y_bytes + kv_bytes + counter)

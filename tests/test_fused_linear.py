@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import TileConfig, arrival, decode_linear, kv_write, layer_norm, linear, reference
-from kernels.config import DeviceLimits
+from kernels.config import SECTOR, DeviceLimits, cdiv, sectors
 from tests.tolerances import DTYPES, assert_close, f64
 
 fused = importlib.import_module("kernels.fused_linear")
@@ -280,3 +280,63 @@ def test_gpu_defaults_are_linears_decode_tiles(limits, out_f, in_f):
 def test_cpu_defaults_are_few_large_programs():
     cfg = fused.resolve_config(None, 1, 2304, 768, torch.float16, torch.device("cpu"))
     assert (cfg.block_n, cfg.block_k, cfg.split_k) == (256, 64, 1)
+
+
+def _walk(rows, out_f, in_f, item, cfg, *, norm, heads):
+    """Bytes each program of the grid loads and stores, walked in Python: (L2 reads, L2 writes)."""
+    per_split, splits = fused.splits_of(cfg, in_f)
+    reads = writes = 0
+    for pid_n in range(cdiv(out_f, cfg.block_n)):
+        for lo in range(0, in_f, per_split):
+            width = min(lo + per_split, in_f) - lo
+            reads += (rows + cfg.block_n) * width * item  # x rows masked, weight columns wrapped
+            if norm:
+                reads += rows * in_f * item + 2 * width * item  # statistics over whole rows, LN slice
+            if splits > 1:
+                writes += rows * min(cfg.block_n, out_f - pid_n * cfg.block_n) * 4 + SECTOR  # partial, atomic
+                reads += SECTOR  # the atomic's old count
+        cols = range(pid_n * cfg.block_n, min((pid_n + 1) * cfg.block_n, out_f))
+        reads += splits * rows * len(cols) * 4 if splits > 1 else 0  # the last arriver's partial reads
+        reads += len(cols) * item  # bias
+        writes += rows * len(cols) * item + (SECTOR if splits > 1 else 0)  # y, the counter's reset
+        if heads and cols[-1] >= in_f:
+            reads += sectors(rows * 4)  # the positions
+    if heads:
+        writes += 2 * rows * heads * sectors(in_f // heads * item)
+    return reads, writes
+
+
+@pytest.mark.parametrize(
+    "rows,out_f,in_f,cfg,norm,heads",
+    [
+        (1, 2304, 768, None, True, 12),
+        (3, 2304, 768, TileConfig(block_n=128, block_k=64, split_k=4), True, 12),
+        (16, 100, 200, TileConfig(block_n=64, block_k=32, split_k=4), False, None),
+        (2, 3072, 768, TileConfig(split_k=1), True, None),
+    ],
+)
+def test_traffic_l2_level_matches_a_walk_over_the_grid(rows, out_f, in_f, cfg, norm, heads):
+    t = fused.traffic(rows, out_f, in_f, 2, norm=norm, kv=heads, config=cfg, dtype=torch.bfloat16, device=H200)
+    resolved = fused.resolve_config(cfg, rows, out_f, in_f, torch.bfloat16, H200)
+    assert (t.bytes_read, t.bytes_written) == _walk(rows, out_f, in_f, 2, resolved, norm=norm, heads=heads)
+    assert t.min_bytes <= t.hbm_bytes <= t.bytes
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+def test_one_launch_saves_hbm_bytes_and_pays_for_the_norm_in_l2_reads(rows):
+    """ln_1 -> c_attn -> cache write for GPT-2 tokens at the H200's defaults, against layer_norm, linear's
+    split-K pair and kv_write. HBM: the normalised rows, the reduce's reads of y and the cache write's reads
+    are gone. L2 -> SM: every program re-reads x's full rows for the statistics and every column tile its
+    slice of the LN weight and bias, which is what the fused launch adds over the unfused ones, at most."""
+    ln, lin, kv = (importlib.import_module(f"kernels.{m}") for m in ("layer_norm", "linear", "kv_write"))
+    args = dict(dtype=torch.bfloat16, device=H200)
+    fused_t = fused.traffic(rows, 2304, 768, 2, norm=True, kv=12, **args)
+    unfused = (
+        ln.traffic(rows, 768, 2, device=H200) + lin.traffic(rows, 2304, 768, 2, **args) + kv.traffic(rows, 12, 64, 2)
+    )
+    assert fused_t.hbm_bytes < unfused.hbm_bytes and fused_t.min_bytes < unfused.min_bytes
+    cfg = fused.resolve_config(None, rows, 2304, 768, torch.bfloat16, H200)
+    tiles = cdiv(2304, cfg.block_n)
+    programs = tiles * fused.splits_of(cfg, 768)[1]
+    norm_reads = programs * rows * 768 * 2 + tiles * 2 * 768 * 2
+    assert unfused.bytes < fused_t.bytes <= unfused.bytes + norm_reads
