@@ -49,6 +49,18 @@ def _cases(dtype, arch):
             yield ("linear split-k reduce", L._split_k_reduce_kernel, dict(P="*fp32", Bias=t, R=t, Y=t, M="i32",
                    N="i32", SPLIT_K="i32", stride_rm="i32", stride_ym="i32", HAS_BIAS=True, APPLY_GELU=True,
                    HAS_RESIDUAL=False, BLOCK_M=16, BLOCK_N=128), 4, 1, 0)  # fmt: skip
+    FL = importlib.import_module("kernels.fused_linear")
+    cfg = FL.resolve_config(None, 1, 2304, 768, tdt, limits)  # ln_1 -> c_attn -> KV cache, split over K
+    cache_strides = {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
+    ptrs = dict.fromkeys(("X", "W", "Bias", "R", "Y", "LnW", "LnB", "KC", "VC"), t)
+    ptrs |= dict(P="*fp32", Counters="*i32", Lengths="*i32")
+    ints = ("M", "N", "K", "K_PER_SPLIT", "SPLITS", "HEAD_DIM", "stride_xm", "stride_wn", "stride_rm", "stride_ym")
+    flags = dict.fromkeys(("HAS_NORM", "HAS_BIAS", "APPLY_GELU", "HAS_RESIDUAL", "HAS_KV"), True)
+    args = ptrs | dict.fromkeys(ints, "i32") | cache_strides | flags
+    args |= dict(eps="fp32", stride_xk=1, stride_wk=1, ARRIVE=cfg.split_k > 1, PRECISION=prec)
+    args |= dict(BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
+    yield ("decode linear", FL._decode_linear_kernel, args, cfg.num_warps, cfg.num_stages,
+           L.shared_memory(cfg, item, limits))  # fmt: skip
     strides = {f"stride_{x}{d}": "i32" for x in "qkvo" for d in ("b", "h", "m" if x in "qo" else "n")}
     strides |= {f"stride_{x}d": 1 for x in "qkvo"}
     cfg = A.resolve_config(None, 1024, 64, tdt, limits)
