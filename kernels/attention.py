@@ -124,21 +124,16 @@ def _attention_kernel(
 
 
 @triton.jit
-def _decode_partial_kernel(
-    Q, K, V, Lengths, PartO, PartM, PartL,
+def _decode_chunk(
+    Q, K, V, b, h, lo, hi,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
-    H, SPLITS, CHUNK, qk_scale,
+    qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    bh = tl.program_id(0).to(tl.int64)
-    split = tl.program_id(1)
-    b, h = bh // H, bh % H
-    length = tl.load(Lengths + b).to(tl.int32)
-    lo = split * CHUNK
-    hi = min(lo + CHUNK, length)
-
+    """One split's share of a (sequence, head): the unnormalised output, the max score and the sum of
+    exponentials over keys [lo, hi), all fp32 (max -inf, sum 0 and output 0 when the range is empty)."""
     dims = tl.arange(0, BLOCK_D)
     d_mask = dims < HEAD_DIM
     q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0).to(tl.float32)
@@ -163,7 +158,46 @@ def _decode_partial_kernel(
         v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
         acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
         m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A (sequence, head)'s normalised output from the partials of all its splits, read in one tile:
+    each partial weighed by exp2(its max - the largest max), over the weighed sums."""
+    splits = tl.arange(0, BLOCK_S)
+    dims = tl.arange(0, BLOCK_D)
+    s_mask = splits < SPLITS
+    m = tl.load(PartM + bh * SPLITS + splits, mask=s_mask, other=float("-inf"))
+    m_max = tl.max(m, axis=0)
+    # Splits past the sequence's length are empty (max -inf); they weigh nothing.
+    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)
+    l_sum = tl.sum(w * tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0), axis=0)
+    part = tl.load(PartO + (bh * SPLITS + splits)[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0)
+    return tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+
+
+@triton.jit
+def _decode_partial_kernel(
+    Q, K, V, Lengths, PartO, PartM, PartL,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    H, SPLITS, CHUNK, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    b, h = bh // H, bh % H
+    length = tl.load(Lengths + b).to(tl.int32)
+    lo = split * CHUNK
+    acc, m_i, l_i = _decode_chunk(
+        Q, K, V, b, h, lo, min(lo + CHUNK, length),
+        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+        stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )  # fmt: skip
     part = bh * SPLITS + split
+    dims = tl.arange(0, BLOCK_D)
     tl.store(PartO + part * BLOCK_D + dims, acc)
     tl.store(PartM + part, m_i)
     tl.store(PartL + part, l_i)
@@ -178,16 +212,8 @@ def _decode_merge_kernel(
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     b, h = bh // H, bh % H
-    splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, BLOCK_D)
-    s_mask = splits < SPLITS
-    m = tl.load(PartM + bh * SPLITS + splits, mask=s_mask, other=float("-inf"))
-    m_max = tl.max(m, axis=0)
-    # Splits past the sequence's length are empty (max -inf); they weigh nothing.
-    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)
-    l_sum = tl.sum(w * tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0), axis=0)
-    part = tl.load(PartO + (bh * SPLITS + splits)[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0)
-    o = tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+    o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
     tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
