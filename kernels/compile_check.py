@@ -62,6 +62,11 @@ def _cases(dtype, arch):
     yield ("decode attention", A._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", PartO="*fp32",
            PartM="*fp32", PartL="*fp32", **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
            BLOCK_N=cfg.block_n, BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+    ostrides = dict(stride_ob="i32", stride_oh="i32", stride_od=1)
+    yield ("decode one launch", A._decode_one_launch_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", PartO="*fp32",
+           PartM="*fp32", PartL="*fp32", Counters="*i32", Out=t, **dstrides, **ostrides, H="i32", SPLITS="i32",
+           CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64, BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64),
+           cfg.num_warps, cfg.num_stages, est)  # fmt: skip
     yield ("decode merge", A._decode_merge_kernel, dict(PartO="*fp32", PartM="*fp32", PartL="*fp32", Out=t,
            stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,
            BLOCK_D=64), 4, 1, 0)  # fmt: skip
