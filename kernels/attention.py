@@ -49,6 +49,7 @@ from .config import (
     next_pow2,
     pipeline_stages,
     resident_programs,
+    sectors,
 )
 
 LOG2E = 1.4426950408889634
@@ -531,27 +532,42 @@ def traffic_naive(batch, heads, tq, tk, head_dim, itemsize, *, causal=True, devi
     return Traffic(reads, writes, flops, 2 * q_bytes + kv_bytes, hbm, writes)
 
 
-def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu"):
+def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu",
+                   one_launch=False):  # fmt: skip
     """Modeled traffic of one decode_attention call: each sequence's cache read up to its length
-    (never the whole allocation), plus the fp32 partials the merge kernel reads back.
+    (never the whole allocation), plus the fp32 partials the merge reads back.
 
     L2 -> SM: every split program loads q and its sequence's length (one sector) and stores its
     partial output and its max and sum, one sector each: L2 moves whole 32-byte sectors, which is why
     the H200 counted 0.25 MB written at B=1 H=12 N=8192 where 4-byte stores would make 0.20.
     HBM: q, the lengths and the cache once; the partials are written (and reach HBM eventually, the
-    scalars packed into whole lines) and read back by the merge kernel from L2 while they fit."""
+    scalars packed into whole lines) and read back by the merge from L2 while they fit.
+
+    one_launch: no merge kernel; the last split of each (sequence, head) to arrive reads the same
+    partials. Each program's atomic on its counter and each last arriver's reset of it move one sector
+    each, counted with the writes (ncu files atomics under op_atom, neither its reads nor its writes);
+    at HBM the counters are read once and written back, in whole sectors. With one split there are no
+    partials and no counters: each program writes its output directly."""
     batch = len(lengths)
     cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, dtype, device)
     _, splits = decode_split(max_len, cfg)
-    programs = batch * heads * splits
+    pairs = batch * heads
+    programs = pairs * splits
     block_d = max(16, next_pow2(head_dim))
     q_row = head_dim * itemsize
     kv = 2 * sum(lengths) * heads * q_row
-    o_bytes = batch * heads * q_row
-    partials = programs * (block_d + 2) * 4  # as laid out: the output vector, then max and sum
-    part_reads = programs * block_d * 4 + 2 * batch * heads * cdiv(splits * 4, SECTOR) * SECTOR  # the merge
-    reads = programs * (q_row + SECTOR) + kv + part_reads
-    writes = programs * (block_d * 4 + 2 * SECTOR) + o_bytes
+    o_bytes = pairs * q_row
     flops = 4 * heads * head_dim * sum(lengths)
-    hbm = o_bytes + batch * 8 + kv + round(partials * l2_miss(partials, device))  # q, lengths (int64 at most)
-    return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm, partials + o_bytes)
+    reads = programs * (q_row + SECTOR) + kv
+    hbm = o_bytes + batch * 8 + kv  # q, lengths (int64 at most), the cache
+    if one_launch and splits == 1:
+        return Traffic(reads, o_bytes, flops, kv + 2 * o_bytes, hbm, o_bytes)
+    partials = programs * (block_d + 2) * 4  # the output vectors, then the maxes and sums
+    reads += programs * block_d * 4 + 2 * pairs * sectors(splits * 4)  # the merge reads every partial back
+    writes = programs * (block_d * 4 + 2 * SECTOR) + o_bytes
+    hbm += round(partials * l2_miss(partials, device))
+    if not one_launch:
+        return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm, partials + o_bytes)
+    counters = sectors(pairs * 4)
+    writes += (programs + pairs) * SECTOR  # an atomic per program, a reset per (sequence, head)
+    return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm + counters, partials + o_bytes + counters)
