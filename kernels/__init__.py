@@ -1,6 +1,8 @@
 """Triton kernels of the decoder: LayerNorm, fused linear, flash attention, decode attention and the
-decode step's KV-cache write."""
+decode step's KV-cache write; and, as elementwise.add, elementwise.bias_add and elementwise.gelu, the
+separate launches an unfused decoder makes."""
 
+from . import elementwise
 from .attention import attention, decode_attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
 from .kv_write import kv_write
@@ -13,6 +15,7 @@ __all__ = [
     "attention",
     "decode_attention",
     "device_limits",
+    "elementwise",
     "kv_write",
     "layer_norm",
     "linear",

@@ -22,7 +22,10 @@ def _cases(dtype, arch):
     from .config import DeviceLimits, TileConfig
 
     # The package re-exports functions under the modules' own names; fetch the modules themselves.
-    A, LN, L, KV = (importlib.import_module(f"kernels.{m}") for m in ("attention", "layer_norm", "linear", "kv_write"))
+    A, LN, L, KV, E = (
+        importlib.import_module(f"kernels.{m}")
+        for m in ("attention", "layer_norm", "linear", "kv_write", "elementwise")
+    )
 
     limits = DeviceLimits(ARCHS[arch][0], ARCHS[arch][1], 132, divmod(arch, 10), arch >= 80)
     t = "*" + TYPES[dtype]
@@ -74,6 +77,10 @@ def _cases(dtype, arch):
     kv_strides |= {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
     yield ("kv write", KV._kv_write_kernel, dict(K=t, V=t, KC=t, VC=t, Lengths="*i32", **kv_strides, heads="i32",
            HEAD_DIM=64, BLOCK_D=64), 1, 1, 0)  # fmt: skip
+    block = E.default_config(1 << 20, limits).block_n
+    yield ("add", E._add_kernel, dict(X=t, Y=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
+    yield ("bias add", E._bias_add_kernel, dict(X=t, Bias=t, Out=t, N="i32", WIDTH="i32", BLOCK_N=block), 4, 1, 0)
+    yield ("gelu", E._gelu_kernel, dict(X=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
 
 
 def compile_all(archs, dtypes):

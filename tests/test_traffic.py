@@ -14,6 +14,7 @@ linear_mod = importlib.import_module("kernels.linear")
 attention_mod = importlib.import_module("kernels.attention")
 layer_norm_mod = importlib.import_module("kernels.layer_norm")
 kv_write_mod = importlib.import_module("kernels.kv_write")
+elementwise = importlib.import_module("kernels.elementwise")
 
 H200 = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True, l2_bytes=50 * 1024 * 1024)
 BF16 = torch.bfloat16
@@ -188,6 +189,10 @@ def models(device):
     one = attention_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=device, one_launch=True)
     out.append((one, 0))
     out.append((kv_write_mod.traffic(64, 12, 64, 2), 2 * 64 * 12 * 64 * 2))
+    for rows in (1, 4096):
+        out.append((elementwise.traffic_add(rows * 768, 2), 2 * rows * 768 * 2))
+        out.append((elementwise.traffic_gelu(rows * 3072, 2), rows * 3072 * 2))
+        out.append((elementwise.traffic_bias_add(rows, 3072, 2, device=device), (rows + 1) * 3072 * 2))
     return out
 
 
