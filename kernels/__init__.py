@@ -1,6 +1,9 @@
 """Triton kernels of the decoder: LayerNorm, fused linear, the decode step's one-launch linear (LayerNorm
-prologue, KV-cache-write epilogue), flash attention, decode attention and the decode step's KV-cache write."""
+prologue, KV-cache-write epilogue), flash attention, decode attention and the decode step's KV-cache write;
+and, as elementwise.add, elementwise.bias_add and elementwise.gelu, the separate launches an unfused
+decoder makes."""
 
+from . import elementwise
 from .attention import attention, decode_attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
 from .fused_linear import decode_linear
@@ -15,6 +18,7 @@ __all__ = [
     "decode_attention",
     "decode_linear",
     "device_limits",
+    "elementwise",
     "kv_write",
     "layer_norm",
     "linear",

@@ -13,6 +13,14 @@ sequence has only H query rows, too few programs to fill a GPU, so the cache is 
 keys into SPLIT_K chunks that run in parallel, each writing a partial (max, sum, unnormalised
 output), and a second kernel merges the partials. The grid depends on the cache size only, never
 on the lengths' values: no host synchronisation, and the launch can be captured in a CUDA graph.
+With one_launch=True the merge moves into the split kernel (kernels.arrival): each program stores
+its partial, waits at a barrier for all its threads' stores, then adds 1 to its (sequence, head)'s
+counter with an acquire-release atomic at GPU scope; the program that reads SPLITS - 1 arrived last,
+so the partials of every other split are visible to it. It merges them with the merge kernel's code,
+stores the output and sets the counter back to 0. Memory traffic is the same partials written and
+read back (the reads now by the last arrivals, while the other splits may still run), plus one
+atomic per program and one reset per (sequence, head), and one launch fewer. With a single split
+there is nothing to merge: each program normalises its own partial and writes the output.
 """
 
 import functools
@@ -22,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import autotune
+from . import arrival, autotune
 from .config import (
     SECTOR,
     TileConfig,
@@ -41,6 +49,7 @@ from .config import (
     next_pow2,
     pipeline_stages,
     resident_programs,
+    sectors,
 )
 
 LOG2E = 1.4426950408889634
@@ -124,21 +133,16 @@ def _attention_kernel(
 
 
 @triton.jit
-def _decode_partial_kernel(
-    Q, K, V, Lengths, PartO, PartM, PartL,
+def _decode_chunk(
+    Q, K, V, b, h, lo, hi,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
-    H, SPLITS, CHUNK, qk_scale,
+    qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    bh = tl.program_id(0).to(tl.int64)
-    split = tl.program_id(1)
-    b, h = bh // H, bh % H
-    length = tl.load(Lengths + b).to(tl.int32)
-    lo = split * CHUNK
-    hi = min(lo + CHUNK, length)
-
+    """One split's share of a (sequence, head): the unnormalised output, the max score and the sum of
+    exponentials over keys [lo, hi), all fp32 (max -inf, sum 0 and output 0 when the range is empty)."""
     dims = tl.arange(0, BLOCK_D)
     d_mask = dims < HEAD_DIM
     q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0).to(tl.float32)
@@ -163,7 +167,48 @@ def _decode_partial_kernel(
         v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
         acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
         m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A (sequence, head)'s normalised output from the partials of all its splits, read in one tile:
+    each partial weighed by exp2(its max - the largest max), over the weighed sums. Both launch modes
+    call it on the same tile shapes, so neither the order the splits ran in nor the mode changes the
+    sums (on a GPU, only a different num_warps, which lays the tile out differently, could)."""
+    splits = tl.arange(0, BLOCK_S)
+    dims = tl.arange(0, BLOCK_D)
+    s_mask = splits < SPLITS
+    m = tl.load(PartM + bh * SPLITS + splits, mask=s_mask, other=float("-inf"))
+    m_max = tl.max(m, axis=0)
+    # Splits past the sequence's length are empty (max -inf); they weigh nothing.
+    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)
+    l_sum = tl.sum(w * tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0), axis=0)
+    part = tl.load(PartO + (bh * SPLITS + splits)[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0)
+    return tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+
+
+@triton.jit
+def _decode_partial_kernel(
+    Q, K, V, Lengths, PartO, PartM, PartL,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    H, SPLITS, CHUNK, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    b, h = bh // H, bh % H
+    length = tl.load(Lengths + b).to(tl.int32)
+    lo = split * CHUNK
+    acc, m_i, l_i = _decode_chunk(
+        Q, K, V, b, h, lo, min(lo + CHUNK, length),
+        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+        stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )  # fmt: skip
     part = bh * SPLITS + split
+    dims = tl.arange(0, BLOCK_D)
     tl.store(PartO + part * BLOCK_D + dims, acc)
     tl.store(PartM + part, m_i)
     tl.store(PartL + part, l_i)
@@ -178,17 +223,53 @@ def _decode_merge_kernel(
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     b, h = bh // H, bh % H
-    splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, BLOCK_D)
-    s_mask = splits < SPLITS
-    m = tl.load(PartM + bh * SPLITS + splits, mask=s_mask, other=float("-inf"))
-    m_max = tl.max(m, axis=0)
-    # Splits past the sequence's length are empty (max -inf); they weigh nothing.
-    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)
-    l_sum = tl.sum(w * tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0), axis=0)
-    part = tl.load(PartO + (bh * SPLITS + splits)[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0)
-    o = tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+    o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
     tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
+
+
+@triton.jit
+def _decode_one_launch_kernel(
+    Q, K, V, Lengths, PartO, PartM, PartL, Counters, Out,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_od,
+    H, SPLITS, CHUNK, qk_scale,
+    SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    b, h = bh // H, bh % H
+    length = tl.load(Lengths + b).to(tl.int32)
+    lo = split * CHUNK
+    acc, m_i, l_i = _decode_chunk(
+        Q, K, V, b, h, lo, min(lo + CHUNK, length),
+        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+        stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+    )  # fmt: skip
+    dims = tl.arange(0, BLOCK_D)
+    out = Out + b * stride_ob + h * stride_oh + dims * stride_od
+    if SPLIT:
+        part = bh * SPLITS + split
+        tl.store(PartO + part * BLOCK_D + dims, acc)
+        tl.store(PartM + part, m_i)
+        tl.store(PartL + part, l_i)
+        # Every thread's partial stores are issued before the barrier, and the barrier comes before the
+        # release half of the atomic: a program that sees this arrival sees this program's partial.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(Counters + bh, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLITS - 1:
+            # The last to arrive. Its loads come after the acquire half of its atomic, which saw every
+            # other split's release, so they read the partials those splits stored.
+            o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
+            tl.store(out, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
+            tl.store(Counters + bh, 0)  # every split has arrived: nothing else touches the slot this launch
+    else:
+        # One split: its partial is the whole answer, normalised as the merge normalises it (weight 1).
+        o = acc / tl.where(l_i > 0, l_i, 1.0)
+        tl.store(out, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
 def default_config(tq: int, head_dim: int, device) -> TileConfig:
@@ -305,8 +386,12 @@ def decode_split(max_len: int, cfg: TileConfig) -> tuple[int, int]:
     return chunk, cdiv(max_len, chunk)
 
 
-def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
-    """One query per sequence over its cache: q (B, H, 1, D), caches (B, H, T_max, D), keys [0, lengths[b])."""
+def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=False):
+    """One query per sequence over its cache: q (B, H, 1, D), caches (B, H, T_max, D), keys [0, lengths[b]).
+
+    A sequence of length 0 attends to nothing and gets zeros. one_launch=False runs the partial and
+    merge kernels; one_launch=True runs one kernel whose last split to finish for a (sequence, head)
+    merges its partials (kernels.arrival), with the same result."""
     _check_qkv("decode_attention", q, k_cache, v_cache)
     batch, heads, tq, head_dim = q.shape
     max_len = k_cache.shape[2]
@@ -314,22 +399,39 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
         raise ValueError(f"decode_attention: q must hold one new token per sequence (B, H, 1, D), got {tuple(q.shape)}")
     if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != q.device:
         raise ValueError(f"decode_attention: lengths must be an int32/int64 tensor of shape ({batch},) on {q.device}")
+    if not isinstance(one_launch, bool):
+        raise ValueError(f"decode_attention: one_launch must be True or False, got {one_launch!r}")
     if config == "autotune":
-        config = tuned_decode_config(q, k_cache, v_cache, lengths)
+        config = tuned_decode_config(q, k_cache, v_cache, lengths, one_launch=one_launch)
     cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, q.dtype, q.device)
     chunk, splits = decode_split(max_len, cfg)
     block_d = max(16, next_pow2(head_dim))
-    part_o = new_output((batch * heads, splits, block_d), torch.float32, q.device)
-    part_m = new_output((batch * heads, splits), torch.float32, q.device)
-    part_l = new_output((batch * heads, splits), torch.float32, q.device)
     o = new_output(q.shape, q.dtype, q.device)
     if o.numel() == 0:
         return o
+    if one_launch and splits == 1:  # the one program of each (sequence, head) writes o: no partials
+        part_o = part_m = part_l = counters = o
+    else:
+        part_o = new_output((batch * heads, splits, block_d), torch.float32, q.device)
+        part_m = new_output((batch * heads, splits), torch.float32, q.device)
+        part_l = new_output((batch * heads, splits), torch.float32, q.device)
+        counters = _arrival_counters(q.device, batch * heads) if one_launch else None
+    inputs = (q.stride(0), q.stride(1), q.stride(3), *k_cache.stride(), *v_cache.stride())
+    scale = LOG2E / math.sqrt(head_dim)
+    block_s = max(2, next_pow2(splits))
     with explain_resources("decode_attention", cfg):
+        if one_launch:
+            _decode_one_launch_kernel[(batch * heads, splits)](
+                q, k_cache, v_cache, lengths, part_o, part_m, part_l, counters, o,
+                *inputs, o.stride(0), o.stride(1), o.stride(3),
+                heads, splits, chunk, scale,
+                SPLIT=splits > 1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            )  # fmt: skip
+            return o
         _decode_partial_kernel[(batch * heads, splits)](
             q, k_cache, v_cache, lengths, part_o, part_m, part_l,
-            q.stride(0), q.stride(1), q.stride(3), *k_cache.stride(), *v_cache.stride(),
-            heads, splits, chunk, LOG2E / math.sqrt(head_dim),
+            *inputs, heads, splits, chunk, scale,
             HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
@@ -337,9 +439,18 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
             part_o, part_m, part_l, o,
             o.stride(0), o.stride(1), o.stride(3),
             heads, splits,
-            HEAD_DIM=head_dim, BLOCK_S=max(2, next_pow2(splits)), BLOCK_D=block_d, num_warps=4,
+            HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
     return o
+
+
+def _arrival_counters(device, needed: int):
+    """kernels.arrival's counters, with a refusal that names the kernel and the way out."""
+    try:
+        return arrival.counters(device, needed)
+    except ValueError as e:
+        raise ValueError(f"decode_attention: one_launch=True with {needed} (sequence, head) pairs: {e}; "
+                         "use one_launch=False, or fewer sequences") from None  # fmt: skip
 
 
 def tuned_config(q, k, v, *, causal=True):
@@ -349,12 +460,13 @@ def tuned_config(q, k, v, *, causal=True):
     return autotune.pick("attention", (*q.shape, k.shape[2], q.dtype, causal), run, q.device, inputs=(q, k, v))
 
 
-def tuned_decode_config(q, k_cache, v_cache, lengths):
+def tuned_decode_config(q, k_cache, v_cache, lengths, *, one_launch=False):
     """As tuned_config, for decode_attention; keyed by the cache size, not the lengths' values, so it is
-    timed over full caches (the lengths at tuning time may be short)."""
-    run = lambda c, q, k, v, n: decode_attention(q, k, v, n, config=c)
+    timed over full caches (the lengths at tuning time may be short). The one-launch kernel is tuned on
+    its own: without a second launch, more splits may pay."""
+    run = lambda c, q, k, v, n: decode_attention(q, k, v, n, config=c, one_launch=one_launch)
     full = torch.full_like(lengths, k_cache.shape[2])
-    key = (*q.shape, k_cache.shape[2], q.dtype)
+    key = (*q.shape, k_cache.shape[2], q.dtype) + (("one_launch",) if one_launch else ())
     return autotune.pick("decode_attention", key, run, q.device, inputs=(q, k_cache, v_cache, full))
 
 
@@ -420,27 +532,42 @@ def traffic_naive(batch, heads, tq, tk, head_dim, itemsize, *, causal=True, devi
     return Traffic(reads, writes, flops, 2 * q_bytes + kv_bytes, hbm, writes)
 
 
-def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu"):
+def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu",
+                   one_launch=False):  # fmt: skip
     """Modeled traffic of one decode_attention call: each sequence's cache read up to its length
-    (never the whole allocation), plus the fp32 partials the merge kernel reads back.
+    (never the whole allocation), plus the fp32 partials the merge reads back.
 
     L2 -> SM: every split program loads q and its sequence's length (one sector) and stores its
     partial output and its max and sum, one sector each: L2 moves whole 32-byte sectors, which is why
     the H200 counted 0.25 MB written at B=1 H=12 N=8192 where 4-byte stores would make 0.20.
     HBM: q, the lengths and the cache once; the partials are written (and reach HBM eventually, the
-    scalars packed into whole lines) and read back by the merge kernel from L2 while they fit."""
+    scalars packed into whole lines) and read back by the merge from L2 while they fit.
+
+    one_launch: no merge kernel; the last split of each (sequence, head) to arrive reads the same
+    partials. Each program's atomic on its counter and each last arriver's reset of it move one sector
+    each, counted with the writes (ncu files atomics under op_atom, neither its reads nor its writes);
+    at HBM the counters are read once and written back, in whole sectors. With one split there are no
+    partials and no counters: each program writes its output directly."""
     batch = len(lengths)
     cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, dtype, device)
     _, splits = decode_split(max_len, cfg)
-    programs = batch * heads * splits
+    pairs = batch * heads
+    programs = pairs * splits
     block_d = max(16, next_pow2(head_dim))
     q_row = head_dim * itemsize
     kv = 2 * sum(lengths) * heads * q_row
-    o_bytes = batch * heads * q_row
-    partials = programs * (block_d + 2) * 4  # as laid out: the output vector, then max and sum
-    part_reads = programs * block_d * 4 + 2 * batch * heads * cdiv(splits * 4, SECTOR) * SECTOR  # the merge
-    reads = programs * (q_row + SECTOR) + kv + part_reads
-    writes = programs * (block_d * 4 + 2 * SECTOR) + o_bytes
+    o_bytes = pairs * q_row
     flops = 4 * heads * head_dim * sum(lengths)
-    hbm = o_bytes + batch * 8 + kv + round(partials * l2_miss(partials, device))  # q, lengths (int64 at most)
-    return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm, partials + o_bytes)
+    reads = programs * (q_row + SECTOR) + kv
+    hbm = o_bytes + batch * 8 + kv  # q, lengths (int64 at most), the cache
+    if one_launch and splits == 1:
+        return Traffic(reads, o_bytes, flops, kv + 2 * o_bytes, hbm, o_bytes)
+    partials = programs * (block_d + 2) * 4  # the output vectors, then the maxes and sums
+    reads += programs * block_d * 4 + 2 * pairs * sectors(splits * 4)  # the merge reads every partial back
+    writes = programs * (block_d * 4 + 2 * SECTOR) + o_bytes
+    hbm += round(partials * l2_miss(partials, device))
+    if not one_launch:
+        return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm, partials + o_bytes)
+    counters = sectors(pairs * 4)
+    writes += (programs + pairs) * SECTOR  # an atomic per program, a reset per (sequence, head)
+    return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm + counters, partials + o_bytes + counters)

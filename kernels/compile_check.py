@@ -22,7 +22,10 @@ def _cases(dtype, arch):
     from .config import DeviceLimits, TileConfig
 
     # The package re-exports functions under the modules' own names; fetch the modules themselves.
-    A, LN, L, KV = (importlib.import_module(f"kernels.{m}") for m in ("attention", "layer_norm", "linear", "kv_write"))
+    A, LN, L, KV, E = (
+        importlib.import_module(f"kernels.{m}")
+        for m in ("attention", "layer_norm", "linear", "kv_write", "elementwise")
+    )
 
     limits = DeviceLimits(ARCHS[arch][0], ARCHS[arch][1], 132, divmod(arch, 10), arch >= 80)
     t = "*" + TYPES[dtype]
@@ -74,6 +77,11 @@ def _cases(dtype, arch):
     yield ("decode attention", A._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", PartO="*fp32",
            PartM="*fp32", PartL="*fp32", **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
            BLOCK_N=cfg.block_n, BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+    ostrides = dict(stride_ob="i32", stride_oh="i32", stride_od=1)
+    yield ("decode one launch", A._decode_one_launch_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", PartO="*fp32",
+           PartM="*fp32", PartL="*fp32", Counters="*i32", Out=t, **dstrides, **ostrides, H="i32", SPLITS="i32",
+           CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64, BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64),
+           cfg.num_warps, cfg.num_stages, est)  # fmt: skip
     yield ("decode merge", A._decode_merge_kernel, dict(PartO="*fp32", PartM="*fp32", PartL="*fp32", Out=t,
            stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,
            BLOCK_D=64), 4, 1, 0)  # fmt: skip
@@ -81,6 +89,10 @@ def _cases(dtype, arch):
     kv_strides |= {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
     yield ("kv write", KV._kv_write_kernel, dict(K=t, V=t, KC=t, VC=t, Lengths="*i32", **kv_strides, heads="i32",
            HEAD_DIM=64, BLOCK_D=64), 1, 1, 0)  # fmt: skip
+    block = E.default_config(1 << 20, limits).block_n
+    yield ("add", E._add_kernel, dict(X=t, Y=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
+    yield ("bias add", E._bias_add_kernel, dict(X=t, Bias=t, Out=t, N="i32", WIDTH="i32", BLOCK_N=block), 4, 1, 0)
+    yield ("gelu", E._gelu_kernel, dict(X=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
 
 
 def compile_all(archs, dtypes):

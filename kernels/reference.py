@@ -36,7 +36,7 @@ def attention(q, k, v, *, causal=True, config=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def decode_attention(q, k_cache, v_cache, lengths, *, config=None):
+def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=False):
     # A mask over the whole allocation keeps shapes fixed and the host unsynchronised; it reads all
     # T_max positions, which the Triton kernel does not.
     keep = torch.arange(k_cache.shape[2], device=q.device)[None, :] < lengths[:, None]  # (B, T_max)

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from kernels import TileConfig, decode_attention, reference
+from kernels import TileConfig, arrival, decode_attention, reference
+from kernels.attention import decode_split, resolve_decode_config
 from tests.tolerances import DTYPES, assert_close, f64
 
 CONFIGS = [
@@ -79,3 +80,87 @@ def test_decode_attention_replays_in_a_cuda_graph(device):
         graph.replay()
         torch.cuda.synchronize()
         assert_close("attention", out, _reference(q, k, v, lens), torch.float16)
+
+
+# (batch, heads, T_max, lengths, head_dim, block_n): awkward sizes, empty sequences among them, with
+# key tiles small enough that split_k up to 8 gives up to 8 splits (17 keys make at most 2).
+ONE_LAUNCH_SHAPES = [
+    (1, 1, 1, [1], 17, 16),
+    (2, 3, 17, [0, 17], 64, 16),
+    (3, 2, 127, [1, 16, 127], 17, 16),
+    (3, 1, 1000, [0, 999, 1000], 64, 64),
+    (1, 3, 1000, [16], 17, 64),
+]
+
+
+# A sequence of length 0 has no split with a finite max: the merge's exp2(m - max) is -inf - -inf = NaN in
+# lanes its tl.where then drops, and the interpreter's numpy says so.
+@pytest.mark.filterwarnings("ignore:invalid value encountered in subtract:RuntimeWarning")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split_k", [1, 2, 4, 8])
+@pytest.mark.parametrize("batch,heads,max_len,lengths,head_dim,block_n", ONE_LAUNCH_SHAPES, ids=str)
+def test_one_launch_equals_two_launches_and_leaves_the_counters_at_zero(
+    device, dtype, split_k, batch, heads, max_len, lengths, head_dim, block_n
+):
+    """The last split to arrive merges with the merge kernel's code on the same tile shapes: the same bits
+    (in the interpreter; on a GPU the merge kernel's 4 warps and this kernel's num_warps may order the sums
+    differently, see test_one_launch_replays_in_a_cuda_graph). Sequences of length 0 get zeros."""
+    assert len(lengths) == batch
+    q, k, v, lens = _cache(device, dtype, batch, heads, max_len, head_dim, lengths)
+    cfg = TileConfig(block_n=block_n, split_k=split_k)
+    two = decode_attention(q, k, v, lens, config=cfg)
+    one = decode_attention(q, k, v, lens, config=cfg, one_launch=True)
+    assert torch.equal(arrival.counters(device, 1), torch.zeros_like(arrival.counters(device, 1)))
+    assert torch.equal(one, two)
+    assert_close("attention", one, _reference(q, k, v, lens), dtype)
+    again = decode_attention(q, k, v, lens, config=cfg, one_launch=True)
+    assert torch.equal(again, one)
+    assert not arrival.counters(device, 1).any()
+
+
+def test_one_launch_splits_as_asked():
+    """The shapes above reach 8 splits (so most programs are not the last to arrive) and 1 (no atomics)."""
+    splits = {
+        decode_split(
+            max_len, resolve_decode_config(TileConfig(block_n=n, split_k=s), 1, max_len, d, torch.float32, "cpu")
+        )[1]
+        for _, _, max_len, _, d, n in ONE_LAUNCH_SHAPES
+        for s in (1, 8)
+    }
+    assert {1, 2, 8} <= splits
+
+
+def test_one_launch_refuses_more_pairs_than_there_are_counters(device):
+    batch = arrival.SLOTS + 1
+    q = torch.zeros(batch, 1, 1, 1, device=device)
+    k = torch.zeros(batch, 1, 32, 1, device=device)
+    lens = torch.ones(batch, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"decode_attention: one_launch=True with 65537 \(sequence, head\) pairs"):
+        decode_attention(q, k, k, lens, config=TileConfig(block_n=16, split_k=2), one_launch=True)
+    with pytest.raises(ValueError, match="one_launch must be True or False, got 'yes'"):
+        decode_attention(q[:1], k[:1], k[:1], lens[:1], one_launch="yes")
+
+
+@pytest.mark.gpu
+def test_one_launch_replays_in_a_cuda_graph(device):
+    """Each replay leaves every counter at 0 for the next; the result is the same every replay and agrees
+    with the two launches (bit for bit where both merge in 4 warps)."""
+    q, k, v, lens = _cache(device, torch.float16, 2, 4, 4096, 64, [4096, 4096])
+    cfg = TileConfig(split_k=64, num_warps=2)
+    decode_attention(q, k, v, lens, config=cfg, one_launch=True)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = decode_attention(q, k, v, lens, config=cfg, one_launch=True)
+    for lengths in ([5, 4000], [4096, 1], [0, 2000], [0, 2000]):
+        lens.copy_(torch.tensor(lengths, device=device))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not arrival.counters(device, 1).any()
+        first = out.clone()
+        graph.replay()
+        assert torch.equal(out, first)
+        assert_close("attention", out, _reference(q, k, v, lens), torch.float16)
+        assert_close("attention", out, decode_attention(q, k, v, lens, config=cfg), torch.float16)
+    four = TileConfig(split_k=64, num_warps=4)
+    two_launches = decode_attention(q, k, v, lens, config=four)
+    assert torch.equal(decode_attention(q, k, v, lens, config=four, one_launch=True), two_launches)
