@@ -4,6 +4,8 @@ python -m explorer.bench tiles --kernel attention --shape B=1,H=12,T=1024,D=64
 python -m explorer.bench sequence --prompt-lengths 16 64 --new-tokens 32 --out seq.csv
 python -m explorer.bench generate --prompt "def main(" --new-tokens 64 --profile
 python -m explorer.bench generate --tiles attention:block_m=64,num_warps=4 decode_attention:autotune
+python -m explorer.bench generate --fusion none epilogue decode
+python -m explorer.bench ladder --context 1000
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import torch
 from kernels.config import TileConfig
 
 from .measure import launches, metrics
+from .measure.ladder import ladder_rows
 from .measure.profile import profile_run
 from .measure.sweeps import GRIDS, sequence_sweep, tile_sweep
 from .model.generate import generate
-from .model.ops import Tiles
+from .model.ops import DEFAULT_FUSION, FUSIONS, Tiles
 
 CACHE_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
 GRAPH_CHOICES = {"auto": (None,), "on": (True,), "off": (False,), "both": (False, True)}
@@ -88,7 +91,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m explorer.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("sweep", choices=["tiles", "sequence", "generate"])
+    parser.add_argument("sweep", choices=["tiles", "sequence", "generate", "ladder"])
     parser.add_argument("--model", default="bundled", help="'bundled', a hub name or a checkpoint folder")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
@@ -114,6 +117,16 @@ def main(argv=None):
         choices=["auto", "on", "off", "both"],
         default="auto",
         help="replay decode steps from a CUDA graph (auto: on a GPU with the cache on)",
+    )
+    parser.add_argument(
+        "--fusion",
+        nargs="+",
+        default=[DEFAULT_FUSION],
+        choices=list(FUSIONS),
+        help=f"generate: rungs of the fusion ladder to run (default: {DEFAULT_FUSION})",
+    )
+    parser.add_argument(
+        "--context", type=int, default=None, help="ladder: keys in the cache at the timed decode step (default: 1000)"
     )
     parser.add_argument("--profile", action="store_true", help="generate: also a profiling pass per kernel kind")
     parser.add_argument("--out", help="write the table as .csv or .json")
@@ -148,7 +161,9 @@ def _run(args):
         from .model.weights import load_model
 
         model, tok = load_model(args.model, device=device, dtype=dtype)
-        if args.sweep == "sequence":
+        if args.sweep == "ladder":
+            table = shown = _ladder(model, args)
+        elif args.sweep == "sequence":
             table = sequence_sweep(
                 model,
                 args.prompt_lengths,
@@ -177,14 +192,14 @@ def _run(args):
 def _generate_report(model, tok, args, peaks, graphs):
     ids = tok.encode(args.prompt)
     frames, summaries = [], []
-    for backend, cache in itertools.product(args.backend, CACHE_CHOICES[args.cache]):
-        label = dict(backend=backend, cache="on" if cache else "off")
+    for (name, backend, m), cache in itertools.product(_variants(model, args), CACHE_CHOICES[args.cache]):
+        label = dict(backend=name, cache="on" if cache else "off")
         for graph in graphs:
             if graph and not cache:
                 continue
             steps = list(
                 generate(
-                    model,
+                    m,
                     ids,
                     max_new_tokens=args.new_tokens,
                     cache=cache,
@@ -197,13 +212,13 @@ def _generate_report(model, tok, args, peaks, graphs):
             counted = None
             if model.device.type == "cuda":
                 counted = launches.decode_step_launches(
-                    model, ids, cache=cache, graph=graph, backend=backend, tiles=args.tiles
+                    m, ids, cache=cache, graph=graph, backend=backend, tiles=args.tiles
                 )
             summaries.append(dict(**label, **metrics.summary(steps, peaks, counted)))
             how = "graph" if steps[-1].graph else "eager"
-            print(f"[{backend}, cache {label['cache']}, {how}] {args.prompt}{''.join(x.text for x in steps)!r}")
+            print(f"[{name}, cache {label['cache']}, {how}] {args.prompt}{''.join(x.text for x in steps)!r}")
         if args.profile:
-            prof = profile_run(model, [ids], steps, cache=cache, backend=backend, tiles=args.tiles)
+            prof = profile_run(m, [ids], steps, cache=cache, backend=backend, tiles=args.tiles)
             frames.append(prof.assign(**label))
     table = pd.DataFrame(summaries)
     if frames:
@@ -215,6 +230,31 @@ def _generate_report(model, tok, args, peaks, graphs):
         print(per_kind.to_string(index=False))
         print(step_budget(per_kind, table).to_string(index=False))
     return table, table
+
+
+def _variants(model, args):
+    """(label, backend, model) per run: the Triton backend once per chosen rung, the torch backend once."""
+    for backend in args.backend:
+        if backend == "torch":
+            yield backend, backend, model
+            continue
+        for fusion in args.fusion:
+            yield (backend if len(args.fusion) == 1 else f"{backend}/{fusion}"), backend, model.with_fusion(fusion)
+
+
+def _ladder(model, args) -> pd.DataFrame:
+    context = args.context if args.context is not None else min(1000, model.config.n_positions - 1)
+    if model.device.type != "cuda":
+        print("no GPU: kernels are not counted (launches_modeled says how many the operations make)")
+    rows = []
+    for row in ladder_rows(model, context=context):
+        print(f"  {row['rung']}: {row['step_ms']:.3f} ms per step ({row['timer']})")
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    base = table.set_index("rung").step_ms.get("torch")
+    if base:
+        table["speedup_vs_torch"] = base / table.step_ms
+    return table
 
 
 def step_budget(per_kind: pd.DataFrame, summaries: pd.DataFrame) -> pd.DataFrame:

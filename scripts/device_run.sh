@@ -6,6 +6,8 @@
 #                                       one decode step profiled and counted
 #   bash scripts/device_run.sh full     ncu_check and an L1 probe, the whole test suite, one decode step profiled
 #   bash scripts/device_run.sh sweeps   tile sweeps by the one timing method, the app via its API
+#   bash scripts/device_run.sh ladder   the fusion ladder: its tests, one decode step per rung next to PyTorch and
+#                                       torch.compile, whole generations
 #   bash scripts/device_run.sh kernels  a sequence sweep, the kernel benchmark
 set -u
 PART=${1:-measure}
@@ -66,6 +68,16 @@ elif [ "$PART" = sweeps ]; then
   done
   say "the app, driven through gradio_client"
   timeout "${T_APP:-120}" python3 scripts/device_app_check.py 128 2>&1 | grep -v "Loading weights" | tee -a "$LOG" | tail -n 40
+elif [ "$PART" = ladder ]; then
+  say "the fusion ladder's tests on the GPU"
+  timeout "${T_TESTS:-200}" python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_fused_linear.py \
+    tests/test_decode_attention.py tests/test_elementwise.py tests/test_ladder.py tests/test_graphs.py \
+    tests/test_launches.py tests/test_model.py tests/test_linear.py tests/test_kv_write.py >"$OUT/gpu-tests.log" 2>&1
+  tests_ran $?
+  say "one decode step per rung, next to PyTorch and torch.compile"
+  timeout "${T_LADDER:-200}" python3 benchmarks/ladder.py 2>&1 | tee "$OUT/ladder.md" | tail -n 14 | tee -a "$LOG"
+  say "whole generations: tokens/s against transformers and the PyTorch CUDA-graph loop; both clocks"
+  timeout "${T_GEN:-150}" python3 benchmarks/generation.py --repeats 2 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
 elif [ "$PART" = final ]; then
   say "the whole test suite on the GPU"
   timeout "${T_TESTS:-300}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1

@@ -25,6 +25,7 @@ GENERATE = dict(
     batch=1,
     dtype="float32",
     backend="triton",
+    fusion="decode",
     cache=True,
     cuda_graph=True,
     temperature=0.0,
@@ -36,7 +37,8 @@ GENERATE |= {name: (False if name.endswith("autotune") else "default") for name 
 COMPARE = {k: v for k, v in GENERATE.items() if k != "overlay"} | dict(lengths="2")
 SWEEP = dict(kernel="layer_norm", shape="M=4,C=32", dtype="float32", x="block_m", y="num_warps", value="ms")
 EXPORT = dict(which="last run: steps", fmt="csv")
-ENDPOINTS = {"/generate": GENERATE, "/compare": COMPARE, "/sweep": SWEEP, "/export": EXPORT}
+LADDER = dict(model="bundled", dtype="float32", batch=1)
+ENDPOINTS = {"/generate": GENERATE, "/compare": COMPARE, "/sweep": SWEEP, "/export": EXPORT, "/ladder": LADDER}
 CASES = [(endpoint, name) for endpoint, params in ENDPOINTS.items() for name in params]
 
 

@@ -18,10 +18,12 @@ def test_counting_needs_a_gpu(device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize(
+    "backend,fusion", [("triton", "none"), ("triton", "epilogue"), ("triton", "decode"), ("torch", "epilogue")]
+)
 @pytest.mark.parametrize("graph", [False, True])
-def test_one_decode_step_launches_what_the_profiler_sees(backend, graph, device):
-    model = random_model(device, torch.float16, n_layer=3)
+def test_one_decode_step_launches_what_the_profiler_sees(backend, fusion, graph, device):
+    model = random_model(device, torch.float16, n_layer=3).with_fusion(fusion)
     prompt = [5, 6, 7, 8]
     counted = decode_step_launches(model, prompt, graph=graph, backend=backend)
     assert counted.graph is graph
@@ -45,5 +47,5 @@ def test_one_decode_step_launches_what_the_profiler_sees(backend, graph, device)
 
     kernels, memory = device_activity(one_step)
     assert (counted.kernels, counted.memory_ops) == (kernels, memory)
-    # Every layer launches at least its two LayerNorms, four projections, the attention and the cache write.
-    assert counted.kernels >= 8 * 3
+    # Every layer launches at least its four projections and the attention; the decode rung about 5.
+    assert counted.kernels >= 5 * 3

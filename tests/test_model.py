@@ -9,6 +9,8 @@ from explorer.model.generate import generate
 from explorer.model.weights import load_model
 
 BACKENDS = ["torch", "triton"]
+# (backend, fusion): the torch backend, and the Triton backend on every rung of the fusion ladder.
+RUNS = [("torch", "epilogue"), ("triton", "none"), ("triton", "epilogue"), ("triton", "decode")]
 
 
 def max_rel_err(actual, expected):
@@ -65,10 +67,11 @@ def test_logits_match_transformers(checkpoint, backend, device):
     assert max_rel_err(model(ids.to(device)).cpu(), hf(ids).logits) <= 1e-4
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_cached_prefill_and_decode_logits_match_transformers(checkpoint, backend, device):
+@pytest.mark.parametrize("backend,fusion", RUNS)
+def test_cached_prefill_and_decode_logits_match_transformers(checkpoint, backend, fusion, device):
     folder, hf = checkpoint
     model, _ = load_model(folder, backend=backend, device=device)
+    model = model.with_fusion(fusion)
     ids = torch.randint(0, hf.config.vocab_size, (2, 24))
     ref = hf(ids).logits  # (B, T, vocab)
     ids = ids.to(device)
@@ -82,14 +85,14 @@ def test_cached_prefill_and_decode_logits_match_transformers(checkpoint, backend
     assert cache.lengths.tolist() == [24, 24]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,fusion", RUNS)
 @pytest.mark.parametrize("cache", [True, False])
-def test_greedy_generation_matches_transformers(checkpoint, backend, cache, device):
+def test_greedy_generation_matches_transformers(checkpoint, backend, fusion, cache, device):
     folder, hf = checkpoint
     model, tok = load_model(folder, backend=backend, device=device)
     prompt = torch.randint(0, hf.config.vocab_size, (7,)).tolist()
     expected = hf_greedy(hf, prompt, 32)
-    steps = list(generate(model, prompt, max_new_tokens=32, cache=cache, eos_token_id=-1, tokenizer=tok))
+    steps = list(generate(model, prompt, max_new_tokens=32, cache=cache, eos_token_id=-1, tokenizer=tok, fusion=fusion))
     assert [s.token_id for s in steps] == expected
     assert [s.phase for s in steps] == ["prefill"] + ["decode"] * 31
     assert [s.position for s in steps] == list(range(7, 39))
@@ -97,12 +100,12 @@ def test_greedy_generation_matches_transformers(checkpoint, backend, cache, devi
     assert "".join(s.text for s in steps) == tok.decode(expected)
 
 
-@pytest.mark.parametrize("cache", [True, False])
-def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache, device):
+@pytest.mark.parametrize("cache,fusion", [(True, "decode"), (True, "none"), (False, "decode")])
+def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache, fusion, device):
     folder, hf = checkpoint
     model, _ = load_model(folder, backend="triton", device=device)
     prompts = [torch.randint(0, hf.config.vocab_size, (n,)).tolist() for n in (3, 11, 6)]
-    steps = list(generate(model, prompts, max_new_tokens=12, cache=cache, eos_token_id=-1))
+    steps = list(generate(model, prompts, max_new_tokens=12, cache=cache, eos_token_id=-1, fusion=fusion))
     for b, prompt in enumerate(prompts):
         assert [s.token_ids[b] for s in steps] == hf_greedy(hf, prompt, 12), f"sequence {b}"
     assert steps[0].positions == [3, 11, 6]
@@ -128,7 +131,8 @@ def test_step_names_its_operations_and_the_measure_layer_books_them(checkpoint, 
 
     folder, _ = checkpoint
     model, _ = load_model(folder, device=device)
-    prefill, decode = list(generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False))
+    steps = generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False, fusion="epilogue")
+    prefill, decode = list(steps)
     layer = ["ln_1", "attn.c_attn", "kv write", "attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"]
     names = ["wte/wpe", *layer * 2, "ln_f", "lm_head"]  # two layers
     assert [op.name for op in prefill.ops] == [op.name for op in decode.ops] == names
@@ -138,6 +142,32 @@ def test_step_names_its_operations_and_the_measure_layer_books_them(checkpoint, 
     assert "decode attention" in step_traffic(decode) and "attention" not in step_traffic(decode)
     assert step_traffic(decode)["ffn"].bytes_read < traffic["ffn"].bytes_read
     assert traffic["ffn"].flops == 2 * (2 * 9 * 64 * 256 * 2) + 9 * (256 * 11 + 64 * 2) * 2
+
+
+CHART_CATEGORIES = {"layer_norm", "qkv/out proj", "decode attention", "ffn", "lm_head", "embedding", "kv write"}
+
+
+def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
+    from explorer.measure.traffic import step_traffic
+
+    folder, _ = checkpoint
+    model, _ = load_model(folder, device=device)
+    names, prefills = {}, {}
+    for fusion in ("none", "epilogue", "decode"):
+        prefill, decode = list(generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False, fusion=fusion))
+        names[fusion], prefills[fusion] = [op.name for op in decode.ops], [op.name for op in prefill.ops]
+        # Whatever the rung, every byte is booked under a chart category the charts know.
+        assert set(step_traffic(decode)) <= CHART_CATEGORIES
+    assert prefills["none"] == names["none"] and prefills["epilogue"] == names["epilogue"]
+    assert prefills["decode"] == names["epilogue"]  # the decode rung fuses decode steps only
+    layer = ["ln_1+attn.c_attn+kv write", "attn", "attn.c_proj", "ln_2+mlp.c_fc", "mlp.c_proj"]
+    assert names["decode"] == ["wte/wpe", *layer * 2, "ln_f+lm_head"]
+    attention = ["ln_1", "attn.c_attn", "attn.c_attn.bias", "kv write", "attn"]
+    attention += ["attn.c_proj", "attn.c_proj.bias", "attn.c_proj.residual"]
+    ffn = ["ln_2", "mlp.c_fc", "mlp.c_fc.bias", "mlp.c_fc.gelu", "mlp.c_proj", "mlp.c_proj.bias", "mlp.c_proj.residual"]
+    unfused = attention + ffn
+    assert names["none"] == ["wte/wpe", *unfused * 2, "ln_f", "lm_head"]
+    assert len(names["none"]) > len(names["epilogue"]) > len(names["decode"])
 
 
 def test_sampling_is_seeded_and_top_k_1_is_greedy(checkpoint):
@@ -204,7 +234,7 @@ def test_half_precision_logits_match_transformers(checkpoint, device, dtype, bac
 
 @pytest.mark.gpu
 def test_gpt2_shaped_model_generates_256_tokens_cache_on_and_off(device):
-    """Random weights of GPT-2 small's shape in bf16, both backends, cache on and off. Greedy tokens of a
+    """Random weights of GPT-2 small's shape in bf16, both backends and every rung, cache on and off. Greedy tokens of a
     random model are often near-ties that bf16 rounding may flip, so each run is checked against
     transformers in float32, teacher-forced on that run's own tokens: every chosen token must be the
     reference's argmax up to a bf16-sized margin."""
@@ -217,13 +247,18 @@ def test_gpt2_shaped_model_generates_256_tokens_cache_on_and_off(device):
     model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=torch.bfloat16)
     hf = hf.to(device)
     prompt = torch.randint(0, 50257, (32,)).tolist()
-    for backend in BACKENDS:
-        for cache in (True, False):
-            steps = list(generate(model, prompt, max_new_tokens=256, cache=cache, backend=backend, eos_token_id=-1))
-            tokens = [s.token_id for s in steps]
-            assert len(tokens) == 256
-            with torch.no_grad():
-                ref = hf(torch.tensor([prompt + tokens[:-1]], device=device)).logits[0, len(prompt) - 1 :].float()
-            chosen = ref.gather(1, torch.tensor(tokens, device=device)[:, None])[:, 0]
-            margin = 0.02 * (ref.max(1).values - ref.min(1).values)
-            assert bool((chosen >= ref.max(1).values - margin).all()), (backend, cache)
+    runs = [(backend, fusion, True) for backend, fusion in RUNS] + [
+        ("torch", "epilogue", False),
+        ("triton", "decode", False),
+    ]
+    for backend, fusion, cache in runs:
+        steps = list(
+            generate(model, prompt, max_new_tokens=256, cache=cache, backend=backend, fusion=fusion, eos_token_id=-1)
+        )
+        tokens = [s.token_id for s in steps]
+        assert len(tokens) == 256
+        with torch.no_grad():
+            ref = hf(torch.tensor([prompt + tokens[:-1]], device=device)).logits[0, len(prompt) - 1 :].float()
+        chosen = ref.gather(1, torch.tensor(tokens, device=device)[:, None])[:, 0]
+        margin = 0.02 * (ref.max(1).values - ref.min(1).values)
+        assert bool((chosen >= ref.max(1).values - margin).all()), (backend, fusion, cache)

@@ -26,7 +26,8 @@ from ..measure import launches, metrics, sweeps
 from ..measure.counters import recorded
 from ..measure.profile import profile_run
 from ..model.generate import generate
-from ..model.ops import Tiles
+from ..measure.ladder import RUNGS, ladder_rows
+from ..model.ops import DEFAULT_FUSION, FUSIONS, Tiles
 from ..model.weights import DEFAULT_MODEL, load_model, model_status
 from . import gpu, plots
 from .errors import UserError
@@ -52,6 +53,7 @@ class RunSettings:
     batch: int = 1
     dtype: str = ""  # "" picks the device's default
     backend: str = "triton"
+    fusion: str = DEFAULT_FUSION  # a rung of the fusion ladder (the Triton backend's)
     cache: bool = True
     cuda_graph: bool = True  # replay decode steps from a CUDA graph where possible (GPU, cache on)
     temperature: float = 0.0
@@ -315,6 +317,8 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         check(s)
         check_model(s.model)
         model, tok = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()], backend=s.backend)
+        model = model.with_fusion(s.fusion)
+        rung = fusion_label(s)
         ids = prompt_ids(tok, s, model.config.n_positions)
         positions = min(len(ids) + s.new_tokens, model.config.n_positions)
         check_memory(model, s.batch, positions, s.cache)
@@ -340,16 +344,20 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
                 last_chart = now
             # The frames cover every step so far: build them only when the charts will redraw.
             frames = (metrics.step_frame(steps), metrics.kernel_frame(steps)) if charts else (None, None)
-            yield Update(texts, *frames, metrics.summary(steps, peaks()), charts)
+            yield Update(texts, *frames, metrics.summary(steps, peaks()) | rung, charts)
             last_text = time.monotonic()  # from when the consumer asks again, not from before it took the update
         tokens.close()
         if over:  # no profiling pass either: the budget is spent
-            summary = dict(metrics.summary(steps, peaks()), stop_reason=f"the time budget ({JOB_SECONDS:.0f} s)")
+            summary = (
+                metrics.summary(steps, peaks()) | rung | dict(stop_reason=f"the time budget ({JOB_SECONDS:.0f} s)")
+            )
             kernels = metrics.kernel_frame(steps)
             yield Update(texts, metrics.step_frame(steps), kernels, summary, True, done=True)
             return
         samples = 5 if model.device.type == "cuda" else 2  # the interpreter takes seconds per profiled step
-        after = dict(metrics.summary(steps, peaks()), after_run=f"profiling the kernels at {samples + 1} steps…")
+        after = (
+            metrics.summary(steps, peaks()) | rung | dict(after_run=f"profiling the kernels at {samples + 1} steps…")
+        )
         yield Update(texts, None, None, after, False)
         counted = None
         if model.device.type == "cuda":
@@ -358,10 +366,25 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
             )
         profiled = profile_run(model, batch, steps, cache=s.cache, tiles=s.tiles, backend=s.backend, samples=samples)
         kernels, where = metrics.kernel_frame(steps, profiled), metrics.profiled_note(profiled)
-        summary = dict(metrics.summary(steps, peaks(), counted), after_run=where)
+        summary = metrics.summary(steps, peaks(), counted) | rung | dict(after_run=where)
         yield Update(texts, metrics.step_frame(steps), kernels, summary, True, done=True, profiled=where)
     except Exception as e:  # every failure becomes one message; the app serves the next request
         raise _friendly(e) from None
+
+
+FUSION_INFO = {
+    "none": "none: every operation its own kernel (bias, GELU, residual add apart), as eager PyTorch",
+    "epilogue": "epilogue: bias, GELU and residual add in the matmul's epilogue",
+    "decode": "decode: LayerNorm in the next matmul's prologue, the cache write in c_attn's epilogue, "
+    "split-K and decode attention in one launch each (decode steps)",
+}
+
+
+def fusion_label(s: RunSettings) -> dict:
+    """The summary's row naming the rung the run used."""
+    if s.backend != "triton":
+        return {"fusion": "n/a: the torch backend launches PyTorch's own kernels"}
+    return {"fusion": FUSION_INFO[s.fusion]}
 
 
 def summary_markdown(summary: dict) -> str:
@@ -379,6 +402,7 @@ def summary_markdown(summary: dict) -> str:
         ("tokens/s delivered (wall clock, first to last token)", _rate(summary.get("wall_tokens_per_s"))),
         (f"decode step p50 / p90 ({clock})", f"{summary['step_ms_p50']:.3f} / {summary['step_ms_p90']:.3f} ms"),
         ("warm-up (compile, first run, graph capture)", f"{summary['warmup_ms']:.0f} ms, not counted above"),
+        ("fusion rung", summary.get("fusion", "")),
         ("decode step launches", _launches(summary)),
         ("bytes per token (modeled): HBM / L2 → SMs", _per_token(summary)),
         ("achieved bandwidth (modeled HBM bytes / step time)", bandwidth),
@@ -538,6 +562,7 @@ def run_compare(s: RunSettings, prompt_lengths: list[int]) -> Iterator[tuple[pd.
         check(s)
         check_model(s.model)
         model, _ = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
+        model = model.with_fusion(s.fusion)
         # With the CUDA graph box ticked on a GPU, cache-on runs go both ways: launched one by one and
         # replayed from a graph (cache-off runs cannot replay: every step has a new shape).
         graphs = (False, True) if s.cuda_graph and graphs_available() else (False,)
@@ -548,6 +573,40 @@ def run_compare(s: RunSettings, prompt_lengths: list[int]) -> Iterator[tuple[pd.
             yield pd.concat(frames, ignore_index=True), status
     except Exception as e:
         raise _friendly(e) from None
+
+
+LADDER_CONTEXT = {"cuda": 1000, "cpu": 16}  # keys in the cache at the ladder's timed decode step
+
+
+def run_ladder(s: RunSettings) -> Iterator[tuple[pd.DataFrame, str]]:
+    """Yield (the rungs so far, what is happening) after each rung: one decode step of this model at a
+    context sized for the device, per rung of the fusion ladder and for the torch backend."""
+    try:
+        check(s)
+        check_model(s.model)
+        model, _ = load_model(s.model, device=device(), dtype=DTYPES[s.dtype or default_dtype()])
+        context = min(LADDER_CONTEXT[device().type], model.config.n_positions - 1)
+        rows = []
+        for row, status in _within_budget(_ladder_rungs(model, context, s.batch), "rungs"):
+            rows.append(row)
+            yield pd.DataFrame(rows), status
+    except Exception as e:
+        raise _friendly(e) from None
+
+
+def ladder_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ladder as a person reads it: one row per rung, rounded, with the speed-up over the torch backend."""
+    view = frame[["rung", "kernels", "launches_modeled", "l2_mb", "hbm_mb", "step_ms"]].copy()
+    view.columns = ["rung", "kernels (counted)", "launches (modeled)", "MB L2 → SMs", "MB HBM", "ms per step"]
+    torch_ms = frame.set_index("rung").step_ms.get("torch")
+    if torch_ms:
+        view["× torch"] = (torch_ms / frame.step_ms).round(2)
+    return view.round(3)
+
+
+def _ladder_rungs(model, context: int, batch: int):
+    for i, row in enumerate(ladder_rows(model, context=context, batch=batch)):
+        yield i, len(RUNGS), row
 
 
 EXPORT_DIR = os.path.join(tempfile.gettempdir(), "explorer-exports")

@@ -247,6 +247,27 @@ def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:
     return _layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note)
 
 
+def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
+    """One decode step per rung of the fusion ladder (explorer.measure.ladder): launches, bytes at both
+    levels and time, side by side, so fewer launches and fewer bytes can be read against the time."""
+    from plotly.subplots import make_subplots
+
+    gpu = ladder.kernels.notna().any() if "kernels" in ladder else False
+    launches = ladder.kernels if gpu else ladder.launches_modeled
+    launch_title = "kernels per step (torch.profiler)" if gpu else "launches per step (modeled: no GPU)"
+    clock = "ms per step (CUDA-graph replay)" if gpu else "ms per step (interpreter, CPU)"
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(launch_title, "MB per step (modeled)", clock))
+    names = list(ladder.rung)
+    fig.add_trace(go.Bar(x=names, y=launches, marker_color="#4c78a8", name="launches", showlegend=False), 1, 1)
+    fig.add_trace(go.Bar(x=names, y=ladder.hbm_mb, marker_color="#54a24b", name="HBM"), 1, 2)
+    fig.add_trace(go.Bar(x=names, y=ladder.l2_mb, marker_color="#9ecae9", name="L2 → SMs"), 1, 2)
+    fig.add_trace(go.Bar(x=names, y=ladder.step_ms, marker_color="#e45756", name="step", showlegend=False), 1, 3)
+    context = int(ladder.context.iloc[0]) if len(ladder) else 0
+    _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note)
+    fig.update_layout(barmode="group", height=460)
+    return fig
+
+
 def roofline_figure(
     points: pd.DataFrame, peak_tflops: float | None, peak_gbs: float | None, note: str = ""
 ) -> go.Figure:

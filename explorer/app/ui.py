@@ -26,7 +26,7 @@ kernel from Python costs."""
 GPU = dict(concurrency_id="gpu", concurrency_limit=1)  # one run on the GPU at a time; others wait in line
 # ZeroGPU's duration estimates (seconds a GPU is held per event): compile and warm-up, the tokens, the
 # profiling pass; a sweep's configs; a compare's runs.
-GENERATE_S, SWEEP_S, COMPARE_S = 90, 120, 240
+GENERATE_S, SWEEP_S, COMPARE_S, LADDER_S = 90, 120, 240, 120
 NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None}
 
 
@@ -94,7 +94,20 @@ def _tiles(values) -> actions.Tiles:
 
 
 def _settings(
-    model, prompt, prompt_tokens, new_tokens, batch, dtype, backend, cache, cuda_graph, temperature, top_k, seed, tiles
+    model,
+    prompt,
+    prompt_tokens,
+    new_tokens,
+    batch,
+    dtype,
+    backend,
+    fusion,
+    cache,
+    cuda_graph,
+    temperature,
+    top_k,
+    seed,
+    tiles,
 ):
     """The Generate and Compare controls, each checked (validate.py) before anything runs."""
     return actions.RunSettings(
@@ -105,6 +118,7 @@ def _settings(
         batch=validate.whole("batch", batch, 1, actions.MAX_BATCH),
         dtype=validate.choice("dtype", dtype, actions.dtype_choices()),
         backend=validate.choice("backend", backend, ["triton", "torch"]),
+        fusion=validate.choice("fusion", fusion, actions.FUSIONS),
         cache=validate.flag("KV cache", cache),
         cuda_graph=validate.flag("CUDA graph", cuda_graph),
         temperature=validate.number("temperature", temperature, 0.0, 2.0),
@@ -122,6 +136,7 @@ def generate(
     batch,
     dtype,
     backend,
+    fusion,
     cache,
     cuda_graph,
     temperature,
@@ -141,6 +156,7 @@ def generate(
             batch,
             dtype,
             backend,
+            fusion,
             cache,
             cuda_graph,
             temperature,
@@ -225,6 +241,7 @@ def compare(
     batch,
     dtype,
     backend,
+    fusion,
     cache,
     cuda_graph,
     temperature,
@@ -243,6 +260,7 @@ def compare(
             batch,
             dtype,
             backend,
+            fusion,
             cache,
             cuda_graph,
             temperature,
@@ -256,6 +274,21 @@ def compare(
             note = "; ".join(n for n in (actions.timer_note(), status) if n)
             state = {**(state or NEW_STATE), "compare": frame}
             yield plots.compare_figure(frame, note), lessons, actions.compare_table(frame), state
+    except actions.UserError as e:
+        raise _fail(e) from None
+
+
+def ladder(model, dtype, batch):
+    """One decode step per rung of the fusion ladder, each shown as soon as it is measured."""
+    try:
+        s = actions.RunSettings(
+            model=validate.choice("model", model, [value for _, value in actions.model_choices()]),
+            dtype=validate.choice("dtype", dtype, actions.dtype_choices()),
+            batch=validate.whole("batch", batch, 1, actions.MAX_BATCH),
+        )
+        for frame, status in actions.run_ladder(s):
+            note = "; ".join(n for n in (frame.timer.iloc[-1], status) if n)
+            yield plots.ladder_figure(frame, note), actions.ladder_table(frame)
     except actions.UserError as e:
         raise _fail(e) from None
 
@@ -296,6 +329,13 @@ def build() -> gr.Blocks:
                         with gr.Row():
                             dtype = gr.Radio(actions.dtype_choices(), value=actions.default_dtype(), label="dtype")
                             backend = gr.Radio(["triton", "torch"], value="triton", label="backend")
+                        fusion = gr.Radio(
+                            list(actions.FUSIONS),
+                            value=actions.DEFAULT_FUSION,
+                            label="fusion (Triton backend)",
+                            info="none: every op its own kernel · epilogue: bias, GELU, add in the matmul · "
+                            "decode: LayerNorm and the cache write fused too, about 5 kernels a layer",
+                        )
                         with gr.Row():
                             cache = gr.Checkbox(True, label="KV cache")
                             cuda_graph = gr.Checkbox(
@@ -350,6 +390,11 @@ def build() -> gr.Blocks:
                     compare_stop = gr.Button("Stop")
                 compare_plot, fusion_plot = gr.Plot(label="decode latency"), gr.Plot(label="fusion")
                 compare_df = gr.Dataframe(label="per run")
+                with gr.Row():
+                    ladder_btn = gr.Button("Climb the fusion ladder (one decode step per rung)", variant="primary")
+                    ladder_stop = gr.Button("Stop")
+                ladder_plot = gr.Plot(label="fusion ladder")
+                ladder_df = gr.Dataframe(label="per rung")
             with gr.Tab("Export"):
                 which = gr.Radio(
                     ["last run: steps", "last run: kernels", "tile sweep", "compare"],
@@ -367,6 +412,7 @@ def build() -> gr.Blocks:
             batch,
             dtype,
             backend,
+            fusion,
             cache,
             cuda_graph,
             temperature,
@@ -402,5 +448,9 @@ def build() -> gr.Blocks:
             **GPU,
         )
         compare_stop.click(None, None, None, cancels=[comparing], api_visibility="private")
+        climbing = ladder_btn.click(
+            gpu.event(ladder, LADDER_S), [model, dtype, batch], [ladder_plot, ladder_df], api_name="ladder", **GPU
+        )
+        ladder_stop.click(None, None, None, cancels=[climbing], api_visibility="private")
         export_btn.click(export, [which, fmt, state], file, api_name="export")
     return demo

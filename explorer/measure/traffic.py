@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import functools
 
+from kernels import elementwise
 from kernels.attention import decode_traffic, traffic_floor
 from kernels.attention import traffic as attention_traffic
 from kernels.config import Traffic
+from kernels.fused_linear import traffic as fused_linear_traffic
 from kernels.kv_write import traffic as kv_write_traffic
 from kernels.layer_norm import traffic as layer_norm_traffic
 from kernels.layer_norm import traffic_unfused as layer_norm_unfused
@@ -39,10 +41,20 @@ CATEGORIES = {
 }
 
 
+PROJECTIONS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj", "lm_head")
+
+
 def category(op: Op) -> str:
+    """A name's chart category. A fused launch ("ln_2+mlp.c_fc") falls under its projection, and a
+    projection's separate bias, GELU or residual launch ("mlp.c_fc.gelu") under the projection too."""
     if op.name == "attn":
         return "decode attention" if op.kernel == "decode_attention" else "attention"
-    return CATEGORIES.get(op.name, op.name)
+    if op.name in CATEGORIES:
+        return CATEGORIES[op.name]
+    for name in PROJECTIONS:
+        if name in op.name.split("+") or op.name.startswith(name + "."):
+            return CATEGORIES[name]
+    return op.name
 
 
 @functools.lru_cache(maxsize=8192)
@@ -62,15 +74,29 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
         if triton:
             return linear_traffic(rows, out_f, in_f, item, **flags, config=op.config, **on)
         return linear_unfused(rows, out_f, in_f, item, **flags, device=op.device)
+    if op.kernel == "decode_linear":
+        rows, out_f, in_f, bias, gelu, residual, norm, kv = op.sizes
+        flags = dict(bias=bool(bias), activation="gelu" if gelu else None, residual=bool(residual))
+        return fused_linear_traffic(
+            rows, out_f, in_f, item, **flags, norm=bool(norm), kv=bool(kv), config=op.config, **on
+        )
+    if op.kernel == "bias_add":
+        return elementwise.traffic_bias_add(*op.sizes, item)
+    if op.kernel == "gelu":
+        return elementwise.traffic_gelu(op.sizes[0], item)
+    if op.kernel == "add":
+        return elementwise.traffic_add(op.sizes[0], item)
     if op.kernel == "attention":
         b, h, tq, tk, d = op.sizes
         if triton:
             return attention_traffic(b, h, tq, tk, d, item, config=op.config, **on)
         return traffic_floor(b, h, tq, tk, d, item)
     if op.kernel == "decode_attention":
-        b, h, max_len, d = op.sizes
+        b, h, max_len, d, one_launch = op.sizes
         if triton:
-            return decode_traffic(list(lengths), h, max_len, d, item, config=op.config, **on)
+            return decode_traffic(
+                list(lengths), h, max_len, d, item, config=op.config, one_launch=bool(one_launch), **on
+            )
         return traffic_floor(b, h, 1, max_len, d, item, causal=False)  # the masked SDPA reads every slot
     if op.kernel == "kv_write":
         b, h, t, d, decode = op.sizes

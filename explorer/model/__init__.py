@@ -3,7 +3,7 @@
 
 from .generate import Step, generate
 from .gpt import GPT, GPTConfig
-from .ops import Op, Ops, Tiles
+from .ops import FUSIONS, Op, Ops, Tiles
 from .weights import load_model
 
-__all__ = ["GPT", "GPTConfig", "Op", "Ops", "Step", "Tiles", "generate", "load_model"]
+__all__ = ["FUSIONS", "GPT", "GPTConfig", "Op", "Ops", "Step", "Tiles", "generate", "load_model"]

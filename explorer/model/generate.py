@@ -118,6 +118,7 @@ def generate(
     cache: bool = True,
     tiles: Tiles | None = None,
     backend: str | None = None,
+    fusion: str | None = None,
     temperature: float = 0.0,
     top_k: int = 0,
     seed: int = 0,
@@ -135,7 +136,11 @@ def generate(
 
     graph=True replays every decode step from a CUDA graph captured once (see explorer.model.graphs):
     it needs a CUDA device and the cache on, and no observer (a replay launches nothing one by one).
-    None (the default) uses it wherever it can be."""
+    None (the default) uses it wherever it can be.
+
+    fusion: a rung of the fusion ladder (explorer.model.ops.FUSIONS); None keeps the model's."""
+    if fusion is not None:
+        model = model.with_fusion(fusion)
     batch = as_batch(prompt_ids)
     n_pos = model.config.n_positions
     if max_new_tokens < 1:

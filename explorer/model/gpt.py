@@ -6,6 +6,10 @@ key-for-key copy; only Conv1D weights are transposed into F.linear's (out, in). 
     x = x + c_proj(attention(c_attn(ln_1(x))))      the residual add rides in c_proj's epilogue
     x = x + c_proj(gelu(c_fc(ln_2(x))))             GELU in c_fc's epilogue, the add in c_proj's
 
+That is the "epilogue" rung of the fusion ladder (see ops.py); "none" launches the bias, GELU and add
+apart, and "decode" folds each LayerNorm into the projection after it and the cache write into c_attn
+for decode steps (Block.decode_fused).
+
 Three entry points share the blocks and differ only in how attention gets its keys:
 - forward(ids): the whole sequence, no cache (the O(n^2)-per-token path when generating);
 - prefill(ids, cache, lengths): right-padded prompts, K and V written to the cache;
@@ -21,7 +25,7 @@ import torch
 from torch import nn
 
 from .cache import KVCache
-from .ops import Observer, Ops, Tiles
+from .ops import DEFAULT_FUSION, Observer, Ops, Tiles, check_fusion
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class Block(nn.Module):
 
     def forward(self, x, ops: Ops, attend, eps):
         B, T, C = x.shape
+        if attend.mode == "decode" and ops.fuses_decode(B):
+            return self.decode_fused(x, ops, attend, eps)
         h = ops.layer_norm("ln_1", x, self.ln_1.weight, self.ln_1.bias, eps)
         qkv = ops.linear("attn.c_attn", h, self.attn.c_attn.weight, self.attn.c_attn.bias)  # (B, T, 3C)
         nh = attend.n_head
@@ -88,6 +94,32 @@ class Block(nn.Module):
         h = ops.linear("mlp.c_fc", h, self.mlp.c_fc.weight, self.mlp.c_fc.bias, activation="gelu")  # (B, T, 4C)
         return ops.linear("mlp.c_proj", h, self.mlp.c_proj.weight, self.mlp.c_proj.bias, residual=x)
 
+    def decode_fused(self, x, ops: Ops, attend, eps):
+        """The decode rung's five launches: ln_1 + c_attn + the cache write, attention, c_proj + residual,
+        ln_2 + c_fc + GELU, c_proj + residual."""
+        B, _, C = x.shape
+        cache, layer = attend.cache, attend.next_layer()
+        k_cache, v_cache = cache.k[layer], cache.v[layer]
+        a, m = self.attn, self.mlp
+        qkv = ops.decode_linear(
+            "ln_1+attn.c_attn+kv write", x, a.c_attn.weight, a.c_attn.bias,
+            norm=(self.ln_1.weight, self.ln_1.bias, eps), kv=(k_cache, v_cache, cache.lengths),
+        )  # fmt: skip
+        nh = attend.n_head
+        q = qkv[..., :C].view(B, 1, nh, C // nh).transpose(1, 2)  # (B, nh, 1, hs)
+        o = ops.decode_attention("attn", q, k_cache, v_cache, cache.next_lengths)
+        o = o.transpose(1, 2).reshape(B, 1, C)
+        x = ops.decode_linear("attn.c_proj", o, a.c_proj.weight, a.c_proj.bias, residual=x)
+        h = ops.decode_linear(
+            "ln_2+mlp.c_fc",
+            x,
+            m.c_fc.weight,
+            m.c_fc.bias,
+            activation="gelu",
+            norm=(self.ln_2.weight, self.ln_2.bias, eps),
+        )
+        return ops.decode_linear("mlp.c_proj", h, m.c_proj.weight, m.c_proj.bias, residual=x)
+
 
 class _Attend:
     """How one forward pass gets its keys; called once per layer in order."""
@@ -95,8 +127,12 @@ class _Attend:
     def __init__(self, ops: Ops, n_head: int, cache: KVCache | None = None, mode: str = "full"):
         self.ops, self.n_head, self.cache, self.mode, self.layer = ops, n_head, cache, mode, 0
 
-    def __call__(self, q, k, v):
+    def next_layer(self) -> int:
         layer, self.layer = self.layer, self.layer + 1
+        return layer
+
+    def __call__(self, q, k, v):
+        layer = self.next_layer()
         if self.cache is None:
             return self.ops.attention("attn", q, k, v)
         self.ops.kv_write("kv write", self.cache, layer, k, v, decode=self.mode == "decode")
@@ -107,10 +143,12 @@ class _Attend:
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig, backend: str = "triton"):
+    def __init__(self, cfg: GPTConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
         super().__init__()
+        check_fusion(fusion)
         self.config = cfg
         self.backend = backend
+        self.fusion = fusion
         self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
@@ -128,6 +166,16 @@ class GPT(nn.Module):
         other.backend = backend
         return other
 
+    def with_fusion(self, fusion: str) -> GPT:
+        """The same weights, another rung of the fusion ladder (a shallow copy)."""
+        check_fusion(fusion)
+        other = copy.copy(self)
+        other.fusion = fusion
+        return other
+
+    def _ops(self, backend, tiles, observer) -> Ops:
+        return Ops(backend or self.backend, tiles, observer, self.fusion)
+
     @property
     def device(self) -> torch.device:
         return self.transformer.wte.weight.device
@@ -144,6 +192,8 @@ class GPT(nn.Module):
             x = block(x, ops, attend, eps)
         if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
             x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
+        if attend.mode == "decode" and ops.fuses_decode(x.shape[0]):
+            return ops.decode_linear("ln_f+lm_head", x, t.wte.weight, norm=(t.ln_f.weight, t.ln_f.bias, eps))
         x = ops.layer_norm("ln_f", x, t.ln_f.weight, t.ln_f.bias, eps)
         return ops.linear("lm_head", x, t.wte.weight)  # tied to the token embedding
 
@@ -153,7 +203,7 @@ class GPT(nn.Module):
     ):
         """ids (B, T) -> logits (B, T, vocab); with logits_at (B,), only those positions: (B, 1, vocab)."""
         self._check_length(ids.shape[1])
-        ops = Ops(backend or self.backend, tiles, observer)
+        ops = self._ops(backend, tiles, observer)
         positions = torch.arange(ids.shape[1], device=ids.device)
         return self._run(ids, positions, ops, _Attend(ops, self.config.n_head), logits_at)
 
@@ -161,7 +211,7 @@ class GPT(nn.Module):
     def prefill(self, ids, cache: KVCache, lengths: list[int], *, tiles=None, backend=None, observer=None):
         """Right-padded prompts ids (B, T) with true `lengths` -> next-token logits (B, vocab)."""
         self._check_length(ids.shape[1])
-        ops = Ops(backend or self.backend, tiles, observer)
+        ops = self._ops(backend, tiles, observer)
         positions = torch.arange(ids.shape[1], device=ids.device)
         last = torch.tensor([n - 1 for n in lengths], device=ids.device)
         logits = self._run(ids, positions, ops, _Attend(ops, self.config.n_head, cache, "prefill"), last)
@@ -172,7 +222,7 @@ class GPT(nn.Module):
     def decode(self, ids, cache: KVCache, *, tiles=None, backend=None, observer=None):
         """One new token per sequence, ids (B,) -> next-token logits (B, vocab)."""
         self._check_length(max(cache.host_lengths) + 1)
-        ops = Ops(backend or self.backend, tiles, observer)
+        ops = self._ops(backend, tiles, observer)
         cache.begin_step()
         positions = cache.lengths.unsqueeze(1)  # (B, 1): each sequence at its own position
         logits = self._run(ids.unsqueeze(1), positions, ops, _Attend(ops, self.config.n_head, cache, "decode"))

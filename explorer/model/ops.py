@@ -4,6 +4,15 @@ The decoder calls every operation through an Ops object, under its GPT-2 name (l
 attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, ln_f, lm_head, wte/wpe, kv write). With backend
 "triton" they go to kernels/, with "torch" to kernels.reference, with the same arguments.
 
+`fusion` chooses how many operations share a launch (a rung of the fusion ladder; Triton only):
+- "none": every operation its own kernel, as eager PyTorch launches them: the matmul, then the bias,
+  the GELU and the residual add each as a separate elementwise kernel;
+- "epilogue": bias, GELU and residual add in the matmul's epilogue (one kernel per projection);
+- "decode": in decode steps, each LayerNorm in the prologue of the projection after it, the KV-cache
+  write in c_attn's epilogue, split-K and decode attention each finished by their own last program
+  (kernels.arrival): five kernels per layer. Prefill and full-sequence passes run as "epilogue".
+The torch backend runs PyTorch's own operations whatever the rung.
+
 An observer may be attached: a callable `observer(op, run)` that gets an Op record (the name, the
 kernel, the tiles and sizes of the call) and must return `run()`. The measure layer uses it to see
 which operations a step ran and to time them; nothing here knows what it does with them.
@@ -17,13 +26,15 @@ from dataclasses import dataclass
 import torch
 
 import kernels
-from kernels import reference
+from kernels import elementwise, reference
 from kernels.attention import tuned_config, tuned_decode_config
 from kernels.layer_norm import tuned_config as layer_norm_tuned
 from kernels.linear import DECODE_ROWS
 from kernels.linear import tuned_config as linear_tuned
 
 BACKENDS = ("triton", "torch")
+FUSIONS = ("none", "epilogue", "decode")
+DEFAULT_FUSION = "decode"
 
 
 @dataclass(frozen=True)
@@ -50,8 +61,13 @@ class Op:
     `sizes` by kernel:
       layer_norm        rows, width, residual (0/1)
       linear            rows, out_features, in_features, bias (0/1), gelu (0/1), residual (0/1)
+      decode_linear     rows, out_features, in_features, bias, gelu, residual, norm (each 0/1), heads of
+                        the KV cache written in the epilogue (0: none)
+      bias_add          rows, width
+      gelu, add         elements
       attention         batch, heads, queries, keys, head_dim
-      decode_attention  batch, heads, max_len, head_dim (each sequence reads its own length of it)
+      decode_attention  batch, heads, max_len, head_dim, one launch (0/1) (each sequence reads its own
+                        length of the cache)
       kv_write          batch, heads, tokens, head_dim, decode (0/1)
       embedding         rows, width
     """
@@ -69,10 +85,18 @@ Observer = Callable[[Op, Callable[[], object]], object]
 
 
 class Ops:
-    def __init__(self, backend: str = "triton", tiles: Tiles | None = None, observer: Observer | None = None):
+    def __init__(
+        self,
+        backend: str = "triton",
+        tiles: Tiles | None = None,
+        observer: Observer | None = None,
+        fusion: str = DEFAULT_FUSION,
+    ):
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r} is not known (allowed: {', '.join(BACKENDS)})")
+        check_fusion(fusion)
         self.backend = backend
+        self.fusion = fusion if backend == "triton" else "epilogue"
         self.tiles = tiles or Tiles()
         self.observer = observer
         self.fn = kernels if backend == "triton" else reference
@@ -95,12 +119,56 @@ class Ops:
         return self._run(name, "layer_norm", x, sizes, cfg, run)
 
     def linear(self, name, x, weight, bias=None, *, activation=None, residual=None):
+        if self.fusion == "none":
+            return self._unfused_linear(name, x, weight, bias, activation, residual)
         rows = x.numel() // x.shape[-1]
         cfg = self.tiles.linear_decode if rows <= DECODE_ROWS else self.tiles.linear
         cfg = self._tuned(cfg, lambda: linear_tuned(x, weight, bias, activation=activation, residual=residual))
         sizes = (rows, *weight.shape, bias is not None, activation == "gelu", residual is not None)
         run = lambda: self.fn.linear(x, weight, bias, activation=activation, residual=residual, config=cfg)
         return self._run(name, "linear", x, sizes, cfg, run)
+
+    def _unfused_linear(self, name, x, weight, bias, activation, residual):
+        """The matmul alone, then the bias, the GELU and the residual add, each its own launch."""
+        y = self.linear_only(name, x, weight)
+        rows, width = y.numel() // y.shape[-1], y.shape[-1]
+        if bias is not None:
+            y = self._run(f"{name}.bias", "bias_add", y, (rows, width), None, lambda: elementwise.bias_add(y, bias))
+        if activation == "gelu":
+            y = self._run(f"{name}.gelu", "gelu", y, (y.numel(),), None, lambda: elementwise.gelu(y))
+        if residual is not None:
+            y = self._run(f"{name}.residual", "add", y, (y.numel(),), None, lambda: elementwise.add(residual, y))
+        return y
+
+    def linear_only(self, name, x, weight):
+        rows = x.numel() // x.shape[-1]
+        cfg = self.tiles.linear_decode if rows <= DECODE_ROWS else self.tiles.linear
+        cfg = self._tuned(cfg, lambda: linear_tuned(x, weight))
+        run = lambda: self.fn.linear(x, weight, config=cfg)
+        return self._run(name, "linear", x, (rows, *weight.shape, False, False, False), cfg, run)
+
+    def fuses_decode(self, rows: int) -> bool:
+        """Whether a decode step of this many sequences runs the decode rung's fused kernels."""
+        return self.fusion == "decode" and rows <= DECODE_ROWS
+
+    def decode_linear(self, name, x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None):
+        """One launch: LayerNorm `norm` = (weight, bias, eps) of x, the projection, its epilogue, and with
+        `kv` = (k_cache, v_cache, lengths) the new K and V rows stored in the cache."""
+        rows = x.numel() // x.shape[-1]
+        cfg = self.tiles.fixed("linear_decode")
+        sizes = (
+            rows,
+            *weight.shape,
+            bias is not None,
+            activation == "gelu",
+            residual is not None,
+            bool(norm),
+            bool(kv),
+        )
+        run = lambda: kernels.decode_linear(
+            x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg
+        )
+        return self._run(name, "decode_linear", x, sizes, cfg, run)
 
     def attention(self, name, q, k, v):
         cfg = self._tuned(self.tiles.attention, lambda: tuned_config(q, k, v))
@@ -111,8 +179,11 @@ class Ops:
     def decode_attention(self, name, q, k_cache, v_cache, lengths):
         cfg = self._tuned(self.tiles.decode_attention, lambda: tuned_decode_config(q, k_cache, v_cache, lengths))
         b, h, max_len, d = k_cache.shape
+        if self.fusion == "decode":  # the last split to finish merges: one launch
+            run = lambda: kernels.decode_attention(q, k_cache, v_cache, lengths, config=cfg, one_launch=True)
+            return self._run(name, "decode_attention", q, (b, h, max_len, d, 1), cfg, run)
         run = lambda: self.fn.decode_attention(q, k_cache, v_cache, lengths, config=cfg)
-        return self._run(name, "decode_attention", q, (b, h, max_len, d), cfg, run)
+        return self._run(name, "decode_attention", q, (b, h, max_len, d, 0), cfg, run)
 
     def kv_write(self, name, cache, layer: int, k, v, *, decode: bool):
         b, h, t, d = k.shape
@@ -122,6 +193,11 @@ class Ops:
     def embedding(self, name, wte, wpe, ids, positions):
         run = lambda: wte(ids) + wpe(positions)  # (B, T, C)
         return self._run(name, "embedding", wte.weight, (ids.numel(), wte.weight.shape[1]), None, run)
+
+
+def check_fusion(fusion: str) -> None:
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion={fusion!r} is not a rung of the ladder (allowed: {', '.join(FUSIONS)})")
 
 
 class Trace:

@@ -1,0 +1,91 @@
+"""The fusion ladder on a GPU, next to plain PyTorch and torch.compile, all in one run.
+
+    python benchmarks/ladder.py [--context 1000] [--replays 200] [--no-compile]
+
+GPT-2 small's shape (12 layers, width 768, vocabulary 50257) with random weights, bf16, batch 1, one
+decode step at `context` keys with the cache holding random keys and values. Every row is the same step
+captured in a CUDA graph and replayed; each replay is timed by CUDA events and the cache position is
+put back to `context` between replays, outside the timed span (median reported). The step streams
+about 250 MB of weights, four times the H200's L2, so back-to-back replays find little in L2.
+
+Rows: our decoder on each rung of the fusion ladder (explorer.measure.ladder) and on its torch backend;
+benchmarks/torch_loop.py's plain PyTorch step (F.layer_norm, addmm, SDPA, index_copy_); the same step
+compiled by torch.compile(mode="max-autotune-no-cudagraphs") and then captured. Kernels per step are
+counted by torch.profiler over one replay.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from benchmarks.torch_loop import TorchGraphLoop  # noqa: E402
+from explorer.measure.ladder import ladder_rows  # noqa: E402
+from explorer.measure.launches import device_activity  # noqa: E402
+from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
+
+
+def time_loop(loop: TorchGraphLoop, context: int, replays: int) -> tuple[float, int]:
+    """(median ms per replay, kernels in one replay) of the loop's captured step at position `context`."""
+    loop.pos.fill_(context)
+    loop._capture()
+    loop.pos.fill_(context)
+    kernels, _ = device_activity(loop.graph.replay)
+    times = []
+    for _ in range(replays):
+        loop.pos.fill_(context)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loop.graph.replay()
+        end.record()
+        times.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in times), kernels
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--context", type=int, default=1000)
+    parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (about a minute of compiling)")
+    args = parser.parse_args()
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)).eval()
+    model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device="cuda", dtype=torch.bfloat16)
+    rows = []
+    for row in ladder_rows(model, context=args.context, replays=args.replays):
+        name = "ours, torch backend" if row["rung"] == "torch" else f"ours, fusion={row['rung']}"
+        rows.append((name, row["step_ms"], row["kernels"], f"{row['hbm_mb']:.0f} / {row['l2_mb']:.0f}"))
+        print(f"{name}: {row['step_ms']:.3f} ms", flush=True)
+    loop = TorchGraphLoop(hf, 1024, torch.bfloat16)
+    for buf in (loop.k, loop.v):
+        buf.copy_(torch.randn_like(buf))
+    ms, kernels = time_loop(loop, args.context, args.replays)
+    rows.append(("PyTorch, static cache, CUDA graph", ms, kernels, ""))
+    base = ms
+    if not args.no_compile:
+        t0 = time.perf_counter()
+        loop._step = torch.compile(loop._step, mode="max-autotune-no-cudagraphs")
+        ms, kernels = time_loop(loop, args.context, args.replays)
+        took = time.perf_counter() - t0
+        rows.append(
+            (f"torch.compile(max-autotune-no-cudagraphs) in a CUDA graph ({took:.0f} s to compile)", ms, kernels, "")
+        )
+    print(
+        f"\n{torch.cuda.get_device_name()} · bf16 · GPT-2 small shape · batch 1 · decode step at context {args.context}"
+    )
+    print(f"median of {args.replays} CUDA-graph replays (CUDA events) · torch {torch.__version__}")
+    print("\n| decode step | ms | kernels | MB HBM / L2→SM (modeled) | vs PyTorch graph |\n|---|---:|---:|---:|---:|")
+    for name, ms, kernels, mb in rows:
+        print(f"| {name} | {ms:.3f} | {kernels} | {mb} | {base / ms:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The fusion ladder: one decode step of the same model at the same context, rung by rung.
+
+For each rung (explorer.model.ops.FUSIONS, then the PyTorch backend for comparison) one row says:
+- kernels per step: on a GPU counted by torch.profiler (CUPTI) over one CUDA-graph replay of the step;
+  without a GPU nothing launches, so the column is empty and `launches_modeled` gives the number of
+  launches the step's operations make (two for a split-K projection under "none" and "epilogue");
+- bytes per step at both levels of the memory model (explorer.measure.traffic), L2 <-> SMs and HBM;
+- device time per step: on a GPU the median of CUDA-graph replays timed by CUDA events, the cache
+  lengths reset to `context` between replays (outside the timed span), so every replay is the same
+  step; on a CPU the Triton interpreter's wall time of eager steps, labelled as such.
+
+The KV cache holds random keys and values (never zeros) up to `context`; no prefill is needed to time
+a decode step there.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+
+import torch
+
+from ..model.cache import KVCache
+from ..model.graphs import DecodeGraph
+from ..model.ops import FUSIONS, Trace
+from .launches import device_activity
+from .traffic import op_traffic
+
+MB = 1 << 20
+RUNGS = (*FUSIONS, "torch")  # "torch": the PyTorch backend, whatever the rung
+
+
+def launches_of(op) -> int:
+    """Launches one operation makes: split-K projections and two-launch decode attention make two."""
+    from kernels.linear import DECODE_ROWS, resolve_config
+
+    if op.backend != "triton":
+        return 1
+    if op.kernel == "linear" and op.sizes[0] <= DECODE_ROWS:
+        cfg = resolve_config(op.config, *op.sizes[:3], op.dtype, op.device)
+        return 2 if cfg.split_k > 1 else 1
+    if op.kernel == "decode_attention":
+        return 1 if op.sizes[4] else 2
+    if op.kernel == "embedding":
+        return 3  # two gathers and an add
+    return 1
+
+
+def _model_for(model, rung: str):
+    if rung == "torch":
+        return model.with_backend("torch")
+    return model.with_backend("triton").with_fusion(rung)
+
+
+def _cache(model, batch: int, context: int, generator) -> KVCache:
+    cache = KVCache.for_model(model, batch, context + 1)
+    for buf in (cache.k, cache.v):
+        buf.copy_(torch.randn(buf.shape, generator=generator, dtype=torch.float32).to(buf.dtype))
+    cache.set_lengths([context] * batch)
+    return cache
+
+
+def rung_row(model, rung: str, *, context: int, batch: int = 1, replays: int = 50, seed: int = 0) -> dict:
+    """One rung's decode step at `context` keys per sequence."""
+    if not 1 <= context < model.config.n_positions:
+        raise ValueError(
+            f"context={context} must be between 1 and {model.config.n_positions - 1} (the model's positions)"
+        )
+    m = _model_for(model, rung)
+    generator = torch.Generator().manual_seed(seed)
+    cache = _cache(m, batch, context, generator)
+    ids = torch.randint(0, m.config.vocab_size, (batch,), generator=generator).to(m.device)
+    trace = Trace()
+    m.decode(ids, cache, observer=trace)  # compiles on the first rung that needs it; timed again below
+    cache.set_lengths([context] * batch)
+    lengths = (context + 1,) * batch  # each sequence attends over its cache and the new token
+    total = None
+    for op in trace.ops:
+        t = op_traffic(op, lengths if op.kernel == "decode_attention" else ())
+        total = t if total is None else total + t
+    row = dict(
+        rung=rung,
+        context=context,
+        batch=batch,
+        operations=len(trace.ops),
+        launches_modeled=sum(launches_of(op) for op in trace.ops),
+        l2_mb=total.bytes / MB,
+        hbm_mb=total.hbm_bytes / MB,
+    )
+    if m.device.type != "cuda":
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            m.decode(ids, cache)
+            times.append((time.perf_counter() - t0) * 1e3)
+            cache.set_lengths([context] * batch)
+        return row | dict(kernels=None, memory_ops=None, step_ms=min(times), timer="cpu perf_counter (interpreter)")
+    graph = DecodeGraph(m, cache)
+    kernels, memory_ops = device_activity(graph.graph.replay)
+    _reset(cache, context)
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.graph.replay()
+        end.record()
+        _reset(cache, context)
+        times.append((start, end))
+    torch.cuda.synchronize()
+    step_ms = statistics.median(s.elapsed_time(e) for s, e in times)
+    timer = f"cuda events, median of {replays} CUDA-graph replays"
+    return row | dict(kernels=kernels, memory_ops=memory_ops, step_ms=step_ms, timer=timer)
+
+
+def _reset(cache: KVCache, context: int) -> None:
+    cache.lengths.fill_(context)
+    cache.host_lengths = [context] * len(cache.host_lengths)
+
+
+def ladder_rows(model, *, context: int, batch: int = 1, rungs=RUNGS, replays: int = 50) -> Iterator[dict]:
+    """One row per rung, as each is measured (for progress in the app and the CLI)."""
+    for rung in rungs:
+        if rung not in RUNGS:
+            raise ValueError(f"rung {rung!r} is not known (allowed: {', '.join(RUNGS)})")
+        yield rung_row(model, rung, context=context, batch=batch, replays=replays)
