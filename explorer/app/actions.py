@@ -24,10 +24,10 @@ from kernels.config import supported_dtypes
 
 from ..measure import launches, metrics, sweeps
 from ..measure.counters import recorded
+from ..measure.ladder import RUNGS, ladder_rows
 from ..measure.profile import profile_run
 from ..model.generate import generate
-from ..measure.ladder import RUNGS, ladder_rows
-from ..model.ops import DEFAULT_FUSION, FUSIONS, Tiles
+from ..model.ops import DEFAULT_FUSION, Tiles
 from ..model.weights import DEFAULT_MODEL, load_model, model_status
 from . import gpu, plots
 from .errors import UserError
