@@ -12,7 +12,7 @@ CPU = torch.device("cpu")
 FFN = Op("mlp.c_fc", "linear", "triton", (4, 32, 16, 1, 1, 0), torch.float16, CPU,
          TileConfig(block_m=16, block_n=32, block_k=16, split_k=1))  # fmt: skip
 # Decode attention over a cache of 64 positions, 2 heads of 16, in 16-key splits.
-DECODE = Op("attn", "decode_attention", "triton", (1, 2, 64, 16), torch.float16, CPU,
+DECODE = Op("attn", "decode_attention", "triton", (1, 2, 64, 16, 0), torch.float16, CPU,
             TileConfig(block_n=16, split_k=4))  # fmt: skip
 PREFILL = Op("attn", "attention", "triton", (1, 2, 4, 4, 16), torch.float16, CPU, TileConfig(block_m=16, block_n=16))
 

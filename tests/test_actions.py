@@ -64,10 +64,10 @@ def test_out_of_memory_becomes_advice():
 def test_generate_handler_streams_and_keeps_the_run_in_state():
     values = ["default"] * len(ui.TILE_NAMES)
     values = [False if name.endswith("autotune") else v for name, v in zip(ui.TILE_NAMES, values, strict=True)]
-    settings = ("bundled", "import os", 0, 3, 1, actions.default_dtype(), "triton", True, True, 0, 0, 0)
+    settings = ("bundled", "import os", 0, 3, 1, actions.default_dtype(), "triton", "decode", True, True, 0, 0, 0)
     outputs = list(ui.generate(*settings, True, ui.NEW_STATE, *values))
     assert len(outputs) == 5  # one per token on CPU, the profiling notice, then the run with its kernel times
-    assert "profiling the kernels at 3 steps" in outputs[3][1]
+    assert "profiling the kernels at 3 steps" in outputs[3][1] and "fusion rung | decode:" in outputs[-1][1]
     assert all(len(o) == 10 for o in outputs)
     assert outputs[-1][0].startswith("import os") and "time to first token" in outputs[-1][1]
     if torch.cuda.is_available():  # the box is ticked: decode steps replay a graph, and kernels are counted

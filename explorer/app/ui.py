@@ -7,6 +7,7 @@ import inspect
 
 import gradio as gr
 
+from ..model.ops import DEFAULT_FUSION, FUSIONS
 from . import actions, gpu, plots, validate
 
 EXAMPLES = ["def fibonacci(n):", "class Config:", "import os\nimport sys\n\n\ndef main(", '"""Return the number of']
@@ -118,7 +119,7 @@ def _settings(
         batch=validate.whole("batch", batch, 1, actions.MAX_BATCH),
         dtype=validate.choice("dtype", dtype, actions.dtype_choices()),
         backend=validate.choice("backend", backend, ["triton", "torch"]),
-        fusion=validate.choice("fusion", fusion, actions.FUSIONS),
+        fusion=validate.choice("fusion", fusion, FUSIONS),
         cache=validate.flag("KV cache", cache),
         cuda_graph=validate.flag("CUDA graph", cuda_graph),
         temperature=validate.number("temperature", temperature, 0.0, 2.0),
@@ -330,8 +331,8 @@ def build() -> gr.Blocks:
                             dtype = gr.Radio(actions.dtype_choices(), value=actions.default_dtype(), label="dtype")
                             backend = gr.Radio(["triton", "torch"], value="triton", label="backend")
                         fusion = gr.Radio(
-                            list(actions.FUSIONS),
-                            value=actions.DEFAULT_FUSION,
+                            list(FUSIONS),
+                            value=DEFAULT_FUSION,
                             label="fusion (Triton backend)",
                             info="none: every op its own kernel · epilogue: bias, GELU, add in the matmul · "
                             "decode: LayerNorm and the cache write fused too, about 5 kernels a layer",
