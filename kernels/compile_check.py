@@ -61,7 +61,7 @@ def _cases(dtype, arch):
     flags = dict.fromkeys(("HAS_NORM", "HAS_BIAS", "APPLY_GELU", "HAS_RESIDUAL", "HAS_KV"), True)
     args = ptrs | dict.fromkeys(ints, "i32") | cache_strides | flags
     args |= dict(eps="fp32", stride_xk=1, stride_wk=1, ARRIVE=cfg.split_k > 1, PRECISION=prec)
-    args |= dict(BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
+    args |= dict(BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **FL.stats_tile(1, 768))
     yield ("decode linear", FL._decode_linear_kernel, args, cfg.num_warps, cfg.num_stages,
            L.shared_memory(cfg, item, limits))  # fmt: skip
     strides = {f"stride_{x}{d}": "i32" for x in "qkvo" for d in ("b", "h", "m" if x in "qo" else "n")}

@@ -40,14 +40,15 @@ from .config import (
     check_dtype,
     check_fields,
     check_shared_memory,
+    device_limits,
     explain_resources,
     fit_defaults,
     l2_miss,
     new_output,
+    next_pow2,
     sectors,
 )
 from .linear import DECODE_ROWS, _gelu_tanh, shared_memory
-from .linear import default_config as linear_default_config
 
 NAME = "decode_linear"
 
@@ -96,6 +97,7 @@ def _decode_linear_kernel(
     HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    STATS_ROWS: tl.constexpr, STATS_COLS: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -106,24 +108,39 @@ def _decode_linear_kernel(
     k_hi = min(k_lo + K_PER_SPLIT, K)
 
     if HAS_NORM:
-        # Every program needs the statistics of the full rows, not only of its slice: two passes over
-        # x in BLOCK_K chunks (the rows are small and stay in cache), with fp32 sums as layer_norm's.
-        acc_sum = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            ks = k + tl.arange(0, BLOCK_K)
-            mask = row_mask[:, None] & (ks < K)[None, :]
-            acc_sum += tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0).to(
-                tl.float32
-            )
-        mean = tl.sum(acc_sum, axis=1) / K
-        acc_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            ks = k + tl.arange(0, BLOCK_K)
-            mask = row_mask[:, None] & (ks < K)[None, :]
-            x = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
-            diff = tl.where(mask, x.to(tl.float32) - mean[:, None], 0.0)
-            acc_sq += diff * diff
-        rstd = 1.0 / tl.sqrt(tl.sum(acc_sq, axis=1) / K + eps)
+        # Every program needs the statistics of the full rows, not only of its slice.
+        if STATS_COLS > 0:
+            # The rows fit in registers (STATS_ROWS x STATS_COLS, powers of two covering M x K): one load,
+            # then mean and variance as layer_norm computes them. A loop would wait for its loads one chunk
+            # at a time, before the program has asked for any of its weight.
+            r = tl.arange(0, STATS_ROWS).to(tl.int64)
+            ks = tl.arange(0, STATS_COLS)
+            mask = (r < M)[:, None] & (ks < K)[None, :]
+            xs = tl.load(X + r[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
+            mean_r = tl.sum(xs, axis=1) / K
+            diff = tl.where(mask, xs - mean_r[:, None], 0.0)
+            rstd_r = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=1) / K + eps)
+            # From STATS_ROWS rows to the dot's 16-row tile: row i takes row i's statistics.
+            pick = rows[:, None] == r[None, :]
+            mean = tl.sum(tl.where(pick, mean_r[None, :], 0.0), axis=1)
+            rstd = tl.sum(tl.where(pick, rstd_r[None, :], 0.0), axis=1)
+        else:  # wide rows: two passes over x in BLOCK_K chunks (the rows are small and stay in cache)
+            acc_sum = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+            for k in range(0, K, BLOCK_K):
+                ks = k + tl.arange(0, BLOCK_K)
+                mask = row_mask[:, None] & (ks < K)[None, :]
+                acc_sum += tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0).to(
+                    tl.float32
+                )
+            mean = tl.sum(acc_sum, axis=1) / K
+            acc_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+            for k in range(0, K, BLOCK_K):
+                ks = k + tl.arange(0, BLOCK_K)
+                mask = row_mask[:, None] & (ks < K)[None, :]
+                x = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
+                diff = tl.where(mask, x.to(tl.float32) - mean[:, None], 0.0)
+                acc_sq += diff * diff
+            rstd = 1.0 / tl.sqrt(tl.sum(acc_sq, axis=1) / K + eps)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(k_lo, k_hi, BLOCK_K):
@@ -164,17 +181,24 @@ def _decode_linear_kernel(
 
 
 def default_config(rows: int, out_features: int, in_features: int, dtype: torch.dtype, device) -> TileConfig:
-    """linear's decode-shaped tiles: on a GPU block_n 64, block_k 128 and a power-of-two split_k that gives
-    every SM about two weight slices; in the interpreter few large programs (block_n 256, block_k 64, one split)."""
-    cfg = linear_default_config(min(rows, DECODE_ROWS), out_features, in_features, dtype, device)
-    return TileConfig(
-        block_m=16,
-        block_n=cfg.block_n,
-        block_k=cfg.block_k,
-        split_k=cfg.split_k,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
+    """GPU: from a sweep of the GPT-2-small decode step's five shapes on an H200 (bf16, graph replays over
+    inputs rotated past L2; benchmarks/RESULTS.md). Narrow 32-column tiles, split over K until there are
+    about 1.5 programs per SM, each split stepping through K in tiles of half its length (64 to 256); an
+    output as wide as the LM head's has programs enough from its columns alone: 128-wide tiles, no split.
+    CPU (the interpreter): few large programs, block_n 256, block_k 64, one split."""
+    limits = device_limits(device)
+    if limits.is_cpu:
+        return TileConfig(block_m=16, block_n=256, block_k=64, split_k=1, num_warps=4, num_stages=1)
+    if cdiv(out_features, 128) >= 2 * limits.num_sms:
+        return TileConfig(block_m=16, block_n=128, block_k=64, split_k=1, num_warps=4, num_stages=3)
+    wanted = max(1, (3 * limits.num_sms // 2) // cdiv(out_features, 32))
+    split_k = prev_pow2(max(1, min(wanted, in_features // 64)))
+    block_k = min(256, max(64, prev_pow2(cdiv(in_features, split_k) // 2)))
+    return TileConfig(block_m=16, block_n=32, block_k=block_k, split_k=split_k, num_warps=4, num_stages=3)
+
+
+def prev_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
 
 
 def _check_fields(user: TileConfig) -> None:
@@ -194,6 +218,16 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
     what = f"{cfg.num_stages} stages of a 16x{cfg.block_k} and a {cfg.block_k}x{cfg.block_n} tile"
     check_shared_memory(NAME, cfg, need, device, what)
     return cfg
+
+
+STATS_ELEMENTS = 4096  # the most x elements the LayerNorm statistics load at once (fp32 registers)
+
+
+def stats_tile(rows: int, in_features: int) -> dict:
+    """The one-load statistics tile (powers of two covering rows x in_features), or STATS_COLS=0 for the
+    chunked two-pass loop when the rows would not fit registers."""
+    r, c = next_pow2(max(rows, 1)), next_pow2(in_features)
+    return dict(STATS_ROWS=r, STATS_COLS=c if r * c <= STATS_ELEMENTS else 0)
 
 
 def splits_of(cfg: TileConfig, in_features: int) -> tuple[int, int]:
@@ -316,7 +350,8 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
             x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), r2.stride(0), y.stride(0),
             *cache_strides,
             **flags, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-            BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **stats_tile(rows, in_features),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     return y.view(out_shape)
 

@@ -22,7 +22,6 @@ def test_each_rung_up_the_ladder_launches_fewer_kernels_and_moves_no_more_bytes(
         assert row["step_ms"] > 0 and row["context"] == 17
     if device.type == "cuda":  # counted by torch.profiler over one replay
         assert none["kernels"] > epilogue["kernels"] > decode["kernels"]
-        assert decode["kernels"] <= decode["launches_modeled"] + 2
     else:
         assert all(row["kernels"] is None for row in rows.values())
         assert "interpreter" in rows["decode"]["timer"]
