@@ -2,7 +2,9 @@
 
 Launches the app in-process (compiled kernels, bf16), then generates through its /generate endpoint
 with the bundled model and with random weights of GPT-2 small's shape (12 layers, width 768, the
-bundled tokenizer's 4096-token vocabulary), printing the summary the UI shows for each.
+bundled tokenizer's 4096-token vocabulary), printing the summary the UI shows for each. Then the other
+GPU endpoints: a tile sweep (and a second one cancelled after its first config, followed by a request
+that must start at once), a compare and the fusion ladder.
 """
 
 import os
@@ -52,6 +54,28 @@ def main(new_tokens: int):
                 print(f"\n### {model}, {how}: {new_tokens} new tokens, {wall:.1f} s end to end")
                 print(out[1])
                 print("text:", repr(out[0][:200]))
+        other_endpoints(client)
+
+
+def other_endpoints(client):
+    sweep = dict(kernel="linear", shape="M=64,K=768,N=3072", dtype="bfloat16", x="block_m", y="block_n", value="ms")
+    t0 = time.perf_counter()
+    heat, table, best, _ = client.predict(**sweep, api_name="/sweep")
+    print(f"\n### sweep, {time.perf_counter() - t0:.1f} s: {best}")
+    job = client.submit(**(sweep | dict(shape="M=1024,K=768,N=3072")), api_name="/sweep")
+    while not job.outputs():  # the first config's row
+        time.sleep(0.05)
+    job.cancel()
+    t0 = time.perf_counter()
+    client.predict(model="bundled", prompt="x", new_tokens=2, api_name="/generate")
+    waited = time.perf_counter() - t0
+    print(f"### a sweep cancelled after {len(job.outputs())} update(s); the next request answered in {waited:.1f} s")
+    t0 = time.perf_counter()
+    _, _, table, _ = client.predict(model="bundled", new_tokens=16, lengths="16,128", api_name="/compare")
+    print(f"\n### compare, {time.perf_counter() - t0:.1f} s:\n{table}")
+    t0 = time.perf_counter()
+    _, ladder = client.predict(model="bundled", dtype="bfloat16", batch=1, api_name="/ladder")
+    print(f"\n### ladder (bundled model), {time.perf_counter() - t0:.1f} s:\n{ladder}")
 
 
 if __name__ == "__main__":
