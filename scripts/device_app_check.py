@@ -60,7 +60,7 @@ def main(new_tokens: int):
 def other_endpoints(client):
     sweep = dict(kernel="linear", shape="M=64,K=768,N=3072", dtype="bfloat16", x="block_m", y="block_n", value="ms")
     t0 = time.perf_counter()
-    heat, table, best, _ = client.predict(**sweep, api_name="/sweep")
+    heat, table, best, *_ = client.predict(**sweep, api_name="/sweep")
     print(f"\n### sweep, {time.perf_counter() - t0:.1f} s: {best}")
     job = client.submit(**(sweep | dict(shape="M=1024,K=768,N=3072")), api_name="/sweep")
     while not job.outputs():  # the first config's row
@@ -71,10 +71,10 @@ def other_endpoints(client):
     waited = time.perf_counter() - t0
     print(f"### a sweep cancelled after {len(job.outputs())} update(s); the next request answered in {waited:.1f} s")
     t0 = time.perf_counter()
-    _, _, table, _ = client.predict(model="bundled", new_tokens=16, lengths="16,128", api_name="/compare")
+    _, _, table, *_ = client.predict(model="bundled", new_tokens=16, lengths="16,128", api_name="/compare")
     print(f"\n### compare, {time.perf_counter() - t0:.1f} s:\n{table}")
     t0 = time.perf_counter()
-    _, ladder = client.predict(model="bundled", dtype="bfloat16", batch=1, api_name="/ladder")
+    _, ladder, *_ = client.predict(model="bundled", dtype="bfloat16", batch=1, api_name="/ladder")
     print(f"\n### ladder (bundled model), {time.perf_counter() - t0:.1f} s:\n{ladder}")
 
 
