@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from explorer.app import actions, ui
+from explorer.measure.ladder import RUNGS
 from kernels import TileConfig
 
 
@@ -164,3 +165,16 @@ def test_compare_table_keeps_eager_and_graph_runs_apart():
     table = actions.compare_table(pd.DataFrame(rows)).set_index("launch_mode")
     assert table.loc["eager", "decode_ms_p50"] == 9.0 and table.loc["CUDA graph", "decode_ms_p50"] == 1.5
     assert table.loc["CUDA graph", "last_step_ms"] == 2.5 and set(table.ttft_ms) == {3.0}
+
+
+def test_ladder_handler_shows_each_rung_as_it_is_measured():
+    outputs = list(ui.ladder("bundled", "float32", 1))
+    assert len(outputs) == len(RUNGS)  # one update per rung
+    figure, table = outputs[-1]
+    assert list(table.rung) == list(RUNGS)
+    assert (table["ms per step"] > 0).all() and "× torch" in table
+    counted = table["kernels (counted)"]
+    assert counted.notna().all() if torch.cuda.is_available() else counted.isna().all()
+    assert "fusion ladder" in figure.layout.title.text
+    with pytest.raises(gr.Error, match="batch"):
+        next(ui.ladder("bundled", "float32", 0))
