@@ -113,15 +113,17 @@ def _decode_linear_kernel(
             # The rows fit in registers (STATS_ROWS x STATS_COLS, powers of two covering M x K): one load,
             # then mean and variance as layer_norm computes them. A loop would wait for its loads one chunk
             # at a time, before the program has asked for any of its weight.
-            r = tl.arange(0, STATS_ROWS).to(tl.int64)
-            ks = tl.arange(0, STATS_COLS)
-            mask = (r < M)[:, None] & (ks < K)[None, :]
-            xs = tl.load(X + r[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
+            # (Names of their own: a name the K loop below assigns must keep one shape.)
+            s_rows = tl.arange(0, STATS_ROWS).to(tl.int64)
+            s_cols = tl.arange(0, STATS_COLS)
+            s_mask = (s_rows < M)[:, None] & (s_cols < K)[None, :]
+            xs = tl.load(X + s_rows[:, None] * stride_xm + s_cols[None, :] * stride_xk, mask=s_mask, other=0.0)
+            xs = xs.to(tl.float32)
             mean_r = tl.sum(xs, axis=1) / K
-            diff = tl.where(mask, xs - mean_r[:, None], 0.0)
-            rstd_r = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=1) / K + eps)
+            s_diff = tl.where(s_mask, xs - mean_r[:, None], 0.0)
+            rstd_r = 1.0 / tl.sqrt(tl.sum(s_diff * s_diff, axis=1) / K + eps)
             # From STATS_ROWS rows to the dot's 16-row tile: row i takes row i's statistics.
-            pick = rows[:, None] == r[None, :]
+            pick = rows[:, None] == s_rows[None, :]
             mean = tl.sum(tl.where(pick, mean_r[None, :], 0.0), axis=1)
             rstd = tl.sum(tl.where(pick, rstd_r[None, :], 0.0), axis=1)
         else:  # wide rows: two passes over x in BLOCK_K chunks (the rows are small and stay in cache)
