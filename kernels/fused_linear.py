@@ -193,7 +193,7 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
         return TileConfig(block_m=16, block_n=256, block_k=64, split_k=1, num_warps=4, num_stages=1)
     if cdiv(out_features, 128) >= 2 * limits.num_sms:
         return TileConfig(block_m=16, block_n=128, block_k=64, split_k=1, num_warps=4, num_stages=3)
-    wanted = max(1, (3 * limits.num_sms // 2) // cdiv(out_features, 32))
+    wanted = cdiv(3 * limits.num_sms // 2, cdiv(out_features, 32))
     split_k = prev_pow2(max(1, min(wanted, in_features // 64)))
     block_k = min(256, max(64, prev_pow2(cdiv(in_features, split_k) // 2)))
     return TileConfig(block_m=16, block_n=32, block_k=block_k, split_k=split_k, num_warps=4, num_stages=3)
