@@ -25,8 +25,8 @@ def measure(s: dict) -> tuple[dict, dict]:
     profiled = profile_run(model, [ids], steps, cache=True, backend=s["backend"], samples=s["samples"])
     decode = profiled[profiled.phase == "decode"]
     n = decode.step.nunique()
-    kinds = decode.groupby("kind", as_index=False)[["kernel_ms", "launch_ms"]].sum(min_count=1)
-    kinds[["kernel_ms", "launch_ms"]] = kinds[["kernel_ms", "launch_ms"]] / n  # per decode step
+    kinds = decode.groupby("kind", as_index=False)[["kernel_ms"]].sum()
+    kinds["kernel_ms"] = kinds.kernel_ms / n  # per decode step
     kinds = kinds.sort_values("kernel_ms", ascending=False).reset_index(drop=True)
     total = float(kinds.kernel_ms.sum())
     summary = metrics.summary(steps)
@@ -38,31 +38,30 @@ def measure(s: dict) -> tuple[dict, dict]:
         kernel_ms=total,
         top=[(str(k), float(v), float(v / total)) for k, v in zip(kinds.kind[:3], kinds.kernel_ms[:3], strict=True)],
         weights_share=float(kinds[kinds.kind.isin(WEIGHT_KINDS)].kernel_ms.sum() / total),
-        launch_ms=float(kinds.launch_ms.sum()) if kinds.launch_ms.notna().any() else None,
     )
     return facts, {"kinds": kinds}
 
 
 def explain(r) -> str:
     f = r.facts
-    where = ", ".join(map(str, f["positions"]))
+    where = ("positions " if len(f["positions"]) > 1 else "position ") + ", ".join(map(str, f["positions"]))
     shares = "; ".join(f"**{k}** {base.ms(v)} ({base.pct(p)})" for k, v, p in f["top"])
     gpu = r.device != "CPU"
     text = (
         f"Each of the {f['layers']} blocks runs LayerNorm, the QKV projection, attention over the cache, the "
         f"output projection, LayerNorm again and the two FFN matmuls; then a last LayerNorm and the LM head: "
         f"**{f['operations']} operations** per decode step. A step took **{base.ms(f['step_ms'])}** (median). "
-        f"Timed one operation at a time at position {where}, they add up to {base.ms(f['kernel_ms'])}: "
+        f"{base.timed_alone(r)} at {where}, they add up to {base.ms(f['kernel_ms'])}: "
         f"{shares}. The operations that read a weight matrix (projections, FFN, LM head) took "
         f"**{base.pct(f['weights_share'])}**: in decode each streams its whole matrix for one token.\n\n"
     )
-    if gpu and f.get("launch_ms"):
+    if gpu and f["step_ms"] > 1.5 * f["kernel_ms"]:
         text += (
-            f"Launching those operations one by one from Python cost the host **{base.ms(f['launch_ms'])}**, "
-            f"{base.num(f['launch_ms'] / f['kernel_ms'])}× the {base.ms(f['kernel_ms'])} the GPU spent on them: "
-            "the GPU waits on Python unless the step is replayed as one CUDA graph (lesson 5)."
+            f"The step took {base.ms(f['step_ms'])} and its kernels {base.ms(f['kernel_ms'])}: for the other "
+            f"{base.ms(f['step_ms'] - f['kernel_ms'])} the GPU waited while Python launched the operations one by one, "
+            "which a CUDA graph replay removes (see *Launch overhead and CUDA graphs*)."
         )
-    else:
+    elif not gpu:
         text += (
             "Here each time is the Triton interpreter running the kernel's programs in Python: it grows with the "
             "number of tiles, not with bytes or FLOPs as a GPU's would."
@@ -72,15 +71,8 @@ def explain(r) -> str:
 
 def figure(r) -> go.Figure:
     kinds = r.tables["kinds"].sort_values("kernel_ms")
-    fig = go.Figure(
-        go.Bar(y=kinds.kind, x=kinds.kernel_ms, orientation="h", name="device time", marker_color="#4c78a8")
-    )
-    if r.device != "CPU" and kinds.launch_ms.notna().any():
-        fig.add_trace(
-            go.Bar(y=kinds.kind, x=kinds.launch_ms, orientation="h", name="host time launching", marker_color="#f58518")
-        )
     clock = "interpreter time" if r.device == "CPU" else "device time"
-    fig.update_layout(barmode="group")
+    fig = go.Figure(go.Bar(y=kinds.kind, x=kinds.kernel_ms, orientation="h", name=clock, marker_color="#4c78a8"))
     return base.big(fig, f"Where a decode step goes ({clock})", r, "ms per decode step", "")
 
 
