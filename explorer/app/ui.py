@@ -275,7 +275,8 @@ def lesson(lesson):
     """The lesson's job, then its explanation and chart, beside the lesson as recorded on a GPU."""
     try:
         name = validate.choice("lesson", lesson, lessons.names())
-        recorded = lessons.recorded_view(name)
+        text, figure = lessons.recorded_view(name)
+        recorded = (text, gr.update(value=figure, visible=figure is not None))
         yield f"*Running {lessons.LESSONS[name].title.lower()}…*", None, *recorded
         result = lessons.run(name)
         yield lessons.live_markdown(result), lessons.LESSONS[name].figure(result), *recorded
@@ -404,13 +405,14 @@ def build() -> gr.Blocks:
                 with gr.Row():
                     lesson_intro = gr.Markdown("Pick a lesson above.")
                     again_btn = gr.Button("Run the lesson again", scale=0, min_width=220)
+                # Each side: its chart, then what it measured. Without a GPU, the GPU recording beside the run.
                 with gr.Row(equal_height=False):
                     with gr.Column():
+                        lesson_plot = gr.Plot(show_label=False, elem_id="lesson-plot")
                         lesson_md = gr.Markdown(elem_classes="lesson-text", elem_id="lesson-live")
-                        lesson_plot = gr.Plot(show_label=False)
                     with gr.Column(visible=lessons.size() == "cpu"):
+                        recorded_plot = gr.Plot(show_label=False, visible=False, elem_id="lesson-recorded-plot")
                         recorded_md = gr.Markdown(elem_classes="lesson-text", elem_id="lesson-recorded")
-                        recorded_plot = gr.Plot(show_label=False)
             with gr.Tab("Memory hierarchy"):
                 hierarchy = gr.HTML(actions.hierarchy_before_a_run())
                 roofline_plot = gr.Plot(show_label=False)
@@ -500,7 +502,7 @@ def build() -> gr.Blocks:
         )
         picked.then(gpu.event(lesson, LESSON_S), lesson_pick, lesson_out, api_name="lesson", **GPU)
         again_btn.click(gpu.event(lesson, LESSON_S), lesson_pick, lesson_out, api_visibility="private", **GPU)
-        demo.load(open_link, None, [tabs, lesson_pick], api_visibility="private", queue=False)
+        demo.load(open_link, None, [tabs, lesson_pick], api_visibility="private")  # queued: it may warn
         # The estimates under Generate and Compare follow their controls, from the page's first load on.
         for fn, inputs, note in (
             (generate_estimate, [model, prompt, prompt_tokens, new_tokens, batch, backend, cache], generate_note),

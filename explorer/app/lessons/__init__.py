@@ -43,8 +43,9 @@ def describe(s: dict) -> str:
         for values in s["grid"].values():
             count *= len(values)
         return f"the {s['kernel']} kernel at {shape} in {s['dtype']}, {count} tile shapes"
-    runs = f"{s['prompt_tokens']}-token prompt and {s['new_tokens']} new tokens"
-    return f"{base.MODEL_LABELS[s['model']]} in {s['dtype']} ({base.on_what(s, base.device_name())}): a {runs}"
+    runs = f"prompt of {s['prompt_tokens']} tokens and {s['new_tokens']} new tokens"
+    where = base.on_what(s, "the GPU" if size() == "gpu" else "CPU")  # no CUDA call: ZeroGPU has none outside a run
+    return f"{base.MODEL_LABELS[s['model']]} in {s['dtype']} ({where}): a {runs}"
 
 
 def intro(name: str) -> str:
@@ -60,7 +61,7 @@ def live_markdown(result: Result) -> str:
     lesson = LESSONS[result.lesson]
     where = base.on_what(result.settings, result.device)
     return (
-        f"#### Measured just now: {where}, {result.seconds:.1f} s\n\n{lesson.explain(result)}\n\n"
+        f"#### {lesson.title}, measured just now on {where}, in {result.seconds:.1f} s\n\n{lesson.explain(result)}\n\n"
         f"**What to try next:** {lesson.try_next}"
     )
 
@@ -72,12 +73,18 @@ def recorded_view(name: str):
     rec = recorded.latest()
     if rec is None:
         return recorded.NONE_YET, None
-    result = rec.results.get(name)
+    result, lesson = rec.results.get(name), LESSONS[name]
     if result is None:
         return f"The GPU recording ({rec.label}) has no lesson {name!r}: it was made before the lesson existed.", None
-    lesson = LESSONS[name]
-    head = f"#### {rec.label[0].upper()}{rec.label[1:]}\n{base.on_what(result.settings, result.device)}; {rec.versions}"
-    return f"{head}\n\n{lesson.explain(result)}", lesson.figure(result)
+    head = f"#### {lesson.title}, {rec.label}\n{base.on_what(result.settings, result.device)}; {rec.versions}"
+    try:
+        return f"{head}\n\n{lesson.explain(result)}", lesson.figure(result)
+    except (KeyError, TypeError, ValueError, AttributeError):  # facts or tables this version no longer reads
+        return (
+            f"The GPU recording ({rec.label}) of this lesson was made by an earlier version of it, whose numbers "
+            "this one cannot read: run `python scripts/record_lessons.py` on a GPU again.",
+            None,
+        )
 
 
 __all__ = ["LESSONS", "Lesson", "Result", "choices", "intro", "live_markdown", "names", "recorded_view", "run", "size"]

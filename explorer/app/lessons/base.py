@@ -184,6 +184,17 @@ def on_what(settings: dict, device: str) -> str:
     return "CPU, Triton interpreter" if settings.get("backend", "triton") == "triton" else "CPU, PyTorch, one thread"
 
 
+def timed_alone(r: Result) -> str:
+    """How the operations were timed one by one, as a sentence's opening."""
+    return (
+        "Timed kernel by kernel with launch overhead kept out" if r.device != "CPU" else "Timed operation by operation"
+    )
+
+
+def clock(r: Result) -> str:
+    return "device time" if r.device != "CPU" else "CPU time"
+
+
 # --- numbers as the explanations write them ----------------------------------------------------------
 
 
@@ -236,5 +247,17 @@ def big(fig: go.Figure, title: str, result: Result, x: str = "", y: str = "", he
     )
     if x or y:
         fig.update_layout(xaxis_title=x, yaxis_title=y)
+    if x == "sequence position":  # whole positions, however few
+        xs = [v for t in fig.data if t.x is not None for v in t.x]
+        fig.update_xaxes(tickformat="d", dtick=1 if xs and max(xs) - min(xs) <= 12 else None)
     fig.update_traces(selector=dict(type="scatter"), line_width=4, marker_size=12)
     return fig
+
+
+def time_axis(fig: go.Figure, r: Result) -> None:
+    """Step times on a GPU span a one-off first step (pinned buffers, the allocator) of hundreds of ms and
+    graph replays of a fraction of one: a log axis shows both. The CPU's curves read better on a linear one."""
+    if r.device != "CPU":
+        fig.update_yaxes(type="log", dtick=1)  # labels at 1, 10, 100 only
+    else:
+        fig.update_yaxes(rangemode="tozero")

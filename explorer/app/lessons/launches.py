@@ -78,8 +78,9 @@ def figure(r) -> go.Figure:
             fig.add_trace(
                 go.Scatter(x=part.position, y=part.latency_ms, mode="lines+markers", name=launch, line_color=color)
             )
-    fig.update_yaxes(rangemode="tozero")
-    return base.big(fig, "Decode step time: eager launches and a CUDA graph", r, "sequence position", "ms per step")
+    base.time_axis(fig, r)
+    fig.update_layout(showlegend=True)  # also when only the eager line could run (no GPU)
+    return base.big(fig, "Decode step: eager or CUDA graph", r, "sequence position", "ms per step")
 
 
 LESSON = base.Lesson(

@@ -117,8 +117,8 @@ def _load(path: str, mtime: float) -> Recording:
     return recording
 
 
-def latest(folder: str | Path = FOLDER) -> Recording | None:
-    """The newest recording made on a GPU in `folder`, or None."""
-    found = [load(p) for p in sorted(Path(folder).glob("lessons_*.json"))]
+def latest(folder: str | Path | None = None) -> Recording | None:
+    """The newest recording made on a GPU in `folder` (assets/recorded/), or None."""
+    found = [load(p) for p in sorted(Path(folder or FOLDER).glob("lessons_*.json"))]
     found = [r for r in found if r.meta.get("device_type") == "cuda"]
     return max(found, key=lambda r: str(r.meta.get("date", "")), default=None)

@@ -112,12 +112,14 @@ def figure(r) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     fig.add_trace(go.Bar(x=ok.tile, y=ok.modeled_mb, name="MB L2 → SMs", marker_color="#4c78a8"), row=1, col=1)
     fig.add_trace(go.Bar(x=ok.tile, y=ok.hbm_mb, name="MB HBM", marker_color="#e45756"), row=1, col=1)
-    fig.add_trace(go.Bar(x=ok.tile, y=ok.us, name="µs", marker_color="#54a24b", showlegend=True), row=2, col=1)
+    fig.add_trace(go.Bar(x=ok.tile, y=ok.us, name="time", marker_color="#54a24b", showlegend=False), row=2, col=1)
     fig.update_yaxes(title_text="MB", row=1, col=1)
     fig.update_yaxes(title_text="µs", row=2, col=1)
-    fig.update_xaxes(title_text="tile (rows × columns)", row=2, col=1)
     fig.update_layout(barmode="group")
-    return base.big(fig, "Tile size: bytes loaded and time", r, height=680)
+    fig = base.big(fig, "Tile size: bytes loaded and time", r, height=680)
+    # Tile names run down under the bars: the legend sits inside the bytes chart, top right, where bars are short.
+    fig.update_layout(legend=dict(orientation="v", x=0.99, xanchor="right", y=0.99, yanchor="top"))
+    return fig
 
 
 def estimated(s: dict) -> float:
