@@ -36,7 +36,8 @@ GENERATE |= {name: (False if name.endswith("autotune") else "default") for name 
 COMPARE = {k: v for k, v in GENERATE.items() if k != "overlay"} | dict(lengths="2")
 SWEEP = dict(kernel="layer_norm", shape="M=4,C=32", dtype="float32", x="block_m", y="num_warps", value="ms")
 EXPORT = dict(which="last run: steps", fmt="csv")
-ENDPOINTS = {"/generate": GENERATE, "/compare": COMPARE, "/sweep": SWEEP, "/export": EXPORT}
+LESSON = dict(lesson="tiling")
+ENDPOINTS = {"/generate": GENERATE, "/compare": COMPARE, "/sweep": SWEEP, "/export": EXPORT, "/lesson": LESSON}
 CASES = [(endpoint, name) for endpoint, params in ENDPOINTS.items() for name in params]
 
 
