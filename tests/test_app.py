@@ -9,7 +9,7 @@ import plotly.io as pio
 import pytest
 import torch
 
-from explorer.app import actions
+from explorer.app import actions, lessons
 from kernels import timing
 from tests.serve import running_app
 
@@ -99,4 +99,20 @@ def test_tile_sweep_endpoint(client):
 
 def test_named_endpoints(client):
     api = client.view_api(print_info=False, return_format="dict")
-    assert {"/generate", "/sweep", "/compare", "/export"} <= set(api["named_endpoints"])
+    assert {"/generate", "/sweep", "/compare", "/export", "/lesson"} <= set(api["named_endpoints"])
+    (choice,) = api["named_endpoints"]["/lesson"]["parameters"]
+    assert choice["parameter_name"] == "lesson" and "kv-cache" in choice["type"]["enum"]
+
+
+def test_a_lesson_through_the_api_quotes_its_own_chart(client):
+    text, plot, recorded, _ = client.predict(lesson="tiling", api_name="/lesson")
+    assert text.startswith("#### Tiling and shared memory, measured just now on ")
+    figure = pio.from_json(plot["plot"])
+    times = next(t for t in figure.data if t.name == "time")
+    fastest = min(_values(times.y))
+    assert f"at {lessons.base.duration(fastest)}**" in text  # the µs in the text is the chart's lowest bar
+    assert (
+        recorded == "" if torch.cuda.is_available() else ("recorded on" in recorded or "No GPU recording" in recorded)
+    )
+    with pytest.raises(gradio_client.exceptions.AppError, match=r"lesson must be one of 'memory', .* got 'nope'"):
+        client.predict(lesson="nope", api_name="/lesson")

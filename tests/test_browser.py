@@ -1,12 +1,14 @@
 """A real browser (Debian's chromium, driven by playwright) opens the app, clicks Generate and waits
-for streamed tokens and a rendered chart. The screenshot lands in artifacts/."""
+for streamed tokens and a rendered chart, and runs every lesson. The screenshots land in artifacts/."""
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from explorer.app import lessons
 from tests.serve import running_app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -110,3 +112,62 @@ def test_stop_says_so_and_the_sweep_table_starts_with_its_own_columns(browser):
         assert any("why not" in h for h in headers) and not any(h.strip() in ("1", "2", "3") for h in headers)
         assert table is not None
         page.screenshot(path=str(ARTIFACTS / "stopped-and-sweep.png"), full_page=True)
+
+
+def _lesson_done(page, name: str, timeout_ms: int = 180_000):
+    """Wait for the lesson's own measured explanation and its chart; return the explanation's text."""
+    title = lessons.LESSONS[name].title
+    page.locator("#lesson-live").get_by_text(f"{title}, measured just now").wait_for(timeout=timeout_ms)
+    page.wait_for_selector("#lesson-plot .js-plotly-plot .main-svg", timeout=30_000)
+    page.wait_for_timeout(1000)  # plotly's layout settles
+    return page.locator("#lesson-live").inner_text()
+
+
+def _measured_and_labelled(page, text: str):
+    assert re.search(r"\d(\.\d+)? (ms|MB|µs)", text), text  # numbers with units, from the run
+    assert "What to try next:" in text
+    # Readable from the back of a room: the chart's title and tick labels in large type.
+    assert float(page.locator("#lesson-plot .gtitle").first.evaluate("e => getComputedStyle(e).fontSize")[:-2]) >= 24
+    assert (
+        float(page.locator("#lesson-plot .ytick text").first.evaluate("e => getComputedStyle(e).fontSize")[:-2]) >= 18
+    )
+    recorded = page.locator("#lesson-recorded").inner_text()
+    # Beside it, a GPU recording labelled with its GPU and date, or the plain fact that there is none.
+    assert "No GPU recording is available yet" in recorded or re.search(r"recorded on .+, \d{4}-\d\d-\d\d", recorded)
+
+
+@pytest.mark.parametrize("name", list(lessons.LESSONS))
+def test_a_lesson_in_a_browser(browser, name):
+    """One click on the lesson runs it; the explanation quotes the run; the screenshot lands in artifacts/."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app() as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url, wait_until="load")
+        page.get_by_role("tab", name="Lessons").click()
+        label = dict((n, label) for label, n in lessons.choices())[name]
+        page.get_by_text(label, exact=True).click()
+        text = _lesson_done(page, name)
+        _measured_and_labelled(page, text)
+        page.screenshot(path=str(ARTIFACTS / f"lesson-{name}.png"), full_page=True)
+
+
+def test_a_lesson_link_opens_and_runs_it_and_sets_the_controls(browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app() as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url + "?lesson=kv-cache", wait_until="load")
+        text = _lesson_done(page, "kv-cache")
+        _measured_and_labelled(page, text)
+        assert page.get_by_role("tab", name="Lessons").get_attribute("aria-selected") == "true"
+        assert page.get_by_label("3. The KV cache on and off").is_checked()
+        page.screenshot(path=str(ARTIFACTS / "lesson-link.png"), full_page=True)
+        # The Generate tab now holds the lesson's job: cache off, its token counts.
+        page.get_by_role("tab", name="Generate").click()
+        s = lessons.LESSONS["kv-cache"].settings(lessons.size())
+        assert not page.get_by_label("KV cache", exact=True).is_checked()
+        assert page.get_by_label("number input for new tokens").input_value() == str(s["new_tokens"])
+        assert "Estimate: " in page.inner_text("body")  # the note under Generate follows the controls
+        # A link to a lesson that does not exist says so and runs nothing.
+        page.goto(url + "?lesson=nope", wait_until="load")
+        page.get_by_text("There is no lesson 'nope'").wait_for(timeout=30_000)
+        assert page.get_by_role("tab", name="Lessons").get_attribute("aria-selected") == "true"

@@ -38,7 +38,9 @@ COMPARE = {k: v for k, v in GENERATE.items() if k != "overlay"} | dict(lengths="
 SWEEP = dict(kernel="layer_norm", shape="M=4,C=32", dtype="float32", x="block_m", y="num_warps", value="ms")
 EXPORT = dict(which="last run: steps", fmt="csv")
 LADDER = dict(model="bundled", dtype="float32", batch=1)
-ENDPOINTS = {"/generate": GENERATE, "/compare": COMPARE, "/sweep": SWEEP, "/export": EXPORT, "/ladder": LADDER}
+LESSON = dict(lesson="tiling")
+ENDPOINTS = {"/generate": GENERATE, "/compare": COMPARE, "/sweep": SWEEP, "/export": EXPORT}
+ENDPOINTS |= {"/ladder": LADDER, "/lesson": LESSON}
 CASES = [(endpoint, name) for endpoint, params in ENDPOINTS.items() for name in params]
 
 

@@ -40,10 +40,10 @@ def test_building_the_app_touches_no_cuda_and_wraps_every_gpu_event(zero_gpu):
     from explorer.app import ui
 
     demo = ui.build()
-    assert set(zero_gpu) == {"generate", "sweep", "compare", "ladder"}  # export writes a file: no GPU
+    assert set(zero_gpu) == {"generate", "sweep", "compare", "ladder", "lesson"}  # export writes a file: no GPU
     assert all(isinstance(seconds, int) and seconds > 0 for seconds in zero_gpu.values())
     handlers = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
-    for name in ("generate", "sweep", "compare", "ladder"):
+    for name in ("generate", "sweep", "compare", "ladder", "lesson"):
         assert handlers[name].fn.__wrapped__.__name__ == name  # the platform's wrapper is what runs
     assert handlers["export"].fn.__name__ == "export"
     from explorer.app import actions

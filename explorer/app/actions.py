@@ -29,7 +29,7 @@ from ..measure.profile import profile_run
 from ..model.generate import generate
 from ..model.ops import DEFAULT_FUSION, Tiles
 from ..model.weights import DEFAULT_MODEL, load_model, model_status
-from . import gpu, plots
+from . import estimate, gpu, plots
 from .errors import UserError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -367,6 +367,8 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         profiled = profile_run(model, batch, steps, cache=s.cache, tiles=s.tiles, backend=s.backend, samples=samples)
         kernels, where = metrics.kernel_frame(steps, profiled), metrics.profiled_note(profiled)
         summary = metrics.summary(steps, peaks(), counted) | rung | dict(after_run=where)
+        done = estimate.layer_steps(s.model, len(ids), len(steps), s.cache, s.batch, profiled=samples + 1)
+        estimate.record(model.device.type, s.backend, done, time.monotonic() - t0)  # for the next estimate
         yield Update(texts, metrics.step_frame(steps), kernels, summary, True, done=True, profiled=where)
     except Exception as e:  # every failure becomes one message; the app serves the next request
         raise _friendly(e) from None

@@ -8,7 +8,7 @@ import inspect
 import gradio as gr
 
 from ..model.ops import DEFAULT_FUSION, FUSIONS
-from . import actions, gpu, plots, validate
+from . import actions, estimate, gpu, lessons, plots, validate
 
 EXAMPLES = ["def fibonacci(n):", "class Config:", "import os\nimport sys\n\n\ndef main(", '"""Return the number of']
 THEME = gr.themes.Soft(primary_hue="indigo")
@@ -18,6 +18,7 @@ CSS = """
 .hierarchy td, .hierarchy th {border: 1px solid #ccc; padding: 4px 10px; text-align: right}
 .hierarchy td:first-child, .hierarchy th:first-child {text-align: left}
 #out textarea {font-family: ui-monospace, monospace}
+.lesson-text {font-size: 1.15em}
 """
 INTRO = """# Triton Decoder Explorer
 A small GPT-2 decoder generating token by token on our own Triton kernels. GPU speed is mostly about
@@ -27,7 +28,7 @@ kernel from Python costs."""
 GPU = dict(concurrency_id="gpu", concurrency_limit=1)  # one run on the GPU at a time; others wait in line
 # ZeroGPU's duration estimates (seconds a GPU is held per event): compile and warm-up, the tokens, the
 # profiling pass; a sweep's configs; a compare's runs.
-GENERATE_S, SWEEP_S, COMPARE_S, LADDER_S = 90, 120, 240, 120
+GENERATE_S, SWEEP_S, COMPARE_S, LADDER_S, LESSON_S = 90, 120, 240, 120, 240
 NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None}
 
 
@@ -304,6 +305,76 @@ def export(which, fmt, state):
         raise _fail(e) from None
 
 
+def lesson(lesson):
+    """The lesson's job, then its explanation and chart, beside the lesson as recorded on a GPU."""
+    try:
+        name = validate.choice("lesson", lesson, lessons.names())
+        text, figure = lessons.recorded_view(name)
+        recorded = (text, gr.update(value=figure, visible=figure is not None))
+        yield f"*Running {lessons.LESSONS[name].title.lower()}…*", None, *recorded
+        result = lessons.run(name)
+        yield lessons.live_markdown(result), lessons.LESSONS[name].figure(result), *recorded
+    except actions.UserError as e:
+        raise _fail(e) from None
+
+
+# The controls a lesson may set, in the order pick_lesson returns them.
+LESSON_CONTROLS = ["model", "prompt_tokens", "new_tokens", "dtype", "backend", "cache", "cuda_graph", "kernel"]
+
+
+def pick_lesson(name):
+    """A lesson picked: its introduction, and the app's controls set to its job."""
+    try:
+        name = validate.choice("lesson", name, lessons.names())
+    except actions.UserError as e:
+        raise _fail(e) from None
+    chosen = lessons.LESSONS[name]
+    values = chosen.controls(chosen.settings(lessons.size()))
+    return lessons.intro(name), *(gr.update(value=values[c]) if c in values else gr.skip() for c in LESSON_CONTROLS)
+
+
+def open_link(request: gr.Request):
+    """/?lesson=kv-cache: the Lessons tab, with that lesson picked (which runs it)."""
+    name = request.query_params.get("lesson") if request is not None else None
+    if name is None:
+        return gr.skip(), gr.skip()
+    if name not in lessons.LESSONS:
+        gr.Warning(f"There is no lesson {name!r}; the lessons are {', '.join(lessons.names())}.")
+        return gr.Tabs(selected="lessons"), gr.skip()
+    return gr.Tabs(selected="lessons"), gr.update(value=name)
+
+
+def generate_estimate(model, prompt, prompt_tokens, new_tokens, batch, backend, cache):
+    """The note under Generate: about how long these settings take here (nothing while a value is invalid)."""
+    try:
+        tokens = validate.whole("prompt length", prompt_tokens, 0, 1000) or max(1, len(validate.text("p", prompt)) // 3)
+        return estimate.generation_note(
+            validate.text("model", model),
+            tokens,
+            validate.whole("new tokens", new_tokens, 1, actions.MAX_NEW_TOKENS),
+            validate.flag("cache", cache),
+            validate.whole("batch", batch, 1, actions.MAX_BATCH),
+            validate.choice("backend", backend, ["triton", "torch"]),
+            actions.device().type,
+        )
+    except actions.UserError:
+        return ""
+
+
+def compare_estimate(model, new_tokens, cuda_graph, lengths):
+    """The note under Compare: about how long its runs take here."""
+    try:
+        return estimate.compare_note(
+            validate.text("model", model),
+            actions.parse_lengths(validate.text("lengths", lengths)),
+            validate.whole("new tokens", new_tokens, 1, actions.MAX_NEW_TOKENS),
+            validate.flag("CUDA graph", cuda_graph) and actions.graphs_available(),
+            actions.device().type,
+        )
+    except actions.UserError:
+        return ""
+
+
 def build() -> gr.Blocks:
     # Gradio's copies of exported files (and of any other file it serves) go after an hour.
     age = actions.EXPORT_MAX_AGE_S
@@ -311,8 +382,8 @@ def build() -> gr.Blocks:
         state = gr.State(NEW_STATE)
         gr.Markdown(INTRO)
         gr.Markdown(actions.header())
-        with gr.Tabs():
-            with gr.Tab("Generate"):
+        with gr.Tabs() as tabs:
+            with gr.Tab("Generate", id="generate"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=340):
                         model = gr.Dropdown(actions.model_choices(), value=actions.default_model(), label="model")
@@ -355,6 +426,7 @@ def build() -> gr.Blocks:
                         with gr.Row():
                             go_btn = gr.Button("Generate", variant="primary")
                             stop_btn = gr.Button("Stop")
+                        generate_note = gr.Markdown()
                     with gr.Column(scale=2):
                         out = gr.Textbox(label="output", lines=8, elem_id="out")
                         summary = gr.Markdown()
@@ -363,6 +435,25 @@ def build() -> gr.Blocks:
                         with gr.Row():
                             kv_plot, share_plot = gr.Plot(show_label=False), gr.Plot(show_label=False)
                         bandwidth_plot = gr.Plot(show_label=False)
+            with gr.Tab("Lessons", id="lessons"):
+                lesson_pick = raw(
+                    gr.Radio(
+                        lessons.choices(),
+                        value=None,
+                        label="lessons: one click sets the controls, runs the lesson and explains what it measured",
+                    )
+                )
+                with gr.Row():
+                    lesson_intro = gr.Markdown("Pick a lesson above.")
+                    again_btn = gr.Button("Run the lesson again", scale=0, min_width=220)
+                # Each side: its chart, then what it measured. Without a GPU, the GPU recording beside the run.
+                with gr.Row(equal_height=False):
+                    with gr.Column():
+                        lesson_plot = gr.Plot(show_label=False, elem_id="lesson-plot")
+                        lesson_md = gr.Markdown(elem_classes="lesson-text", elem_id="lesson-live")
+                    with gr.Column(visible=lessons.size() == "cpu"):
+                        recorded_plot = gr.Plot(show_label=False, visible=False, elem_id="lesson-recorded-plot")
+                        recorded_md = gr.Markdown(elem_classes="lesson-text", elem_id="lesson-recorded")
             with gr.Tab("Memory hierarchy"):
                 hierarchy = gr.HTML(actions.hierarchy_before_a_run())
                 roofline_plot = gr.Plot(show_label=False)
@@ -389,6 +480,7 @@ def build() -> gr.Blocks:
                 with gr.Row():
                     compare_btn = gr.Button("Compare cache on/off, backends and launches", variant="primary")
                     compare_stop = gr.Button("Stop")
+                compare_note = gr.Markdown()
                 compare_plot, fusion_plot = gr.Plot(label="decode latency"), gr.Plot(label="fusion")
                 compare_df = gr.Dataframe(label="per run")
                 with gr.Row():
@@ -454,4 +546,19 @@ def build() -> gr.Blocks:
         )
         ladder_stop.click(None, None, None, cancels=[climbing], api_visibility="private")
         export_btn.click(export, [which, fmt, state], file, api_name="export")
+        lesson_out = [lesson_md, lesson_plot, recorded_md, recorded_plot]
+        lesson_controls = [model, prompt_tokens, new_tokens, dtype, backend, cache, cuda_graph, kernel]
+        picked = lesson_pick.change(
+            pick_lesson, lesson_pick, [lesson_intro, *lesson_controls], api_visibility="private", queue=False
+        )
+        picked.then(gpu.event(lesson, LESSON_S), lesson_pick, lesson_out, api_name="lesson", **GPU)
+        again_btn.click(gpu.event(lesson, LESSON_S), lesson_pick, lesson_out, api_visibility="private", **GPU)
+        demo.load(open_link, None, [tabs, lesson_pick], api_visibility="private")  # queued: it may warn
+        # The estimates under Generate and Compare follow their controls, from the page's first load on.
+        for fn, inputs, note in (
+            (generate_estimate, [model, prompt, prompt_tokens, new_tokens, batch, backend, cache], generate_note),
+            (compare_estimate, [model, new_tokens, cuda_graph, lengths], compare_note),
+        ):
+            triggers = [demo.load, *(c.change for c in inputs)]
+            gr.on(triggers, fn, inputs, note, api_visibility="private", queue=False, show_progress="hidden")
     return demo

@@ -1,0 +1,90 @@
+"""Guided lessons: one click sets the app's controls, runs a job sized for the device at hand and explains
+what it measured, next to the same lesson recorded on a GPU.
+
+A lesson is a module with a LESSON (base.Lesson); the app, the /lesson endpoint, the ?lesson= link and
+scripts/record_lessons.py all read this registry, so a new lesson is a module and one line below.
+"""
+
+from __future__ import annotations
+
+from .. import actions
+from .. import estimate as cost
+from . import base, decode_step, kv_cache, launches, memory, prefill_decode, recorded, tiling
+from .base import Lesson, Result, size
+
+LESSONS: dict[str, Lesson] = {
+    m.LESSON.name: m.LESSON for m in (memory, decode_step, kv_cache, tiling, launches, prefill_decode)
+}
+
+
+def names() -> list[str]:
+    return list(LESSONS)
+
+
+def choices() -> list[tuple[str, str]]:
+    """(label, name) pairs, numbered in teaching order."""
+    return [(f"{i}. {lesson.title}", name) for i, (name, lesson) in enumerate(LESSONS.items(), 1)]
+
+
+def run(name: str, size_: str | None = None) -> Result:
+    """Run the lesson's job for this device (or for `size_`: "cpu" | "gpu"); a failure is one message."""
+    lesson = LESSONS[name]
+    try:
+        return base.run(lesson, lesson.settings(size_ or size()))
+    except Exception as e:
+        raise actions._friendly(e) from None
+
+
+def describe(s: dict) -> str:
+    """What a lesson's job runs, in a line."""
+    if "shape" in s:
+        shape = ", ".join(f"{k}={v}" for k, v in s["shape"].items())
+        count = 1
+        for values in s["grid"].values():
+            count *= len(values)
+        return f"the {s['kernel']} kernel at {shape} in {s['dtype']}, {count} tile shapes"
+    runs = f"prompt of {s['prompt_tokens']} tokens and {s['new_tokens']} new tokens"
+    where = base.on_what(s, "the GPU" if size() == "gpu" else "CPU")  # no CUDA call: ZeroGPU has none outside a run
+    return f"{base.MODEL_LABELS[s['model']]} in {s['dtype']} ({where}): a {runs}"
+
+
+def intro(name: str) -> str:
+    """The lesson's title, what it runs here and how long that should take."""
+    lesson = LESSONS[name]
+    s = lesson.settings(size())
+    backends = [s.get("backend", "triton")]
+    note = cost.note(lesson.estimate(s), actions.device().type, backends)
+    return f"### {lesson.title}\n{lesson.summary}\n\nRuns {describe(s)}. {note}"
+
+
+def live_markdown(result: Result) -> str:
+    lesson = LESSONS[result.lesson]
+    where = base.on_what(result.settings, result.device)
+    return (
+        f"#### {lesson.title}, measured just now on {where}, in {result.seconds:.1f} s\n\n{lesson.explain(result)}\n\n"
+        f"**What to try next:** {lesson.try_next}"
+    )
+
+
+def recorded_view(name: str):
+    """(markdown, figure or None): the lesson as recorded on a GPU, shown where there is none."""
+    if size() == "gpu":
+        return "", None
+    rec = recorded.latest()
+    if rec is None:
+        return recorded.NONE_YET, None
+    result, lesson = rec.results.get(name), LESSONS[name]
+    if result is None:
+        return f"The GPU recording ({rec.label}) has no lesson {name!r}: it was made before the lesson existed.", None
+    head = f"#### {lesson.title}, {rec.label}\n{base.on_what(result.settings, result.device)}; {rec.versions}"
+    try:
+        return f"{head}\n\n{lesson.explain(result)}", lesson.figure(result)
+    except (KeyError, TypeError, ValueError, AttributeError):  # facts or tables this version no longer reads
+        return (
+            f"The GPU recording ({rec.label}) of this lesson was made by an earlier version of it, whose numbers "
+            "this one cannot read: run `python scripts/record_lessons.py` on a GPU again.",
+            None,
+        )
+
+
+__all__ = ["LESSONS", "Lesson", "Result", "choices", "intro", "live_markdown", "names", "recorded_view", "run", "size"]

@@ -1,0 +1,263 @@
+"""What every lesson is made of, and what the lessons share.
+
+A lesson is a definition (Lesson): the settings of its job for the device at hand ("cpu": tiny, for the
+Triton interpreter; "gpu": real sizes), a `measure` that runs the job and returns the tables its chart
+is drawn from and the facts its explanation quotes, an `explain` that formats those facts, and a
+`figure` drawn from those tables. The same explain and figure serve a run made just now and a run
+recorded on a GPU (recorded.py), so every number shown comes from a run, never from the text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from ...measure import metrics
+from ...model.generate import generate
+from ...model.gpt import GPT, GPTConfig
+from ...model.weights import load_model
+from .. import actions, estimate
+
+# The models a lesson may run: the bundled one, or random weights of GPT-2 small's shape (built here,
+# nothing downloaded), whose decode steps move as many bytes as GPT-2's do.
+GPT2_SHAPE = "gpt2-shape"
+MODEL_LABELS = {"bundled": "the bundled tiny GPT-2", GPT2_SHAPE: "random weights of GPT-2 small's shape"}
+
+
+@dataclass
+class Result:
+    """One run of a lesson's job: its settings, the facts its explanation quotes, its tables."""
+
+    lesson: str
+    settings: dict
+    facts: dict
+    tables: dict[str, pd.DataFrame]
+    device: str  # what it ran on, as a person names it: "NVIDIA H200", "CPU"
+    seconds: float  # the job's wall time, warm-up included
+    source: str = "measured just now"  # or "recorded on NVIDIA H200, 2026-11-30"
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str  # in URLs (?lesson=kv-cache) and the API
+    title: str
+    summary: str  # one line: what it shows
+    settings: Callable[[str], dict]  # "cpu" | "gpu" -> the job's settings
+    measure: Callable[[dict], tuple[dict, dict]]  # settings -> (facts, tables)
+    explain: Callable[[Result], str]  # markdown quoting the facts
+    figure: Callable[[Result], go.Figure]
+    try_next: str
+    estimate: Callable[[dict], float]  # settings -> seconds, before it runs
+    controls: Callable[[dict], dict] = field(default=lambda s: {})  # settings -> the app's control values
+
+
+def size() -> str:
+    """The job size for the device at hand."""
+    return "gpu" if actions.device().type == "cuda" else "cpu"
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if size() == "gpu" else "CPU"
+
+
+def run(lesson: Lesson, settings: dict) -> Result:
+    t0 = time.perf_counter()
+    with _one_thread_on_cpu():
+        facts, tables = lesson.measure(settings)
+    return Result(lesson.name, settings, facts, tables, device_name(), time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def _one_thread_on_cpu():
+    """On CPU, PyTorch runs a lesson's job on one thread: a model this small gains nothing from more, and
+    threads that spin waiting for each other on a busy machine turn a 2 ms step into hundreds."""
+    if size() != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# --- models and generations -------------------------------------------------------------------------
+
+
+def model(settings: dict):
+    """The lesson's model on this device, with its backend."""
+    dtype = actions.DTYPES[settings["dtype"]]
+    if settings["model"] == GPT2_SHAPE:
+        return _gpt2_shape(str(actions.device()), dtype).with_backend(settings["backend"])
+    return load_model(settings["model"], device=actions.device(), dtype=dtype, backend=settings["backend"])[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _gpt2_shape(device: str, dtype: torch.dtype) -> GPT:
+    """GPT-2 small's shape (12 layers, width 768, 50257 tokens) with GPT-2's initialisation: weights
+    N(0, 0.02), LayerNorms at one and zero."""
+    cfg = GPTConfig(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
+    gpt = GPT(cfg).to(device=device, dtype=dtype)
+    gen = torch.Generator(device=device).manual_seed(0)
+    for name, p in gpt.named_parameters():
+        if p.dim() == 2:
+            p.copy_(torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32).mul_(0.02))
+        elif not name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+            p.zero_()
+    return gpt
+
+
+def prompt(model, tokens: int, seed: int = 0) -> list[int]:
+    """A prompt of exactly `tokens` random token ids (seeded: the same for every run of a lesson)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (tokens,), generator=gen).tolist()
+
+
+def generation(model, settings: dict, **overrides) -> list:
+    """The Steps of one generation with the lesson's settings, run to its full length (no end-of-text).
+    On a GPU it warms up first, so that Triton's compilation is not in the times; the interpreter has
+    nothing to compile."""
+    s = {**settings, **overrides}
+    return list(
+        generate(
+            model,
+            prompt(model, s["prompt_tokens"]),
+            max_new_tokens=s["new_tokens"],
+            cache=s.get("cache", True),
+            graph=s.get("graph", False),
+            eos_token_id=-1,
+            warmup=size() == "gpu",
+        )
+    )
+
+
+def generation_estimate(s: dict, runs=(True,), profiled: int = 0) -> float:
+    """Seconds for the lesson's generations, one per cache setting in `runs`."""
+    units = sum(
+        estimate.layer_steps(
+            s["model"], s["prompt_tokens"], s["new_tokens"], cache, profiled=profiled, warmup=size() == "gpu"
+        )
+        for cache in runs
+    )
+    return estimate.seconds(actions.device().type, s["backend"], units)
+
+
+def generate_controls(s: dict) -> dict:
+    """The Generate tab's controls set to the lesson's job, to run it again by hand and change one thing.
+    A model built here (GPT-2 small's shape) is not among the app's models: the picker stays as it is."""
+    out = dict(prompt_tokens=s["prompt_tokens"], new_tokens=s["new_tokens"], cache=s.get("cache", True))
+    out |= dict(backend=s["backend"], dtype=s["dtype"], cuda_graph=bool(s.get("graph")))
+    return out | ({} if s["model"] == GPT2_SHAPE else {"model": s["model"]})
+
+
+def peaks():
+    """The GPU's measured ceilings (None on CPU)."""
+    return metrics.device_peaks(str(actions.device()), actions.DTYPES[actions.default_dtype()])
+
+
+def weights_mb(model) -> float:
+    return sum(p.numel() * p.element_size() for p in model.parameters()) / metrics.MB
+
+
+def ends(values, k: int | None = None) -> tuple[float, float]:
+    """Median of the first k and of the last k values (k: an eighth of them, at least one): where a
+    curve starts and ends, without one noisy step deciding it."""
+    values = list(values)
+    k = k or max(1, len(values) // 8)
+    return statistics.median(values[:k]), statistics.median(values[-k:])
+
+
+def on_what(settings: dict, device: str) -> str:
+    """Where and how a run ran, e.g. "CPU, Triton interpreter" or "NVIDIA H200, Triton kernels"."""
+    if device != "CPU":
+        return f"{device}, Triton kernels" if settings.get("backend", "triton") == "triton" else f"{device}, PyTorch"
+    return "CPU, Triton interpreter" if settings.get("backend", "triton") == "triton" else "CPU, PyTorch, one thread"
+
+
+def timed_alone(r: Result) -> str:
+    """How the operations were timed one by one, as a sentence's opening."""
+    return (
+        "Timed kernel by kernel with launch overhead kept out" if r.device != "CPU" else "Timed operation by operation"
+    )
+
+
+def clock(r: Result) -> str:
+    return "device time" if r.device != "CPU" else "CPU time"
+
+
+# --- numbers as the explanations write them ----------------------------------------------------------
+
+
+def num(x: float) -> str:
+    """Three significant digits, no exponent: 0.0123, 1.23, 12.3, 123, 1,234."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    a = abs(x)
+    if a >= 100:
+        return f"{x:,.0f}"
+    if a == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(a)))
+    return f"{x:.{digits}f}"
+
+
+def ms(x: float) -> str:
+    return f"{num(x)} ms"
+
+
+def duration(us: float) -> str:
+    """µs below a millisecond, ms above."""
+    return f"{num(us)} µs" if us < 1000 else ms(us / 1e3)
+
+
+def mb(x: float) -> str:
+    return f"{num(x)} MB"
+
+
+def pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+# --- charts readable from the back of a room ---------------------------------------------------------
+
+FONT = 20
+
+
+def big(fig: go.Figure, title: str, result: Result, x: str = "", y: str = "", height: int = 520) -> go.Figure:
+    """Large type, thick lines and the run's source under the title."""
+    source = f"{result.source}: {on_what(result.settings, result.device)}"
+    fig.update_layout(
+        title=dict(text=f"{title}<br><sup>{source}</sup>", x=0.01, font=dict(size=FONT + 6)),
+        font=dict(size=FONT),
+        template="plotly_white",
+        height=height,
+        margin=dict(l=80, r=30, t=100, b=70),
+        legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0, font=dict(size=FONT)),
+        uirevision="lesson",
+    )
+    if x or y:
+        fig.update_layout(xaxis_title=x, yaxis_title=y)
+    if x == "sequence position":  # whole positions, however few
+        xs = [v for t in fig.data if t.x is not None for v in t.x]
+        fig.update_xaxes(tickformat="d", dtick=1 if xs and max(xs) - min(xs) <= 12 else None)
+    fig.update_traces(selector=dict(type="scatter"), line_width=4, marker_size=12)
+    return fig
+
+
+def time_axis(fig: go.Figure, r: Result) -> None:
+    """Step times on a GPU span a one-off first step (pinned buffers, the allocator) of hundreds of ms and
+    graph replays of a fraction of one: a log axis shows both. The CPU's curves read better on a linear one."""
+    if r.device != "CPU":
+        fig.update_yaxes(type="log", dtick=1)  # labels at 1, 10, 100 only
+    else:
+        fig.update_yaxes(rangemode="tozero")

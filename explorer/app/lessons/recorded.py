@@ -1,0 +1,124 @@
+"""Lessons recorded on a GPU (scripts/record_lessons.py writes assets/recorded/lessons_<gpu>.json), so that
+a visitor without one sees the real curves beside the interpreter's, labelled with the GPU and the date.
+
+A recording holds, per lesson, the job's settings, the facts its explanation quotes and the tables its
+chart is drawn from: the lesson's own explain() and figure() redraw it exactly as on the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .base import Result
+
+FOLDER = Path(__file__).resolve().parents[3] / "assets" / "recorded"
+FORMAT = 1
+NONE_YET = (
+    "**No GPU recording is available yet.** `python scripts/record_lessons.py` on a GPU writes one to "
+    "`assets/recorded/`; until then this side stays empty rather than show numbers nobody measured."
+)
+
+
+@dataclass
+class Recording:
+    meta: dict  # gpu, device_type, date, torch, triton, transformers, command
+    results: dict[str, Result]
+
+    @property
+    def label(self) -> str:
+        """'recorded on NVIDIA H200, 2026-11-30'"""
+        return f"recorded on {self.meta['gpu']}, {str(self.meta['date'])[:10]}"
+
+    @property
+    def versions(self) -> str:
+        m = self.meta
+        return f"torch {m.get('torch', '?')}, triton {m.get('triton', '?')}, transformers {m.get('transformers', '?')}"
+
+
+def slug(gpu: str) -> str:
+    """'NVIDIA H200' -> 'h200', 'NVIDIA GeForce RTX 4090' -> 'geforce-rtx-4090': for the file's name."""
+    words = gpu.lower().replace("nvidia", " ").split()
+    return "-".join("".join(c for c in w if c.isalnum()) for w in words) or "gpu"
+
+
+def _plain(value):
+    """JSON without NaN: missing numbers as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return _plain(value.item())
+    return value
+
+
+def _table(frame: pd.DataFrame) -> dict:
+    def cell(v):
+        return float(f"{v:.5g}") if isinstance(v, float) and math.isfinite(v) else v  # five significant digits
+
+    rows = [[cell(_plain(v)) for v in row] for row in frame.itertuples(index=False)]
+    return {"columns": list(frame.columns), "data": rows}
+
+
+def _frame(table: dict) -> pd.DataFrame:
+    frame = pd.DataFrame(table["data"], columns=table["columns"])
+    for column in frame.columns:
+        values = frame[column]
+        if values.map(lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool))).all():
+            frame[column] = pd.to_numeric(values.astype(float))
+    return frame
+
+
+def to_json(meta: dict, results: dict[str, Result]) -> dict:
+    lessons = {
+        name: dict(
+            settings=_plain(r.settings),
+            facts=_plain(r.facts),
+            device=r.device,
+            seconds=round(r.seconds, 2),
+            tables={k: _table(v) for k, v in r.tables.items()},
+        )
+        for name, r in results.items()
+    }
+    return {"format": FORMAT, **_plain(meta), "lessons": lessons}
+
+
+def save(path: str | Path, meta: dict, results: dict[str, Result]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_json(meta, results), separators=(",", ":"), allow_nan=False))
+    return path
+
+
+def load(path: str | Path) -> Recording:
+    return _load(str(path), os.path.getmtime(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str, mtime: float) -> Recording:
+    data = json.loads(Path(path).read_text())
+    if data.get("format") != FORMAT:
+        raise ValueError(f"{path}: recording format {data.get('format')!r}, this app reads {FORMAT}")
+    meta = {k: v for k, v in data.items() if k not in ("format", "lessons")}
+    recording = Recording(meta, {})
+    for name, d in data["lessons"].items():
+        tables = {k: _frame(v) for k, v in d["tables"].items()}
+        recording.results[name] = Result(name, d["settings"], d["facts"], tables, d["device"], d["seconds"])
+        recording.results[name].source = recording.label
+    return recording
+
+
+def latest(folder: str | Path | None = None) -> Recording | None:
+    """The newest recording made on a GPU in `folder` (assets/recorded/), or None."""
+    found = [load(p) for p in sorted(Path(folder or FOLDER).glob("lessons_*.json"))]
+    found = [r for r in found if r.meta.get("device_type") == "cuda"]
+    return max(found, key=lambda r: str(r.meta.get("date", "")), default=None)

@@ -1,0 +1,82 @@
+"""Record every lesson's GPU-sized job, for visitors without a GPU:
+
+    python scripts/record_lessons.py [--out assets/recorded/lessons_h200.json] [--lessons kv-cache tiling]
+
+Writes assets/recorded/lessons_<gpu>.json (lessons_h200.json on an H200): the GPU's name, the date, the
+torch, triton and transformers versions, and per lesson the job's settings, the facts its explanation
+quotes and the tables its chart is drawn from. The app shows it beside each lesson's interpreter run,
+labelled with the GPU and the date. It needs no download: the lessons run the bundled model and random
+weights of GPT-2 small's shape built in place. Without a GPU, `--size cpu --out PATH` records the
+CPU-sized jobs instead (the app shows GPU recordings only).
+"""
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="the JSON file to write (default: assets/recorded/lessons_<gpu>.json)")
+    parser.add_argument("--lessons", nargs="*", help="lesson names (default: every lesson)")
+    parser.add_argument("--size", choices=["gpu", "cpu"], help="job size (default: this device's)")
+    args = parser.parse_args()
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
+    from explorer.app import lessons
+    from explorer.app.lessons import recorded
+
+    size = args.size or lessons.size()
+    if size == "gpu" and not cuda:
+        raise SystemExit("GPU-sized jobs need a CUDA GPU; on CPU pass --size cpu --out PATH")
+    gpu = torch.cuda.get_device_name() if cuda else "CPU"
+    if args.out is None and not cuda:
+        raise SystemExit("no GPU here: pass --out PATH (assets/recorded/ holds GPU recordings only)")
+    out = Path(args.out) if args.out else recorded.FOLDER / f"lessons_{recorded.slug(gpu)}.json"
+    names = args.lessons or lessons.names()
+    unknown = [n for n in names if n not in lessons.LESSONS]
+    if unknown:
+        raise SystemExit(f"unknown lessons {', '.join(unknown)}; the lessons are {', '.join(lessons.names())}")
+
+    t0 = time.perf_counter()
+    results = {}
+    for name in names:
+        print(f"{name}: {lessons.describe(lessons.LESSONS[name].settings(size))}", flush=True)
+        results[name] = lessons.run(name, size)
+        print(f"  {results[name].seconds:.1f} s", flush=True)
+    meta = dict(
+        gpu=gpu,
+        device_type="cuda" if cuda else "cpu",
+        size=size,
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        torch=torch.__version__,
+        triton=_version("triton"),
+        transformers=_version("transformers"),
+        python=platform.python_version(),
+        command="python scripts/record_lessons.py" + (f" --out {args.out}" if args.out else ""),
+        seconds=round(time.perf_counter() - t0, 1),
+    )
+    path = recorded.save(out, meta, results)
+    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB) in {meta['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""Guided lessons on CPU: each runs, and the numbers its explanation quotes are its own run's measurements;
+an unknown lesson is refused by name; recordings round-trip and are labelled with their GPU and date."""
+
+import json
+import statistics
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import gradio as gr
+import pytest
+import torch
+
+from explorer.app import lessons, ui
+from explorer.app.lessons import base, recorded
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = dict(gpu="NVIDIA H200", device_type="cuda", size="gpu", date="2026-11-30T09:00:00+00:00")
+H200 |= dict(torch="2.13.0", triton="3.9.0", transformers="5.24.0")
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Each lesson's CPU job, run once for the module."""
+    cache = {}
+
+    def run(name):
+        if name not in cache:
+            cache[name] = lessons.run(name, "cpu")
+        return cache[name]
+
+    return run
+
+
+def _ends(values):
+    values = list(values)
+    k = max(1, len(values) // 8)
+    return statistics.median(values[:k]), statistics.median(values[-k:])
+
+
+def _decode(steps):
+    return steps[steps.phase == "decode"].latency_ms
+
+
+def check_memory(r):
+    kinds, steps = r.tables["kinds"], r.tables["steps"]
+    return [
+        ("step_ms", statistics.median(_decode(steps)), base.ms),
+        ("last_hbm_mb", kinds.hbm_mb.sum(), None),
+        ("top_kind", kinds.loc[kinds.hbm_mb.idxmax()].kind, str),
+    ]
+
+
+def check_decode_step(r):
+    kinds = r.tables["kinds"]
+    top = kinds.loc[kinds.kernel_ms.idxmax()]
+    return [("kernel_ms", kinds.kernel_ms.sum(), base.ms), ("top", top.kind, lambda v: f"**{v}**")]
+
+
+def check_kv_cache(r):
+    steps, kernels = r.tables["steps"], r.tables["kernels"]
+    on, off = (steps[steps.cache == c] for c in ("on", "off"))
+    off_kernels = kernels[kernels.cache == "off"].kernel_ms
+    return [
+        ("on_early_ms", _ends(_decode(on))[0], base.ms),
+        ("on_late_ms", _ends(_decode(on))[1], base.ms),
+        ("off_early_ms", _ends(_decode(off))[0], base.ms),
+        ("off_late_ms", _ends(_decode(off))[1], base.ms),
+        ("off_total_ms", off.latency_ms.sum(), base.ms),
+        ("off_last_kernel_ms", off_kernels.iloc[-1], base.ms),
+    ]
+
+
+def check_tiling(r):
+    sweep = r.tables["sweep"]
+    valid = sweep[sweep.valid]
+    return [
+        ("fast_us", valid.us.min(), base.duration),
+        ("small_mb", valid.iloc[0].modeled_mb, base.mb),
+        ("large_mb", valid.iloc[-1].modeled_mb, base.mb),
+    ]
+
+
+def check_cuda_graphs(r):
+    steps = r.tables["steps"]
+    return [("eager_ms", statistics.median(_decode(steps[steps.launch == "eager"])), base.ms)]
+
+
+def check_prefill_decode(r):
+    steps = r.tables["steps"]
+    prefill = steps[steps.phase == "prefill"].latency_ms.iloc[0]
+    return [
+        ("prefill_ms", prefill, base.ms),
+        ("decode_ms", statistics.median(_decode(steps)), base.ms),
+        ("prefill_per_token_ms", prefill / r.settings["prompt_tokens"], base.ms),
+    ]
+
+
+CHECKS = {
+    "memory": check_memory,
+    "decode-step": check_decode_step,
+    "kv-cache": check_kv_cache,
+    "tiling": check_tiling,
+    "cuda-graphs": check_cuda_graphs,
+    "prefill-decode": check_prefill_decode,
+}
+
+
+def test_six_lessons_in_teaching_order_each_with_a_check():
+    assert lessons.names()[:6] == ["memory", "decode-step", "kv-cache", "tiling", "cuda-graphs", "prefill-decode"]
+    assert set(CHECKS) == set(lessons.names())
+    assert [label for label, _ in lessons.choices()][2] == "3. The KV cache on and off"
+    for lesson in lessons.LESSONS.values():
+        for size in ("cpu", "gpu"):
+            assert lessons.describe(lesson.settings(size))  # both sizes are defined
+        assert lesson.try_next and lesson.summary
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_the_explanation_quotes_this_runs_measurements(runs, name):
+    r = runs(name)
+    text = lessons.live_markdown(r)
+    assert text.startswith(f"#### {lessons.LESSONS[name].title}, measured just now on CPU")
+    assert "**What to try next:**" in text
+    for fact, measured, shown in CHECKS[name](r):
+        value = r.facts[fact]
+        if isinstance(value, list):  # decode-step's top kinds: (kind, ms, share)
+            value = value[0][0]
+        assert value == (measured if isinstance(measured, str) else pytest.approx(measured)), fact
+        if shown is not None:
+            assert shown(value) in text, (fact, shown(value))
+    # The same facts with other values give other text: the numbers are not written into it.
+    scaled = {k: v * 1.37 if isinstance(v, float) else v for k, v in r.facts.items()}
+    assert lessons.LESSONS[name].explain(base.Result(name, r.settings, scaled, r.tables, r.device, 1.0)) != (
+        lessons.LESSONS[name].explain(r)
+    )
+    figure = lessons.LESSONS[name].figure(r)
+    assert figure.layout.font.size >= 20 and figure.layout.title.font.size >= 24  # readable from the back
+    assert "measured just now: CPU" in figure.layout.title.text
+
+
+def test_an_unknown_lesson_is_refused_with_the_allowed_names():
+    for bad in ("nope", 5, None):
+        with pytest.raises(gr.Error, match=r"lesson must be one of 'memory', 'decode-step', .*; got "):
+            list(ui.lesson(bad))
+    with pytest.raises(gr.Error, match="got 'fusion'"):  # not until it is registered
+        ui.pick_lesson("fusion")
+
+
+def test_picking_a_lesson_sets_the_controls_to_its_job():
+    intro, *updates = ui.pick_lesson("kv-cache")
+    assert intro.startswith("### The KV cache on and off") and "Estimate: " in intro
+    named = dict(zip(ui.LESSON_CONTROLS, updates, strict=True))
+    s = lessons.LESSONS["kv-cache"].settings(lessons.size())
+    assert named["new_tokens"]["value"] == s["new_tokens"] and named["cache"]["value"] is False
+    assert named["backend"]["value"] == s["backend"]
+    assert isinstance(named["kernel"], type(gr.skip()))  # a Generate lesson leaves the sweep tab alone
+    _, *updates = ui.pick_lesson("tiling")
+    assert dict(zip(ui.LESSON_CONTROLS, updates, strict=True))["kernel"]["value"] == "linear"
+
+
+def test_a_link_with_a_lesson_opens_the_lessons_tab_with_it_picked():
+    tab, pick = ui.open_link(types.SimpleNamespace(query_params={"lesson": "kv-cache"}))
+    assert tab.selected == "lessons" and pick["value"] == "kv-cache"
+    assert all(isinstance(v, type(gr.skip())) for v in ui.open_link(types.SimpleNamespace(query_params={})))
+    with pytest.warns(UserWarning, match="There is no lesson 'nope'; the lessons are memory, decode-step"):
+        tab, pick = ui.open_link(types.SimpleNamespace(query_params={"lesson": "nope"}))
+    assert tab.selected == "lessons" and isinstance(pick, type(gr.skip()))
+
+
+def test_a_recording_round_trips_and_is_labelled_with_its_gpu_and_date(runs, tmp_path, monkeypatch):
+    names = ["tiling", "kv-cache", "prefill-decode"]
+    results = {name: runs(name) for name in names}
+    path = recorded.save(tmp_path / "lessons_h200.json", H200, results)
+    assert path.stat().st_size < 200_000
+    json.loads(path.read_text())  # plain JSON: no NaN
+    rec = recorded.latest(tmp_path)
+    assert rec.label == "recorded on NVIDIA H200, 2026-11-30" and "triton 3.9.0" in rec.versions
+    for name in names:
+        original, loaded = results[name], rec.results[name]
+        assert loaded.facts == json.loads(json.dumps(recorded._plain(original.facts)))
+        assert lessons.LESSONS[name].explain(loaded) == lessons.LESSONS[name].explain(original)
+        for key, table in original.tables.items():
+            assert list(loaded.tables[key].columns) == list(table.columns) and len(loaded.tables[key]) == len(table)
+        figure = lessons.LESSONS[name].figure(loaded)
+        assert "recorded on NVIDIA H200, 2026-11-30" in figure.layout.title.text
+    monkeypatch.setattr(recorded, "FOLDER", tmp_path)
+    text, figure = lessons.recorded_view("tiling")
+    assert text.startswith("#### Tiling and shared memory, recorded on NVIDIA H200, 2026-11-30") and figure is not None
+    text, figure = lessons.recorded_view("memory")  # not in this recording
+    assert "has no lesson 'memory'" in text and figure is None
+
+
+def test_without_a_gpu_recording_the_lesson_says_so(runs, tmp_path, monkeypatch):
+    monkeypatch.setattr(recorded, "FOLDER", tmp_path)
+    assert lessons.recorded_view("tiling") == (recorded.NONE_YET, None)
+    # A recording made on a CPU is never shown as a GPU's.
+    recorded.save(tmp_path / "lessons_cpu.json", dict(H200, gpu="CPU", device_type="cpu"), {"tiling": runs("tiling")})
+    assert lessons.recorded_view("tiling") == (recorded.NONE_YET, None)
+    assert "No GPU recording is available yet" in recorded.NONE_YET
+
+
+def test_the_shipped_recordings_are_gpu_recordings_or_the_ui_says_there_are_none():
+    shipped = sorted(recorded.FOLDER.glob("lessons_*.json"))
+    assert sum(p.stat().st_size for p in shipped) < 1 << 20
+    rec = recorded.latest()
+    if rec is None:
+        assert lessons.recorded_view("kv-cache")[0] == recorded.NONE_YET
+    else:
+        assert rec.meta["device_type"] == "cuda" and set(rec.results) <= set(lessons.names())
+
+
+def test_a_recording_from_an_earlier_version_of_a_lesson_asks_for_a_new_one(runs, tmp_path, monkeypatch):
+    r = runs("tiling")
+    old = base.Result("tiling", r.settings, {k: v for k, v in r.facts.items() if k != "fast_us"}, r.tables, "X", 1.0)
+    recorded.save(tmp_path / "lessons_h200.json", H200, {"tiling": old})
+    monkeypatch.setattr(recorded, "FOLDER", tmp_path)
+    text, figure = lessons.recorded_view("tiling")
+    assert "made by an earlier version" in text and "record_lessons.py" in text and figure is None
+
+
+def test_the_recording_script_on_cpu(tmp_path):
+    out = tmp_path / "lessons_cpu.json"
+    cmd = [sys.executable, "scripts/record_lessons.py", "--size", "cpu", "--out", str(out), "--lessons", "tiling"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tiling: the linear kernel at M=64" in done.stdout and f"wrote {out}" in done.stdout
+    rec = recorded.load(out)
+    assert rec.meta["gpu"] == "CPU" and rec.meta["device_type"] == "cpu" and rec.meta["torch"] and rec.meta["triton"]
+    assert list(rec.results) == ["tiling"] and rec.results["tiling"].facts["configs"] == 9
+    if not torch.cuda.is_available():  # with no GPU, nothing lands in assets/recorded/ by default
+        refused = subprocess.run(
+            [sys.executable, "scripts/record_lessons.py"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert refused.returncode != 0 and "pass --out" in refused.stderr
