@@ -8,6 +8,8 @@
 #   bash scripts/device_run.sh sweeps   tile sweeps by the one timing method, the app via its API
 #   bash scripts/device_run.sh ladder   the fusion ladder: its tests, one decode step per rung next to PyTorch and
 #                                       torch.compile, whole generations
+#   bash scripts/device_run.sh record   the whole test suite, the ladder, every lesson recorded
+#   bash scripts/device_run.sh app      whole generations, the app's endpoints through gradio_client
 #   bash scripts/device_run.sh kernels  a sequence sweep, the kernel benchmark
 set -u
 PART=${1:-measure}
@@ -78,6 +80,20 @@ elif [ "$PART" = ladder ]; then
   timeout "${T_LADDER:-200}" python3 benchmarks/ladder.py 2>&1 | tee "$OUT/ladder.md" | tail -n 14 | tee -a "$LOG"
   say "whole generations: tokens/s against transformers and the PyTorch CUDA-graph loop; both clocks"
   timeout "${T_GEN:-150}" python3 benchmarks/generation.py --repeats 2 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
+elif [ "$PART" = record ]; then
+  say "the whole test suite on the GPU"
+  timeout "${T_TESTS:-240}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1
+  tests_ran $?
+  say "one decode step per rung, next to PyTorch and torch.compile"
+  timeout "${T_LADDER:-150}" python3 benchmarks/ladder.py 2>&1 | tee "$OUT/ladder.md" | tail -n 12 | tee -a "$LOG"
+  say "every lesson's GPU job, recorded"
+  timeout "${T_RECORD:-150}" python3 scripts/record_lessons.py --out "$OUT/lessons_h200.json" 2>&1 | tail -n 20 | tee -a "$LOG"
+elif [ "$PART" = app ]; then
+  say "whole generations: tokens/s against transformers and the PyTorch CUDA-graph loop; both clocks"
+  timeout "${T_GEN:-150}" python3 benchmarks/generation.py --repeats 2 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
+  say "the app, driven through gradio_client"
+  timeout "${T_APP:-240}" python3 scripts/device_app_check.py 256 2>&1 | grep -v "Loading weights" | tee "$OUT/app.log" \
+    | grep -E "^###|tokens/s|step p50|launches|peak|fusion|rung|Error|error" | tee -a "$LOG"
 elif [ "$PART" = final ]; then
   say "the whole test suite on the GPU"
   timeout "${T_TESTS:-300}" python3 -m pytest -q -n 16 -p no:cacheprovider tests >"$OUT/gpu-tests.log" 2>&1

@@ -97,6 +97,17 @@ def check_prefill_decode(r):
     ]
 
 
+def check_fusion(r):
+    ladder = r.tables["ladder"].set_index("rung")
+    return [
+        ("none_ms", ladder.step_ms["none"], base.ms),
+        ("decode_ms", ladder.step_ms["decode"], base.ms),
+        ("torch_ms", ladder.step_ms["torch"], base.ms),
+        ("epilogue_launches", ladder.launches["epilogue"], None),
+        ("decode_hbm_mb", ladder.hbm_mb["decode"], base.mb),
+    ]
+
+
 CHECKS = {
     "memory": check_memory,
     "decode-step": check_decode_step,
@@ -104,11 +115,20 @@ CHECKS = {
     "tiling": check_tiling,
     "cuda-graphs": check_cuda_graphs,
     "prefill-decode": check_prefill_decode,
+    "fusion": check_fusion,
 }
 
 
-def test_six_lessons_in_teaching_order_each_with_a_check():
-    assert lessons.names()[:6] == ["memory", "decode-step", "kv-cache", "tiling", "cuda-graphs", "prefill-decode"]
+def test_seven_lessons_in_teaching_order_each_with_a_check():
+    assert lessons.names() == [
+        "memory",
+        "decode-step",
+        "kv-cache",
+        "tiling",
+        "cuda-graphs",
+        "prefill-decode",
+        "fusion",
+    ]
     assert set(CHECKS) == set(lessons.names())
     assert [label for label, _ in lessons.choices()][2] == "3. The KV cache on and off"
     for lesson in lessons.LESSONS.values():
@@ -144,8 +164,8 @@ def test_an_unknown_lesson_is_refused_with_the_allowed_names():
     for bad in ("nope", 5, None):
         with pytest.raises(gr.Error, match=r"lesson must be one of 'memory', 'decode-step', .*; got "):
             list(ui.lesson(bad))
-    with pytest.raises(gr.Error, match="got 'fusion'"):  # not until it is registered
-        ui.pick_lesson("fusion")
+    with pytest.raises(gr.Error, match="got 'fused'"):
+        ui.pick_lesson("fused")
 
 
 def test_picking_a_lesson_sets_the_controls_to_its_job():

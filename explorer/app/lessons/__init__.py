@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from .. import actions
 from .. import estimate as cost
-from . import base, decode_step, kv_cache, launches, memory, prefill_decode, recorded, tiling
+from . import base, decode_step, fusion, kv_cache, launches, memory, prefill_decode, recorded, tiling
 from .base import Lesson, Result, size
 
 LESSONS: dict[str, Lesson] = {
-    m.LESSON.name: m.LESSON for m in (memory, decode_step, kv_cache, tiling, launches, prefill_decode)
+    m.LESSON.name: m.LESSON for m in (memory, decode_step, kv_cache, tiling, launches, prefill_decode, fusion)
 }
 
 
@@ -43,6 +43,10 @@ def describe(s: dict) -> str:
         for values in s["grid"].values():
             count *= len(values)
         return f"the {s['kernel']} kernel at {shape} in {s['dtype']}, {count} tile shapes"
+    if "context" in s:
+        where = base.on_what(s, "the GPU" if size() == "gpu" else "CPU")
+        model = base.MODEL_LABELS[s["model"]]
+        return f"{model} in {s['dtype']} ({where}): one decode step at context {s['context']} per rung, and on PyTorch"
     runs = f"prompt of {s['prompt_tokens']} tokens and {s['new_tokens']} new tokens"
     where = base.on_what(s, "the GPU" if size() == "gpu" else "CPU")  # no CUDA call: ZeroGPU has none outside a run
     return f"{base.MODEL_LABELS[s['model']]} in {s['dtype']} ({where}): a {runs}"

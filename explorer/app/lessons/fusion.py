@@ -1,0 +1,112 @@
+"""Lesson 7: fusion, the ladder. The same decode step with every operation its own kernel, with the
+bias, GELU and residual add in the matmul's epilogue, and with the LayerNorms and the cache write fused
+too: fewer launches, fewer round trips of activations through memory."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ...measure.ladder import ladder_rows
+from .. import estimate
+from . import base
+
+RUNG_NAMES = {"none": "no fusion", "epilogue": "epilogue", "decode": "decode step", "torch": "PyTorch"}
+
+
+def settings(size: str) -> dict:
+    if size == "gpu":
+        return dict(model=base.GPT2_SHAPE, dtype="bfloat16", backend="triton", context=1000, replays=100)
+    return dict(model="bundled", dtype="float32", backend="triton", context=16, replays=1)
+
+
+def measure(s: dict) -> tuple[dict, dict]:
+    rows = pd.DataFrame(ladder_rows(base.model(s), context=s["context"], replays=s["replays"]))
+    counted = rows.kernels.notna().all()
+    rows["launches"] = rows.kernels if counted else rows.launches_modeled
+    by = rows.set_index("rung")
+    facts = dict(counted=bool(counted), context=s["context"])
+    for rung in by.index:
+        facts |= {
+            f"{rung}_ms": float(by.step_ms[rung]),
+            f"{rung}_launches": int(by.launches[rung]),
+            f"{rung}_hbm_mb": float(by.hbm_mb[rung]),
+            f"{rung}_l2_mb": float(by.l2_mb[rung]),
+        }
+    return facts, {"ladder": rows[["rung", "launches", "hbm_mb", "l2_mb", "step_ms"]]}
+
+
+def explain(r) -> str:
+    f = r.facts
+    how = "GPU kernels (counted by torch.profiler)" if f["counted"] else "launches (the interpreter launches none)"
+    text = (
+        f"One decode step at context {f['context']}, rung by rung. With **no fusion** every operation is its own "
+        f"kernel: {f['none_launches']} {how}, {base.mb(f['none_hbm_mb'])} to and from HBM, "
+        f"**{base.ms(f['none_ms'])}**. Moving the bias, GELU and residual add into the matmul's **epilogue** "
+        f"leaves {f['epilogue_launches']} and {base.mb(f['epilogue_hbm_mb'])}: each of those was a separate pass "
+        f"that read and wrote the whole activation; the step takes **{base.ms(f['epilogue_ms'])}**. The **decode "
+        f"step** rung folds each LayerNorm into the projection after it, writes the new keys and values into the "
+        f"cache from c_attn's epilogue, and lets the last split of each split-K launch add the partial sums itself: "
+        f"{f['decode_launches']} launches, {base.mb(f['decode_hbm_mb'])}, **{base.ms(f['decode_ms'])}**: "
+        f"{base.num(f['none_ms'] / f['decode_ms'])}× the speed of the unfused step."
+    )
+    saved = f["none_hbm_mb"] - f["decode_hbm_mb"]
+    text += (
+        f" The bytes saved are few ({base.mb(saved)}): in a decode step the weights dominate, and every rung reads "
+        "each weight once. What fusion removes here is mostly launches, each a gap in which the memory system "
+        "idles. PyTorch on the same step: "
+        f"{f['torch_launches']} launches, **{base.ms(f['torch_ms'])}**."
+    )
+    if r.device == "CPU":
+        text += (
+            " These times are the Triton interpreter running each kernel in Python: fewer launches is fewer "
+            "Python calls here, not fewer gaps on a GPU."
+        )
+    return text
+
+
+def figure(r) -> go.Figure:
+    ladder = r.tables["ladder"]
+    names = [RUNG_NAMES.get(n, n) for n in ladder.rung]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=names, y=ladder.step_ms, marker_color="#e45756", name="ms per step", yaxis="y"))
+    fig.add_trace(
+        go.Scatter(
+            x=names, y=ladder.launches, mode="lines+markers", name="launches per step", yaxis="y2", line_color="#4c78a8"
+        )
+    )
+    fig.update_layout(
+        yaxis=dict(title="ms per step", rangemode="tozero"),
+        yaxis2=dict(title="launches", overlaying="y", side="right", rangemode="tozero", showgrid=False),
+    )
+    return base.big(fig, f"One decode step per rung, context {r.facts['context']}", r)
+
+
+def _estimate(s: dict) -> float:
+    # Four decode steps (three rungs and the torch backend), each run once to trace and a few times to time:
+    # about a generation of that many decode steps.
+    units = estimate.layer_steps(s["model"], 1, 1 + 4 * (2 + min(s["replays"], 3)), True, warmup=False)
+    return estimate.seconds(base.actions.device().type, s["backend"], units)
+
+
+def _controls(s: dict) -> dict:
+    """dtype and backend for Generate; the model too, unless it is built here (GPT-2 small's shape)."""
+    return dict(dtype=s["dtype"], backend="triton") | ({} if s["model"] == base.GPT2_SHAPE else {"model": s["model"]})
+
+
+LESSON = base.Lesson(
+    name="fusion",
+    title="Fusion: the ladder",
+    summary="The same decode step with fewer, fuller kernels: what each rung of fusion saves.",
+    settings=settings,
+    measure=measure,
+    explain=explain,
+    figure=figure,
+    try_next=(
+        "In Generate, pick *fusion* none, epilogue and decode in turn with the same prompt and compare the "
+        "summary's decode step and kernel count; the *traffic* chart shows where the separate passes' bytes went. "
+        "*Compare* → *Climb the fusion ladder* runs this at your model and batch."
+    ),
+    estimate=_estimate,
+    controls=_controls,
+)
