@@ -67,8 +67,10 @@ def test_generate_handler_streams_and_keeps_the_run_in_state():
     values = [False if name.endswith("autotune") else v for name, v in zip(ui.TILE_NAMES, values, strict=True)]
     settings = ("bundled", "import os", 0, 3, 1, actions.default_dtype(), "triton", "decode", True, True, 0, 0, 0)
     outputs = list(ui.generate(*settings, True, ui.NEW_STATE, *values))
-    assert len(outputs) == 5  # one per token on CPU, the profiling notice, then the run with its kernel times
-    assert "profiling the kernels at 3 steps" in outputs[3][1] and "fusion rung | decode:" in outputs[-1][1]
+    # On CPU one per token, then the profiling notice, then the run with its kernel times; a GPU may decode
+    # several tokens within one 0.1 s text interval.
+    assert len(outputs) == 5 if not torch.cuda.is_available() else 3 <= len(outputs) <= 5
+    assert "profiling the kernels at" in outputs[-2][1] and "fusion rung | decode:" in outputs[-1][1]
     assert all(len(o) == 10 for o in outputs)
     assert outputs[-1][0].startswith("import os") and "time to first token" in outputs[-1][1]
     if torch.cuda.is_available():  # the box is ticked: decode steps replay a graph, and kernels are counted

@@ -65,6 +65,7 @@ def _generate_args(**change):
         batch=1,
         dtype=actions.default_dtype(),
         backend="triton",
+        fusion="decode",
         cache=True,
         cuda_graph=True,
         temperature=0.0,
@@ -89,6 +90,7 @@ def _generate_args(**change):
         (dict(prompt="p" * (validate.MAX_PROMPT_CHARS + 1)), "prompt is 20001 characters long"),
         (dict(batch=None), "batch must be a whole number"),
         (dict(overlay="yes"), "overlay previous run must be true or false"),
+        (dict(fusion="fused"), "fusion must be one of 'none', 'epilogue', 'decode'; got 'fused'"),
     ],
 )
 def test_generate_refuses_before_any_work(monkeypatch, change, message):
@@ -124,6 +126,6 @@ def test_compare_and_export_refuse_what_their_controls_could_not_send(monkeypatc
     args, tiles = _generate_args()
     lengths = ", ".join(["8"] * (actions.MAX_COMPARE_LENGTHS + 1))
     with pytest.raises(gr.Error, match=f"at most {actions.MAX_COMPARE_LENGTHS} prompt lengths"):
-        list(ui.compare(*args[:12], lengths, ui.NEW_STATE, *tiles))
+        list(ui.compare(*args[:13], lengths, ui.NEW_STATE, *tiles))
     with pytest.raises(gr.Error, match="format must be one of 'csv', 'json'; got None"):
         ui.export("last run: steps", None, ui.NEW_STATE)
