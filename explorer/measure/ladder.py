@@ -3,7 +3,8 @@
 For each rung (explorer.model.ops.FUSIONS, then the PyTorch backend for comparison) one row says:
 - kernels per step: on a GPU counted by torch.profiler (CUPTI) over one CUDA-graph replay of the step;
   without a GPU nothing launches, so the column is empty and `launches_modeled` gives the number of
-  launches the step's operations make (two for a split-K projection under "none" and "epilogue");
+  launches the step's operations make (two for a split-K projection under "none" and "epilogue"; none
+  given for the torch backend, whose kernels per operation are PyTorch's choice);
 - bytes per step at both levels of the memory model (explorer.measure.traffic), L2 <-> SMs and HBM;
 - device time per step: on a GPU the median of CUDA-graph replays timed by CUDA events, the cache
   lengths reset to `context` between replays (outside the timed span), so every replay is the same
@@ -31,12 +32,13 @@ MB = 1 << 20
 RUNGS = (*FUSIONS, "torch")  # "torch": the PyTorch backend, whatever the rung
 
 
-def launches_of(op) -> int:
-    """Launches one operation makes: split-K projections and two-launch decode attention make two."""
+def launches_of(op) -> int | None:
+    """Launches one Triton operation makes: split-K projections and two-launch decode attention make two.
+    None for the torch backend, whose operations launch as many kernels as PyTorch chooses (counted on a GPU)."""
     from kernels.linear import DECODE_ROWS, resolve_config
 
     if op.backend != "triton":
-        return 1
+        return None
     if op.kernel == "linear" and op.sizes[0] <= DECODE_ROWS:
         cfg = resolve_config(op.config, *op.sizes[:3], op.dtype, op.device)
         return 2 if cfg.split_k > 1 else 1
@@ -45,6 +47,11 @@ def launches_of(op) -> int:
     if op.kernel == "embedding":
         return 3  # two gathers and an add
     return 1
+
+
+def _total(counts) -> int | None:
+    counts = list(counts)
+    return None if None in counts else sum(counts)
 
 
 def _model_for(model, rung: str):
@@ -84,7 +91,7 @@ def rung_row(model, rung: str, *, context: int, batch: int = 1, replays: int = 5
         context=context,
         batch=batch,
         operations=len(trace.ops),
-        launches_modeled=sum(launches_of(op) for op in trace.ops),
+        launches_modeled=_total(launches_of(op) for op in trace.ops),
         l2_mb=total.bytes / MB,
         hbm_mb=total.hbm_bytes / MB,
     )

@@ -29,7 +29,7 @@ def measure(s: dict) -> tuple[dict, dict]:
     for rung in by.index:
         facts |= {
             f"{rung}_ms": float(by.step_ms[rung]),
-            f"{rung}_launches": int(by.launches[rung]),
+            f"{rung}_launches": None if pd.isna(by.launches[rung]) else int(by.launches[rung]),
             f"{rung}_hbm_mb": float(by.hbm_mb[rung]),
             f"{rung}_l2_mb": float(by.l2_mb[rung]),
         }
@@ -51,11 +51,11 @@ def explain(r) -> str:
         f"{base.num(f['none_ms'] / f['decode_ms'])}× the speed of the unfused step."
     )
     saved = f["none_hbm_mb"] - f["decode_hbm_mb"]
+    torch_launches = "" if f["torch_launches"] is None else f"{f['torch_launches']} launches, "
     text += (
         f" The bytes saved are few ({base.mb(saved)}): in a decode step the weights dominate, and every rung reads "
         "each weight once. What fusion removes here is mostly launches, each a gap in which the memory system "
-        "idles. PyTorch on the same step: "
-        f"{f['torch_launches']} launches, **{base.ms(f['torch_ms'])}**."
+        f"idles. PyTorch on the same step: {torch_launches}**{base.ms(f['torch_ms'])}**."
     )
     if r.device == "CPU":
         text += (
