@@ -54,7 +54,8 @@ def main(new_tokens: int):
                 print(f"\n### {model}, {how}: {new_tokens} new tokens, {wall:.1f} s end to end")
                 print(out[1])
                 print("text:", repr(out[0][:200]))
-        other_endpoints(client)
+        if not os.environ.get("GENERATE_ONLY"):
+            other_endpoints(client)
 
 
 def other_endpoints(client):
