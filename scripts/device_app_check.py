@@ -54,8 +54,7 @@ def main(new_tokens: int):
                 print(f"\n### {model}, {how}: {new_tokens} new tokens, {wall:.1f} s end to end")
                 print(out[1])
                 print("text:", repr(out[0][:200]))
-        if not os.environ.get("GENERATE_ONLY"):
-            other_endpoints(client)
+        other_endpoints(client)
 
 
 def other_endpoints(client):

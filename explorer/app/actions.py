@@ -30,7 +30,6 @@ from ..model.generate import generate
 from ..model.ops import DEFAULT_FUSION, Tiles
 from ..model.weights import DEFAULT_MODEL, load_model, model_status
 from . import estimate, gpu, plots
-from .background import Background
 from .errors import UserError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -328,27 +327,26 @@ def run_generation(s: RunSettings) -> Iterator[Update]:
         batch = [ids] * s.batch
         kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok)
         graph = None if s.cuda_graph else False  # None: generate replays a graph wherever one applies
-        steps, texts, last_chart = [], [tok.decode(ids)] * s.batch, 0.0
+        steps, texts, last_chart, last_text = [], [tok.decode(ids)] * s.batch, 0.0, 0.0
         t0, over = time.monotonic(), False
-        # Decoding runs on its own thread (background.py): the page's updates never pause it.
-        worker = Background(generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, graph=graph, **kw))
-        try:
-            for ready in worker.batches(TEXT_INTERVAL_S, urgent=lambda step: bool(step.stop_reason)):
-                steps += ready
-                for step in ready:
-                    texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
-                over = time.monotonic() - t0 > JOB_SECONDS and not steps[-1].stop_reason
-                if over:
-                    break
-                now = time.monotonic()
-                charts = now - last_chart >= CHART_INTERVAL_S or bool(steps[-1].stop_reason)
-                if charts:
-                    last_chart = now
-                # The frames cover every step so far: build them only when the charts will redraw.
-                frames = (metrics.step_frame(steps), metrics.kernel_frame(steps)) if charts else (None, None)
-                yield Update(texts, *frames, metrics.summary(steps, peaks()) | rung, charts)
-        finally:  # the run's end, the time budget, Stop or a closed page: the step in progress finishes first
-            worker.stop()
+        tokens = generate(model, batch, max_new_tokens=s.new_tokens, seed=s.seed, graph=graph, **kw)
+        for step in tokens:
+            steps.append(step)
+            texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
+            now = time.monotonic()
+            over = now - t0 > JOB_SECONDS and not step.stop_reason
+            if over:
+                break
+            if now - last_text < TEXT_INTERVAL_S and not step.stop_reason:
+                continue
+            charts = now - last_chart >= CHART_INTERVAL_S
+            if charts:
+                last_chart = now
+            # The frames cover every step so far: build them only when the charts will redraw.
+            frames = (metrics.step_frame(steps), metrics.kernel_frame(steps)) if charts else (None, None)
+            yield Update(texts, *frames, metrics.summary(steps, peaks()) | rung, charts)
+            last_text = time.monotonic()  # from when the consumer asks again, not from before it took the update
+        tokens.close()
         if over:  # no profiling pass either: the budget is spent
             summary = (
                 metrics.summary(steps, peaks()) | rung | dict(stop_reason=f"the time budget ({JOB_SECONDS:.0f} s)")
