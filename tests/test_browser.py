@@ -171,3 +171,32 @@ def test_a_lesson_link_opens_and_runs_it_and_sets_the_controls(browser):
         page.goto(url + "?lesson=nope", wait_until="load")
         page.get_by_text("There is no lesson 'nope'").wait_for(timeout=30_000)
         assert page.get_by_role("tab", name="Lessons").get_attribute("aria-selected") == "true"
+
+
+def test_compare_the_ladder_and_export_in_a_browser(browser):
+    """Compare at its CPU default, the fusion ladder under it, then the compare table exported."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app() as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url, wait_until="load")
+        page.get_by_role("tab", name="Compare").click()
+        page.get_by_role("button", name="Compare cache on/off, backends and launches").click()
+        page.get_by_text("all 4 runs").first.wait_for(timeout=240_000)  # both backends, cache on and off
+        page.get_by_role("button", name="Climb the fusion ladder (one decode step per rung)").click()
+        page.get_by_text("all 4 rungs").first.wait_for(timeout=240_000)
+        page.wait_for_timeout(1500)  # plotly's layout settles
+        body = page.inner_text("body")
+        assert "The fusion ladder: one decode step at context 16" in body
+        assert "launches per step (modeled: no GPU)" in body and "ms per step (interpreter, CPU)" in body
+        table = page.locator("#ladder-table").inner_text()
+        assert "× torch" in table and all(rung in table for rung in ("none", "epilogue", "decode", "torch")), table
+        # The latency chart: runs named short, on a log axis where the torch lines would sit at zero.
+        assert page.locator(".js-plotly-plot .ytick text").count() > 0
+        page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+        page.get_by_role("tab", name="Export").click()
+        page.get_by_label("compare", exact=True).check()
+        page.get_by_role("button", name="Export", exact=True).click()
+        link = page.locator("a[download]")  # the file's download link, named after its table
+        link.wait_for(timeout=30_000)
+        assert link.get_attribute("download") == "compare.csv" and "KB" in link.inner_text()
+        page.screenshot(path=str(ARTIFACTS / "export.png"), full_page=True)

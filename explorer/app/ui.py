@@ -487,7 +487,7 @@ def build() -> gr.Blocks:
                     ladder_btn = gr.Button("Climb the fusion ladder (one decode step per rung)", variant="primary")
                     ladder_stop = gr.Button("Stop")
                 ladder_plot = gr.Plot(label="fusion ladder")
-                ladder_df = gr.Dataframe(label="per rung")
+                ladder_df = gr.Dataframe(label="per rung", elem_id="ladder-table")
             with gr.Tab("Export"):
                 which = gr.Radio(
                     ["last run: steps", "last run: kernels", "tile sweep", "compare"],
