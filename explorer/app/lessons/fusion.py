@@ -38,7 +38,11 @@ def measure(s: dict) -> tuple[dict, dict]:
 
 def explain(r) -> str:
     f = r.facts
-    how = "GPU kernels (counted by torch.profiler)" if f["counted"] else "launches (the interpreter launches none)"
+    how = (
+        "GPU kernels (counted by torch.profiler)"
+        if f["counted"]
+        else "launches (modeled: the interpreter runs no GPU kernels)"
+    )
     text = (
         f"One decode step at context {f['context']}, rung by rung. With **no fusion** every operation is its own "
         f"kernel: {f['none_launches']} {how}, {base.mb(f['none_hbm_mb'])} to and from HBM, "
