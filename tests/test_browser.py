@@ -132,8 +132,11 @@ def _measured_and_labelled(page, text: str):
         float(page.locator("#lesson-plot .ytick text").first.evaluate("e => getComputedStyle(e).fontSize")[:-2]) >= 18
     )
     recorded = page.locator("#lesson-recorded").inner_text()
-    # Beside it, a GPU recording labelled with its GPU and date, or the plain fact that there is none.
-    assert "No GPU recording is available yet" in recorded or re.search(r"recorded on .+, \d{4}-\d\d-\d\d", recorded)
+    # Beside it, the lesson as recorded on the H200 (assets/recorded/lessons_h200.json), labelled with the
+    # GPU and the date, its own chart drawn too.
+    assert re.search(r"recorded on NVIDIA H200, \d{4}-\d\d-\d\d", recorded), recorded
+    assert re.search(r"\d(\.\d+)? (ms|MB|µs)", recorded), recorded
+    page.wait_for_selector("#lesson-recorded-plot .js-plotly-plot .main-svg", timeout=30_000)
 
 
 @pytest.mark.parametrize("name", list(lessons.LESSONS))
