@@ -148,7 +148,8 @@ CHART_CATEGORIES = {"layer_norm", "qkv/out proj", "decode attention", "ffn", "lm
 
 
 def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
-    from explorer.measure.traffic import step_traffic
+    from explorer.measure.traffic import op_traffic, step_traffic
+    from kernels import fused_linear
 
     folder, _ = checkpoint
     model, _ = load_model(folder, device=device)
@@ -162,6 +163,12 @@ def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
     assert prefills["decode"] == names["epilogue"]  # the decode rung fuses decode steps only
     layer = ["ln_1+attn.c_attn+kv write", "attn", "attn.c_proj", "ln_2+mlp.c_fc", "mlp.c_proj"]
     assert names["decode"] == ["wte/wpe", *layer * 2, "ln_f+lm_head"]
+    # The fused c_attn is booked with the cache rows its epilogue writes: one per head of K and of V.
+    c_attn = next(op for op in decode.ops if op.name == "ln_1+attn.c_attn+kv write")
+    assert c_attn.sizes == (1, 192, 64, True, False, False, True, 4)
+    on = dict(config=c_attn.config, dtype=c_attn.dtype, device=c_attn.device)
+    expected = fused_linear.traffic(1, 192, 64, 4, norm=True, kv=4, **on)
+    assert op_traffic(c_attn) == expected
     attention = ["ln_1", "attn.c_attn", "attn.c_attn.bias", "kv write", "attn"]
     attention += ["attn.c_proj", "attn.c_proj.bias", "attn.c_proj.residual"]
     ffn = ["ln_2", "mlp.c_fc", "mlp.c_fc.bias", "mlp.c_fc.gelu", "mlp.c_proj", "mlp.c_proj.bias", "mlp.c_proj.residual"]

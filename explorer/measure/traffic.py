@@ -75,11 +75,9 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
             return linear_traffic(rows, out_f, in_f, item, **flags, config=op.config, **on)
         return linear_unfused(rows, out_f, in_f, item, **flags, device=op.device)
     if op.kernel == "decode_linear":
-        rows, out_f, in_f, bias, gelu, residual, norm, kv = op.sizes
-        flags = dict(bias=bool(bias), activation="gelu" if gelu else None, residual=bool(residual))
-        return fused_linear_traffic(
-            rows, out_f, in_f, item, **flags, norm=bool(norm), kv=bool(kv), config=op.config, **on
-        )
+        rows, out_f, in_f, bias, gelu, residual, norm, heads = op.sizes
+        flags = dict(bias=bool(bias), activation="gelu" if gelu else None, residual=bool(residual), norm=bool(norm))
+        return fused_linear_traffic(rows, out_f, in_f, item, **flags, kv=heads or None, config=op.config, **on)
     if op.kernel == "bias_add":
         return elementwise.traffic_bias_add(*op.sizes, item)
     if op.kernel == "gelu":

@@ -28,6 +28,7 @@ import torch
 import kernels
 from kernels import elementwise, reference
 from kernels.attention import tuned_config, tuned_decode_config
+from kernels.fused_linear import tuned_config as decode_linear_tuned
 from kernels.layer_norm import tuned_config as layer_norm_tuned
 from kernels.linear import DECODE_ROWS
 from kernels.linear import tuned_config as linear_tuned
@@ -155,16 +156,11 @@ class Ops:
         """One launch: LayerNorm `norm` = (weight, bias, eps) of x, the projection, its epilogue, and with
         `kv` = (k_cache, v_cache, lengths) the new K and V rows stored in the cache."""
         rows = x.numel() // x.shape[-1]
-        cfg = self.tiles.fixed("linear_decode")
-        sizes = (
-            rows,
-            *weight.shape,
-            bias is not None,
-            activation == "gelu",
-            residual is not None,
-            bool(norm),
-            bool(kv),
-        )
+        tune = lambda: decode_linear_tuned(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv)
+        cfg = self._tuned(self.tiles.linear_decode, tune)
+        heads = kv[0].shape[1] if kv else 0  # the cache rows the epilogue writes depend on the head count
+        flags = (bias is not None, activation == "gelu", residual is not None, bool(norm), heads)
+        sizes = (rows, *weight.shape, *flags)
         run = lambda: kernels.decode_linear(
             x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg
         )
