@@ -105,19 +105,25 @@ def _check_pair(name: str, x, other, what: str):
         )
 
 
+def _launch(name: str, kernel, config, x, *inputs, width: int | None = None):
+    """One launch of `kernel` over x's elements (x and `inputs` flat, contiguous, checked): the output is
+    a new tensor like x, the grid one program per BLOCK_N elements; `width`, when given, follows N."""
+    cfg = resolve_config(name, config, x.numel(), x.device)
+    out = new_output(x.shape, x.dtype, x.device)
+    if out.numel() == 0:
+        return out
+    sizes = (x.numel(),) if width is None else (x.numel(), width)
+    with explain_resources(name, cfg):
+        kernel[(cdiv(x.numel(), cfg.block_n),)](x, *inputs, out, *sizes, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+    return out
+
+
 def add(x, y, *, config=None):
     """x + y for x and y of the same shape (no broadcasting), one launch -> a contiguous tensor like x."""
     if x.shape != y.shape:
         raise ValueError(f"add: x and y must have the same shape, got {tuple(x.shape)} and {tuple(y.shape)}")
     _check_pair("add", x, y, "y")
-    x, y = _flat("add", x), _flat("add", y)
-    cfg = resolve_config("add", config, x.numel(), x.device)
-    out = new_output(x.shape, x.dtype, x.device)
-    if out.numel() == 0:
-        return out
-    with explain_resources("add", cfg):
-        _add_kernel[(cdiv(x.numel(), cfg.block_n),)](x, y, out, x.numel(), BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
-    return out
+    return _launch("add", _add_kernel, config, _flat("add", x), _flat("add", y))
 
 
 def bias_add(x, bias, *, config=None):
@@ -126,29 +132,14 @@ def bias_add(x, bias, *, config=None):
         width = f"({x.shape[-1]},)" if x.dim() else "(C,) with x at least 1-D (..., C)"
         raise ValueError(f"bias_add: bias must have shape {width}, got bias {tuple(bias.shape)} for x {tuple(x.shape)}")
     _check_pair("bias_add", x, bias, "bias")
-    x, bias = _flat("bias_add", x), _flat("bias_add", bias)
-    cfg = resolve_config("bias_add", config, x.numel(), x.device)
-    out = new_output(x.shape, x.dtype, x.device)
-    if out.numel() == 0:
-        return out
-    with explain_resources("bias_add", cfg):
-        _bias_add_kernel[(cdiv(x.numel(), cfg.block_n),)](
-            x, bias, out, x.numel(), x.shape[-1], BLOCK_N=cfg.block_n, num_warps=cfg.num_warps
-        )
-    return out
+    x = _flat("bias_add", x)
+    return _launch("bias_add", _bias_add_kernel, config, x, _flat("bias_add", bias), width=x.shape[-1])
 
 
 def gelu(x, *, config=None):
     """GPT-2's tanh GELU of x, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one launch -> a contiguous
     tensor like x."""
-    x = _flat("gelu", x)
-    cfg = resolve_config("gelu", config, x.numel(), x.device)
-    out = new_output(x.shape, x.dtype, x.device)
-    if out.numel() == 0:
-        return out
-    with explain_resources("gelu", cfg):
-        _gelu_kernel[(cdiv(x.numel(), cfg.block_n),)](x, out, x.numel(), BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
-    return out
+    return _launch("gelu", _gelu_kernel, config, _flat("gelu", x))
 
 
 def traffic_add(n: int, itemsize: int) -> Traffic:

@@ -37,7 +37,6 @@ from .config import (
     Traffic,
     as_config,
     cdiv,
-    check_dtype,
     check_fields,
     check_shared_memory,
     device_limits,
@@ -48,7 +47,7 @@ from .config import (
     next_pow2,
     sectors,
 )
-from .linear import DECODE_ROWS, _gelu_tanh, shared_memory
+from .linear import DECODE_ROWS, _gelu_tanh, check_args, shared_memory
 
 NAME = "decode_linear"
 
@@ -241,18 +240,7 @@ def splits_of(cfg: TileConfig, in_features: int) -> tuple[int, int]:
 
 def _check(x, weight, bias, activation, residual, norm, kv):
     """Validate everything before any launch; returns (rows, heads)."""
-    check_dtype(NAME, x)
-    if activation not in (None, "gelu"):
-        raise ValueError(f"{NAME}: activation={activation!r} is not supported (allowed: None, 'gelu')")
-    in_features = x.shape[-1]
-    if weight.dim() != 2 or weight.shape[1] != in_features:
-        raise ValueError(f"{NAME}: weight must be (out, {in_features}), got {tuple(weight.shape)}")
-    out_features = weight.shape[0]
-    if bias is not None and bias.shape != (out_features,):
-        raise ValueError(f"{NAME}: bias must be ({out_features},), got {tuple(bias.shape)}")
-    out_shape = (*x.shape[:-1], out_features)
-    if residual is not None and tuple(residual.shape) != out_shape:
-        raise ValueError(f"{NAME}: residual must have shape {out_shape}, got {tuple(residual.shape)}")
+    in_features, out_features, _ = check_args(NAME, x, weight, bias, activation, residual)
     rows = math.prod(x.shape[:-1])
     if rows > DECODE_ROWS:
         raise ValueError(

@@ -188,20 +188,27 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
     return cfg
 
 
-def linear(x, weight, bias=None, *, activation=None, residual=None, config=None):
-    """act(x @ weight.T + bias) + residual for x (..., in) and weight (out, in)."""
-    check_dtype("linear", x)
+def check_args(name: str, x, weight, bias, activation, residual) -> tuple[int, int, tuple]:
+    """The checks every linear launcher makes (this one and fused_linear's), messages named after `name`;
+    returns (in_features, out_features, the output's shape)."""
+    check_dtype(name, x)
     if activation not in (None, "gelu"):
-        raise ValueError(f"linear: activation={activation!r} is not supported (allowed: None, 'gelu')")
+        raise ValueError(f"{name}: activation={activation!r} is not supported (allowed: None, 'gelu')")
     in_features = x.shape[-1]
     if weight.dim() != 2 or weight.shape[1] != in_features:
-        raise ValueError(f"linear: weight must be (out, {in_features}), got {tuple(weight.shape)}")
+        raise ValueError(f"{name}: weight must be (out, {in_features}), got {tuple(weight.shape)}")
     out_features = weight.shape[0]
     if bias is not None and bias.shape != (out_features,):
-        raise ValueError(f"linear: bias must be ({out_features},), got {tuple(bias.shape)}")
+        raise ValueError(f"{name}: bias must be ({out_features},), got {tuple(bias.shape)}")
     out_shape = (*x.shape[:-1], out_features)
     if residual is not None and tuple(residual.shape) != out_shape:
-        raise ValueError(f"linear: residual must have shape {out_shape}, got {tuple(residual.shape)}")
+        raise ValueError(f"{name}: residual must have shape {out_shape}, got {tuple(residual.shape)}")
+    return in_features, out_features, out_shape
+
+
+def linear(x, weight, bias=None, *, activation=None, residual=None, config=None):
+    """act(x @ weight.T + bias) + residual for x (..., in) and weight (out, in)."""
+    in_features, out_features, out_shape = check_args("linear", x, weight, bias, activation, residual)
     x2 = x.reshape(-1, in_features)
     rows = x2.shape[0]
     if config == "autotune":
