@@ -15,7 +15,6 @@ counted by torch.profiler over one replay.
 """
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from benchmarks.torch_loop import TorchGraphLoop  # noqa: E402
-from explorer.measure.ladder import ladder_rows  # noqa: E402
+from explorer.measure.ladder import ladder_rows, replay_ms  # noqa: E402
 from explorer.measure.launches import device_activity  # noqa: E402
 from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
 
@@ -36,16 +35,8 @@ def time_loop(loop: TorchGraphLoop, context: int, replays: int) -> tuple[float, 
     loop._capture()
     loop.pos.fill_(context)
     kernels, _ = device_activity(loop.graph.replay)
-    times = []
-    for _ in range(replays):
-        loop.pos.fill_(context)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        loop.graph.replay()
-        end.record()
-        times.append((start, end))
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in times), kernels
+    loop.pos.fill_(context)
+    return replay_ms(loop.graph.replay, lambda: loop.pos.fill_(context), replays), kernels
 
 
 def main():

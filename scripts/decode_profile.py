@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from explorer.measure.ladder import _cache  # noqa: E402
+from explorer.measure.ladder import random_cache  # noqa: E402
 from explorer.model.graphs import DecodeGraph  # noqa: E402
 from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
 from kernels import TileConfig, decode_attention, decode_linear  # noqa: E402
@@ -35,7 +35,7 @@ def gpt2(layers=12, width=768, heads=12, vocab=50257):
 def kernel_times(model, context, replays=20):
     from torch.profiler import ProfilerActivity, profile
 
-    cache = _cache(model, 1, context, torch.Generator().manual_seed(0))
+    cache = random_cache(model, 1, context, torch.Generator().manual_seed(0))
     graph = DecodeGraph(model, cache)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):

@@ -22,25 +22,26 @@ from collections.abc import Iterator
 
 import torch
 
+from kernels.linear import DECODE_ROWS
+from kernels.linear import resolve_config as linear_config
+
 from ..model.cache import KVCache
 from ..model.graphs import DecodeGraph
 from ..model.ops import FUSIONS, Trace
 from .launches import device_activity
+from .metrics import MB
 from .traffic import op_traffic
 
-MB = 1 << 20
 RUNGS = (*FUSIONS, "torch")  # "torch": the PyTorch backend, whatever the rung
 
 
 def launches_of(op) -> int | None:
     """Launches one Triton operation makes: split-K projections and two-launch decode attention make two.
     None for the torch backend, whose operations launch as many kernels as PyTorch chooses (counted on a GPU)."""
-    from kernels.linear import DECODE_ROWS, resolve_config
-
     if op.backend != "triton":
         return None
     if op.kernel == "linear" and op.sizes[0] <= DECODE_ROWS:
-        cfg = resolve_config(op.config, *op.sizes[:3], op.dtype, op.device)
+        cfg = linear_config(op.config, *op.sizes[:3], op.dtype, op.device)
         return 2 if cfg.split_k > 1 else 1
     if op.kernel == "decode_attention":
         return 1 if op.sizes[4] else 2
@@ -60,7 +61,8 @@ def _model_for(model, rung: str):
     return model.with_backend("triton").with_fusion(rung)
 
 
-def _cache(model, batch: int, context: int, generator) -> KVCache:
+def random_cache(model, batch: int, context: int, generator) -> KVCache:
+    """A cache with room for one more position, holding random keys and values up to `context`."""
     cache = KVCache.for_model(model, batch, context + 1)
     for buf in (cache.k, cache.v):
         buf.copy_(torch.randn(buf.shape, generator=generator, dtype=torch.float32).to(buf.dtype))
@@ -76,11 +78,11 @@ def rung_row(model, rung: str, *, context: int, batch: int = 1, replays: int = 5
         )
     m = _model_for(model, rung)
     generator = torch.Generator().manual_seed(seed)
-    cache = _cache(m, batch, context, generator)
+    cache = random_cache(m, batch, context, generator)
     ids = torch.randint(0, m.config.vocab_size, (batch,), generator=generator).to(m.device)
     trace = Trace()
     m.decode(ids, cache, observer=trace)  # compiles on the first rung that needs it; timed again below
-    cache.set_lengths([context] * batch)
+    reset(cache, context)
     lengths = (context + 1,) * batch  # each sequence attends over its cache and the new token
     total = None
     for op in trace.ops:
@@ -101,26 +103,33 @@ def rung_row(model, rung: str, *, context: int, batch: int = 1, replays: int = 5
             t0 = time.perf_counter()
             m.decode(ids, cache)
             times.append((time.perf_counter() - t0) * 1e3)
-            cache.set_lengths([context] * batch)
+            reset(cache, context)
         return row | dict(kernels=None, memory_ops=None, step_ms=min(times), timer="cpu perf_counter (interpreter)")
     graph = DecodeGraph(m, cache)
     kernels, memory_ops = device_activity(graph.graph.replay)
-    _reset(cache, context)
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.graph.replay()
-        end.record()
-        _reset(cache, context)
-        times.append((start, end))
-    torch.cuda.synchronize()
-    step_ms = statistics.median(s.elapsed_time(e) for s, e in times)
+    reset(cache, context)
+    step_ms = replay_ms(graph.graph.replay, lambda: reset(cache, context), replays)
     timer = f"cuda events, median of {replays} CUDA-graph replays"
     return row | dict(kernels=kernels, memory_ops=memory_ops, step_ms=step_ms, timer=timer)
 
 
-def _reset(cache: KVCache, context: int) -> None:
+def replay_ms(replay, reset_state, replays: int) -> float:
+    """Median device time of `replay()` (a CUDA-graph replay) over `replays` calls, each timed by CUDA
+    events, with `reset_state()` after each, outside the timed span."""
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay()
+        end.record()
+        reset_state()
+        times.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in times)
+
+
+def reset(cache: KVCache, context: int) -> None:
+    """Every sequence back at `context` positions, on the device without a host copy."""
     cache.lengths.fill_(context)
     cache.host_lengths = [context] * len(cache.host_lengths)
 

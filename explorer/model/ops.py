@@ -120,7 +120,7 @@ class Ops:
         return self._run(name, "layer_norm", x, sizes, cfg, run)
 
     def linear(self, name, x, weight, bias=None, *, activation=None, residual=None):
-        if self.fusion == "none":
+        if self.fusion == "none" and (bias is not None or activation is not None or residual is not None):
             return self._unfused_linear(name, x, weight, bias, activation, residual)
         rows = x.numel() // x.shape[-1]
         cfg = self.tiles.linear_decode if rows <= DECODE_ROWS else self.tiles.linear
@@ -131,7 +131,7 @@ class Ops:
 
     def _unfused_linear(self, name, x, weight, bias, activation, residual):
         """The matmul alone, then the bias, the GELU and the residual add, each its own launch."""
-        y = self.linear_only(name, x, weight)
+        y = self.linear(name, x, weight)
         rows, width = y.numel() // y.shape[-1], y.shape[-1]
         if bias is not None:
             y = self._run(f"{name}.bias", "bias_add", y, (rows, width), None, lambda: elementwise.bias_add(y, bias))
@@ -140,13 +140,6 @@ class Ops:
         if residual is not None:
             y = self._run(f"{name}.residual", "add", y, (y.numel(),), None, lambda: elementwise.add(residual, y))
         return y
-
-    def linear_only(self, name, x, weight):
-        rows = x.numel() // x.shape[-1]
-        cfg = self.tiles.linear_decode if rows <= DECODE_ROWS else self.tiles.linear
-        cfg = self._tuned(cfg, lambda: linear_tuned(x, weight))
-        run = lambda: self.fn.linear(x, weight, config=cfg)
-        return self._run(name, "linear", x, (rows, *weight.shape, False, False, False), cfg, run)
 
     def fuses_decode(self, rows: int) -> bool:
         """Whether a decode step of this many sequences runs the decode rung's fused kernels."""
