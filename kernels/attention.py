@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune
+from . import arrival, autotune, pdl
 from .config import (
     SECTOR,
     TileConfig,
@@ -47,6 +47,7 @@ from .config import (
     l2_miss,
     new_output,
     next_pow2,
+    overlaps_launches,
     pipeline_stages,
     resident_programs,
     sectors,
@@ -171,6 +172,40 @@ def _decode_chunk(
 
 
 @triton.jit
+def _decode_tile_prefetched(
+    Q, K, V, b, h, lo, length, PDL,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """_decode_chunk for a chunk of one key tile, [lo, min(lo + BLOCK_N, length)), loaded around the PDL
+    wait: the keys and values written by earlier steps (positions below length - 1) before it, q and the
+    newest row (length - 1, which the kernel just before stores) after it."""
+    dims = tl.arange(0, BLOCK_D)
+    d_mask = dims < HEAD_DIM
+    cols = lo + tl.arange(0, BLOCK_N)
+    K += b * stride_kb + h * stride_kh
+    V += b * stride_vb + h * stride_vh
+    k_ptrs = K + cols[:, None] * stride_kn + dims[None, :] * stride_kd
+    v_ptrs = V + cols[:, None] * stride_vn + dims[None, :] * stride_vd
+    old = (cols < length - 1)[:, None] & d_mask[None, :]
+    k = tl.load(k_ptrs, mask=old, other=0.0)
+    v = tl.load(v_ptrs, mask=old, other=0.0)
+    pdl.wait(PDL)
+    newest = (cols == length - 1)[:, None] & d_mask[None, :]
+    k = tl.where(newest, tl.load(k_ptrs, mask=newest, other=0.0), k)
+    v = tl.where(newest, tl.load(v_ptrs, mask=newest, other=0.0), v)
+    q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0).to(tl.float32)
+    qk = tl.sum((q * qk_scale)[None, :] * k.to(tl.float32), axis=1)
+    qk = tl.where(cols < length, qk, float("-inf"))
+    m_i = tl.max(qk, axis=0)
+    p = tl.where(cols < length, tl.exp2(qk - m_i), 0.0)  # an empty chunk: max -inf, sum 0, output 0
+    return tl.sum(p[:, None] * v.to(tl.float32), axis=0), m_i, tl.sum(p, axis=0)
+
+
+@triton.jit
 def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """A (sequence, head)'s normalised output from the partials of all its splits, read in one tile:
     each partial weighed by exp2(its max - the largest max), over the weighed sums. Both launch modes
@@ -195,18 +230,25 @@ def _decode_partial_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     H, SPLITS, CHUNK, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     b, h = bh // H, bh % H
     length = tl.load(Lengths + b).to(tl.int32)
     lo = split * CHUNK
-    acc, m_i, l_i = _decode_chunk(
-        Q, K, V, b, h, lo, min(lo + CHUNK, length),
-        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-        stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
-    )  # fmt: skip
+    if PREFETCH:  # a chunk of one key tile: its keys and values all requested at once
+        acc, m_i, l_i = _decode_tile_prefetched(
+            Q, K, V, b, h, lo, length, False,
+            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+        )  # fmt: skip
+    else:
+        acc, m_i, l_i = _decode_chunk(
+            Q, K, V, b, h, lo, min(lo + CHUNK, length),
+            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+        )  # fmt: skip
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
     tl.store(PartO + part * BLOCK_D + dims, acc)
@@ -237,18 +279,30 @@ def _decode_one_launch_kernel(
     stride_ob, stride_oh, stride_od,
     H, SPLITS, CHUNK, qk_scale,
     SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
+    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
+    # Under PDL (kernels.pdl) the next kernel may start loading its weights now. With PREFETCH (a chunk of
+    # one key tile) this one loads the cache rows of earlier steps before its wait; the caller guarantees
+    # that the kernel just before writes nothing it reads but q and each sequence's newest row.
+    pdl.launch_dependents(PDL)
     bh = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     b, h = bh // H, bh % H
     length = tl.load(Lengths + b).to(tl.int32)
     lo = split * CHUNK
-    acc, m_i, l_i = _decode_chunk(
-        Q, K, V, b, h, lo, min(lo + CHUNK, length),
-        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-        stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
-    )  # fmt: skip
+    if PREFETCH:
+        acc, m_i, l_i = _decode_tile_prefetched(
+            Q, K, V, b, h, lo, length, PDL,
+            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+        )  # fmt: skip
+    else:
+        pdl.wait(PDL)
+        acc, m_i, l_i = _decode_chunk(
+            Q, K, V, b, h, lo, min(lo + CHUNK, length),
+            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+        )  # fmt: skip
     dims = tl.arange(0, BLOCK_D)
     out = Out + b * stride_ob + h * stride_oh + dims * stride_od
     if SPLIT:
@@ -357,14 +411,17 @@ def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
         return TileConfig(block_n=128, split_k=1, num_warps=4, num_stages=1)
     # About four programs per SM in all, but no chunk shorter than one key tile; 128-key tiles in 2
     # warps were the fastest of 48 configs at B=1, H=12, 8192 keys on an H200 (benchmarks/RESULTS.md).
-    # Caches too short to give every program 128 keys take 64-key tiles in 4 warps, and twice the
-    # programs (at B=1 and 1024 keys: 0.87x of PyTorch, against 0.77x in 128-key tiles and 0.72x in
-    # 64-key tiles with 2 warps).
+    # Shorter caches take 64-key tiles in 4 warps, and caches too short for those 32-key tiles in 2 warps
+    # (at B=1 and 1001 keys, 32 splits of one 32-key tile: the fastest in a sweep of the whole decode step).
     wanted = cdiv(4 * limits.num_sms, batch_heads)
-    block_n = 128 if cdiv(max_len, 128) >= wanted else 64
+    if cdiv(max_len, 128) >= wanted:
+        block_n, warps = 128, 2
+    elif cdiv(max_len, 64) >= wanted:
+        block_n, warps = 64, 4
+    else:
+        block_n, warps = 32, 2
     split_k = max(1, min(wanted, cdiv(max_len, block_n), 256))
-    return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=2 if block_n == 128 else 4,
-                      num_stages=pipeline_stages(device))  # fmt: skip
+    return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=warps, num_stages=pipeline_stages(device))
 
 
 @functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
@@ -386,12 +443,16 @@ def decode_split(max_len: int, cfg: TileConfig) -> tuple[int, int]:
     return chunk, cdiv(max_len, chunk)
 
 
-def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=False):
+def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=False, pdl=False):
     """One query per sequence over its cache: q (B, H, 1, D), caches (B, H, T_max, D), keys [0, lengths[b]).
 
     A sequence of length 0 attends to nothing and gets zeros. one_launch=False runs the partial and
     merge kernels; one_launch=True runs one kernel whose last split to finish for a (sequence, head)
-    merges its partials (kernels.arrival), with the same result."""
+    merges its partials (kernels.arrival), with the same result. With pdl=True as well, that kernel is
+    launched with programmatic dependent launch where the GPU has it (kernels.pdl): the kernel after it may
+    start early, and where each split is one key tile this one loads the lengths and the keys and values
+    below lengths[b] - 1 before it waits for the kernel before it. So pdl=True is for a caller (the decode
+    step) whose previous kernel writes nothing this one reads except q and each sequence's newest row."""
     _check_qkv("decode_attention", q, k_cache, v_cache)
     batch, heads, tq, head_dim = q.shape
     max_len = k_cache.shape[2]
@@ -406,6 +467,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, q.dtype, q.device)
     chunk, splits = decode_split(max_len, cfg)
     block_d = max(16, next_pow2(head_dim))
+    pdl = bool(pdl) and one_launch and overlaps_launches(q.device)
     o = new_output(q.shape, q.dtype, q.device)
     if o.numel() == 0:
         return o
@@ -425,14 +487,15 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
                 q, k_cache, v_cache, lengths, part_o, part_m, part_l, counters, o,
                 *inputs, o.stride(0), o.stride(1), o.stride(3),
                 heads, splits, chunk, scale,
-                SPLIT=splits > 1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                SPLIT=splits > 1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl,
+                PREFETCH=chunk <= cfg.block_n,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
             )  # fmt: skip
             return o
         _decode_partial_kernel[(batch * heads, splits)](
             q, k_cache, v_cache, lengths, part_o, part_m, part_l,
             *inputs, heads, splits, chunk, scale,
-            HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
+            HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d, PREFETCH=chunk <= cfg.block_n,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
         _decode_merge_kernel[(batch * heads,)](

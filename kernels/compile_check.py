@@ -53,17 +53,27 @@ def _cases(dtype, arch):
                    N="i32", SPLIT_K="i32", stride_rm="i32", stride_ym="i32", HAS_BIAS=True, APPLY_GELU=True,
                    HAS_RESIDUAL=False, BLOCK_M=16, BLOCK_N=128), 4, 1, 0)  # fmt: skip
     FL = importlib.import_module("kernels.fused_linear")
-    cfg = FL.resolve_config(None, 1, 2304, 768, tdt, limits)  # ln_1 -> c_attn -> KV cache, split over K
+    pdl = arch >= 90  # programmatic dependent launch from Hopper on (kernels.pdl)
     cache_strides = {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
     ptrs = dict.fromkeys(("X", "W", "Bias", "R", "Y", "LnW", "LnB", "KC", "VC"), t)
     ptrs |= dict(P="*fp32", Counters="*i32", Lengths="*i32")
     ints = ("M", "N", "K", "K_PER_SPLIT", "SPLITS", "HEAD_DIM", "stride_xm", "stride_wn", "stride_rm", "stride_ym")
     flags = dict.fromkeys(("HAS_NORM", "HAS_BIAS", "APPLY_GELU", "HAS_RESIDUAL", "HAS_KV"), True)
-    args = ptrs | dict.fromkeys(ints, "i32") | cache_strides | flags
-    args |= dict(eps="fp32", stride_xk=1, stride_wk=1, ARRIVE=cfg.split_k > 1, PRECISION=prec)
-    args |= dict(BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **FL.stats_tile(1, 768))
+    common = ptrs | dict.fromkeys(ints, "i32") | cache_strides | flags | dict(eps="fp32", stride_xk=1, stride_wk=1)
+    # ln_1 -> c_attn -> KV cache in the K loop, split over K
+    cfg = FL.resolve_config(TileConfig(block_n=32, block_k=128, split_k=4), 1, 2304, 768, tdt, limits)
+    args = common | dict(ARRIVE=True, PRECISION=prec, BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl)
+    args |= FL.stats_tile(1, 768)
     yield ("decode linear", FL._decode_linear_kernel, args, cfg.num_warps, cfg.num_stages,
            L.shared_memory(cfg, item, limits))  # fmt: skip
+    # The prefetch form at its defaults: c_attn's (one split) and mlp.c_proj's (split over K, arrival)
+    for n, k in ((2304, 768), (768, 3072)):
+        cfg = FL.resolve_config(None, 1, n, k, tdt, limits)
+        k_per_split, splits = FL.splits_of(cfg, k)
+        head_k, tail_k = FL.slice_tiles(k_per_split)
+        args = common | dict(ARRIVE=splits > 1, PDL=pdl, ROWS=1, BLOCK_N=cfg.block_n, HEAD_K=head_k, TAIL_K=tail_k,
+                             STATS_COLS=FL.next_pow2(k))  # fmt: skip
+        yield (f"decode prefetch {n}x{k}", FL._decode_prefetch_kernel, args, cfg.num_warps, cfg.num_stages, 0)
     strides = {f"stride_{x}{d}": "i32" for x in "qkvo" for d in ("b", "h", "m" if x in "qo" else "n")}
     strides |= {f"stride_{x}d": 1 for x in "qkvo"}
     cfg = A.resolve_config(None, 1024, 64, tdt, limits)
@@ -76,12 +86,14 @@ def _cases(dtype, arch):
     dstrides = {k: v for k, v in strides.items() if not k.startswith("stride_o") and k != "stride_qm"}
     yield ("decode attention", A._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", PartO="*fp32",
            PartM="*fp32", PartL="*fp32", **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
-           BLOCK_N=cfg.block_n, BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+           BLOCK_N=cfg.block_n, BLOCK_D=64, PREFETCH=False), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
     ostrides = dict(stride_ob="i32", stride_oh="i32", stride_od=1)
-    yield ("decode one launch", A._decode_one_launch_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", PartO="*fp32",
-           PartM="*fp32", PartL="*fp32", Counters="*i32", Out=t, **dstrides, **ostrides, H="i32", SPLITS="i32",
-           CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64, BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64),
-           cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+    for prefetch in (False, True):  # chunks of several key tiles, and of one loaded around the PDL wait
+        yield (f"decode one launch{' 1 tile' if prefetch else ''}", A._decode_one_launch_kernel, dict(Q=t, K=t, V=t,
+               Lengths="*i32", PartO="*fp32", PartM="*fp32", PartL="*fp32", Counters="*i32", Out=t, **dstrides,
+               **ostrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64,
+               BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64, PDL=pdl, PREFETCH=prefetch), cfg.num_warps, cfg.num_stages,
+               est)  # fmt: skip
     yield ("decode merge", A._decode_merge_kernel, dict(PartO="*fp32", PartM="*fp32", PartL="*fp32", Out=t,
            stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,
            BLOCK_D=64), 4, 1, 0)  # fmt: skip
@@ -134,7 +146,7 @@ def main():
     for arch, dtype, name, shared, estimate, limit in compile_all(args.arch, args.dtype):
         ok = shared <= limit and (estimate == 0 or shared <= estimate)
         failures += not ok
-        head = f"sm_{arch} {ARCHS[arch][0]:10} {dtype:9} {name:22}"
+        head = f"sm_{arch} {ARCHS[arch][0]:10} {dtype:9} {name:26}"
         print(f"{head} shared {shared:7} estimate {estimate:7} limit {limit:7} {'ok' if ok else 'OVER'}")
     sys.exit(1 if failures else 0)
 

@@ -67,8 +67,8 @@ BOUNDS = {
     },
     # block_m is fixed at 16 (all rows in one tile), checked by the launcher itself.
     "decode_linear": {
-        "block_n": (16, 256),
-        "block_k": (16, 256),
+        "block_n": (8, 256),  # 8 in the prefetch form only: the K loop's tl.dot needs 16
+        "block_k": (16, 4096),  # from block_k >= a split's K slice on, the prefetch form (fused_linear)
         "split_k": (1, 64),
         "num_warps": (1, 16),
         "num_stages": (1, 8),
@@ -115,6 +115,16 @@ def device_limits(device: torch.device | str | DeviceLimits | None = None) -> De
     if device.type == "cuda":
         return _cuda_limits(device.index if device.index is not None else torch.cuda.current_device())
     return DeviceLimits("CPU (Triton interpreter)", CPU_SHARED_MEMORY, CPU_NUM_SMS, (0, 0), False)
+
+
+def overlaps_launches(device) -> bool:
+    """Whether kernels may be launched with programmatic dependent launch: from Hopper (sm_90) on. A kernel
+    so launched may start while the kernel before it on the stream is finishing; it must not read what that
+    kernel writes (nor write what it reads) before its grid-dependency wait. The interpreter has no such
+    launch: there the kernels run one after another as usual."""
+    from . import pdl
+
+    return device_limits(device).capability >= (9, 0) and pdl.gdc_wait is not None
 
 
 def pipeline_stages(device) -> int:

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune
+from . import arrival, autotune, pdl
 from .config import (
     SECTOR,
     TileConfig,
@@ -45,6 +45,7 @@ from .config import (
     l2_miss,
     new_output,
     next_pow2,
+    overlaps_launches,
     sectors,
 )
 from .linear import DECODE_ROWS, _gelu_tanh, check_args, shared_memory
@@ -96,8 +97,10 @@ def _decode_linear_kernel(
     HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    STATS_ROWS: tl.constexpr, STATS_COLS: tl.constexpr,
+    STATS_ROWS: tl.constexpr, STATS_COLS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl.launch_dependents(PDL)
+    pdl.wait(PDL)  # the loop reads x with every weight tile: nothing to load before the wait
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M).to(tl.int64)  # all M <= BLOCK_M rows in one tile
@@ -157,8 +160,22 @@ def _decode_linear_kernel(
         b = tl.load(W + (cols % N)[None, :] * stride_wn + ks[:, None] * stride_wk, mask=(ks < k_hi)[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
+    _finish(acc, rows, cols, pid_n, split, Bias, R, Y, P, Counters, KC, VC, Lengths, M, N, K, SPLITS, HEAD_DIM,
+            stride_rm, stride_ym, stride_kcb, stride_kch, stride_kct, stride_kcd,
+            stride_vcb, stride_vch, stride_vct, stride_vcd,
+            HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, ARRIVE, BLOCK_M, BLOCK_N)  # fmt: skip
+
+
+@triton.jit
+def _finish(acc, rows, cols, pid_n, split, Bias, R, Y, P, Counters, KC, VC, Lengths, M, N, C, SPLITS, HEAD_DIM,
+            stride_rm, stride_ym, stride_kcb, stride_kch, stride_kct, stride_kcd,
+            stride_vcb, stride_vch, stride_vct, stride_vcd,
+            HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_KV: tl.constexpr,
+            ARRIVE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """The epilogue, after the arrival when the K range was split: acc is this program's (BLOCK_M, BLOCK_N)
+    share of the output tile."""
     if ARRIVE:
-        mask = row_mask[:, None] & (cols < N)[None, :]
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
         partials = P + rows[:, None] * N + cols[None, :]
         tl.store(partials + split * M * N, acc, mask=mask)
         # Every thread's partial stores come before the one atomic (the barrier), and the atomic releases
@@ -171,31 +188,113 @@ def _decode_linear_kernel(
             for s in range(0, SPLITS):  # in split order: the same sum whichever program arrives last
                 # .cg: from L2, never from a line this SM's L1 may hold from before the others stored.
                 acc += tl.load(partials + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, K, HEAD_DIM, stride_rm, stride_ym,
+            _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
                       stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
                       HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, BLOCK_N)  # fmt: skip
             tl.store(Counters + pid_n, 0)  # the next launch on this stream finds zeros
     else:
-        _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, K, HEAD_DIM, stride_rm, stride_ym,
+        _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
                   stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
                   HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, BLOCK_N)  # fmt: skip
 
 
+@triton.jit
+def _row_stats(X, M, K, eps, stride_xm, stride_xk, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
+    """Each row's mean and rstd over its K columns, as kernels.layer_norm computes them: (ROWS,) each."""
+    rows = tl.arange(0, ROWS)
+    cols = tl.arange(0, STATS_COLS)
+    mean = tl.zeros((ROWS,), dtype=tl.float32)
+    rstd = tl.zeros((ROWS,), dtype=tl.float32)
+    for r in tl.static_range(ROWS):  # rows past M (ROWS is M rounded up to a power of two) load zeros
+        x = tl.load(X + r * stride_xm + cols * stride_xk, mask=(cols < K) & (cols * 0 + r < M), other=0.0)
+        x = x.to(tl.float32)
+        m = tl.sum(x, axis=0) / K
+        diff = tl.where(cols < K, x - m, 0.0)
+        mean = tl.where(rows == r, m, mean)
+        rstd = tl.where(rows == r, 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / K + eps), rstd)
+    return mean, rstd
+
+
+@triton.jit
+def _rows_times(X, w, ks, k_mask, mean, rstd, LnW, LnB, M, stride_xm, stride_xk, HAS_NORM: tl.constexpr,
+                ROWS: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """x's rows over columns ks (layer-normed with the rows' mean and rstd when HAS_NORM, rounded to x's dtype
+    as the unfused path stores them) times the weight tile w (len(ks) x BLOCK_N): (ROWS, BLOCK_N) in fp32.
+    One row at a time on the vector units: for a handful of rows tl.dot would pad them to 16."""
+    rows = tl.arange(0, ROWS)
+    wf = w.to(tl.float32)
+    if HAS_NORM:
+        lw = tl.load(LnW + ks, mask=k_mask, other=0.0).to(tl.float32)
+        lb = tl.load(LnB + ks, mask=k_mask, other=0.0).to(tl.float32)
+    out = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    for r in tl.static_range(ROWS):
+        a = tl.load(X + r * stride_xm + ks * stride_xk, mask=k_mask & (ks * 0 + r < M), other=0.0).to(tl.float32)
+        if HAS_NORM:  # the same expression as layer_norm's
+            mean_r = tl.sum(tl.where(rows == r, mean, 0.0), axis=0)
+            rstd_r = tl.sum(tl.where(rows == r, rstd, 0.0), axis=0)
+            a = tl.where(k_mask, (a - mean_r) * rstd_r * lw + lb, 0.0).to(X.dtype.element_ty).to(tl.float32)
+        out = tl.where(rows[:, None] == r, tl.sum(a[:, None] * wf, axis=0)[None, :], out)
+    return out
+
+
+@triton.jit
+def _decode_prefetch_kernel(
+    X, W, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
+    M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
+    stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PDL: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+):  # fmt: skip
+    """The same job as _decode_linear_kernel when each split is one K step: the program loads its whole
+    weight slice (HEAD_K columns of K, then TAIL_K more, both powers of two, TAIL_K possibly 0) before it
+    reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
+    pdl.launch_dependents(PDL)
+    pid_n = tl.program_id(0)
+    split = tl.program_id(1)
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    w_cols = W + (cols % N)[None, :] * stride_wn  # columns wrap, never masked, as the K loop's
+    k_lo = split * K_PER_SPLIT
+    k_hi = min(k_lo + K_PER_SPLIT, K)
+    ks0 = k_lo + tl.arange(0, HEAD_K)
+    w0 = tl.load(w_cols + ks0[:, None] * stride_wk, mask=(ks0 < k_hi)[:, None], other=0.0)
+    if TAIL_K > 0:
+        ks1 = k_lo + HEAD_K + tl.arange(0, TAIL_K)
+        w1 = tl.load(w_cols + ks1[:, None] * stride_wk, mask=(ks1 < k_hi)[:, None], other=0.0)
+    pdl.wait(PDL)  # from here on x, the residual, the caches and the partials: what earlier kernels write
+    mean = tl.zeros((ROWS,), dtype=tl.float32)
+    rstd = tl.zeros((ROWS,), dtype=tl.float32)
+    if HAS_NORM:  # every program needs the statistics of the full rows, not only of its slice
+        mean, rstd = _row_stats(X, M, K, eps, stride_xm, stride_xk, ROWS, STATS_COLS)
+    acc = _rows_times(X, w0, ks0, ks0 < k_hi, mean, rstd, LnW, LnB, M, stride_xm, stride_xk, HAS_NORM, ROWS, BLOCK_N)
+    if TAIL_K > 0:
+        acc += _rows_times(X, w1, ks1, ks1 < k_hi, mean, rstd, LnW, LnB, M, stride_xm, stride_xk, HAS_NORM, ROWS,
+                           BLOCK_N)  # fmt: skip
+    _finish(acc, tl.arange(0, ROWS).to(tl.int64), cols, pid_n, split, Bias, R, Y, P, Counters, KC, VC, Lengths,
+            M, N, K, SPLITS, HEAD_DIM, stride_rm, stride_ym, stride_kcb, stride_kch, stride_kct, stride_kcd,
+            stride_vcb, stride_vch, stride_vct, stride_vcd,
+            HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, ARRIVE, ROWS, BLOCK_N)  # fmt: skip
+
+
 def default_config(rows: int, out_features: int, in_features: int, dtype: torch.dtype, device) -> TileConfig:
-    """GPU: from a sweep of the GPT-2-small decode step's five shapes on an H200 (bf16, graph replays over
-    inputs rotated past L2; benchmarks/RESULTS.md). Narrow 32-column tiles, split over K until there are
-    about 1.5 programs per SM, each split stepping through K in tiles of half its length (64 to 256); an
-    output as wide as the LM head's has programs enough from its columns alone: 128-wide tiles, no split.
-    CPU (the interpreter): few large programs, block_n 256, block_k 64, one split."""
+    """GPU: the prefetch form, so that under PDL each program's whole weight slice is in flight before it
+    waits for the kernel ahead. 8-column tiles in 8 warps, K unsplit up to PREFETCH_SLICE columns: no
+    arrival, and programs enough (96 for a 768-wide output). An output as wide as the LM head's takes the
+    K loop in 128-wide tiles, no split. Both from H200 sweeps of the whole decode step (benchmarks/RESULTS.md).
+    CPU (the interpreter): few large programs in the K loop, block_n 256, block_k 64, one split."""
     limits = device_limits(device)
     if limits.is_cpu:
         return TileConfig(block_m=16, block_n=256, block_k=64, split_k=1, num_warps=4, num_stages=1)
     if cdiv(out_features, 128) >= 2 * limits.num_sms:
         return TileConfig(block_m=16, block_n=128, block_k=64, split_k=1, num_warps=4, num_stages=3)
-    wanted = cdiv(3 * limits.num_sms // 2, cdiv(out_features, 32))
-    split_k = prev_pow2(max(1, min(wanted, in_features // 64)))
-    block_k = min(256, max(64, prev_pow2(cdiv(in_features, split_k) // 2)))
-    return TileConfig(block_m=16, block_n=32, block_k=block_k, split_k=split_k, num_warps=4, num_stages=3)
+    split_k = next_pow2(cdiv(in_features, PREFETCH_SLICE))
+    block_k = max(PREFETCH_BLOCK_K, next_pow2(cdiv(in_features, split_k)))
+    return TileConfig(block_m=16, block_n=8, block_k=block_k, split_k=split_k, num_warps=8, num_stages=1)
+
+
+PREFETCH_SLICE = 3072  # the longest K slice the default prefetch form holds in registers (8 x 3072 elements)
 
 
 def prev_pow2(n: int) -> int:
@@ -214,11 +313,35 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
     _check_fields(user)
     itemsize = torch.empty((), dtype=dtype).element_size()
     cfg = user.merged(default_config(rows, out_features, in_features, dtype, device))
+    if prefetches(cfg, in_features):  # registers, not shared memory: the slice must fit them
+        k_per_split, _ = splits_of(cfg, in_features)
+        held = sum(slice_tiles(k_per_split)) * cfg.block_n
+        if k_per_split > cfg.block_k:
+            raise ValueError(
+                f"{NAME}: block_k={cfg.block_k} (from {PREFETCH_BLOCK_K} on) loads each split's K slice at once, but "
+                f"{in_features} columns in {cfg.split_k} splits are slices of {k_per_split}; use block_k >= "
+                f"{next_pow2(k_per_split)}, a larger split_k, or block_k <= {PREFETCH_BLOCK_K // 2} for the K loop"
+            )
+        if held > PREFETCH_ELEMENTS:
+            raise ValueError(
+                f"{NAME}: {cfg} loads a {k_per_split}-column K slice of {cfg.block_n} columns at once ({held} "
+                f"elements; at most {PREFETCH_ELEMENTS} fit registers); use a smaller block_n or a larger split_k, "
+                "or a block_k below the slice for the K loop"
+            )
+        return cfg
+    if cfg.block_n < 16:
+        raise ValueError(
+            f"{NAME}: block_n={cfg.block_n} needs the prefetch form (block_k >= {PREFETCH_BLOCK_K}); the K loop's "
+            "tl.dot takes tiles of at least 16 columns"
+        )
     cfg = fit_defaults(NAME, cfg, user, lambda c: shared_memory(c, itemsize, device), device)
     need = shared_memory(cfg, itemsize, device)
     what = f"{cfg.num_stages} stages of a 16x{cfg.block_k} and a {cfg.block_k}x{cfg.block_n} tile"
     check_shared_memory(NAME, cfg, need, device, what)
     return cfg
+
+
+PREFETCH_ELEMENTS = 1 << 16  # the most weight elements one program of the prefetch form holds (128 KB in bf16)
 
 
 STATS_ELEMENTS = 4096  # the most x elements the LayerNorm statistics load at once (fp32 registers)
@@ -231,11 +354,32 @@ def stats_tile(rows: int, in_features: int) -> dict:
     return dict(STATS_ROWS=r, STATS_COLS=c if r * c <= STATS_ELEMENTS else 0)
 
 
+PREFETCH_BLOCK_K = 512  # block_k from here up chooses the prefetch form; below it, the K loop
+
+
+def prefetches(cfg: TileConfig, in_features: int) -> bool:
+    """Whether a launch at these tiles is the prefetch form, which loads each split's whole K slice (at most
+    block_k columns) at once, rather than the K loop in block_k steps."""
+    return cfg.block_k >= PREFETCH_BLOCK_K
+
+
 def splits_of(cfg: TileConfig, in_features: int) -> tuple[int, int]:
-    """(columns of K per split, splits): whole BLOCK_K steps per split, as linear's split-K path, so the
-    last split may be shorter and fewer than split_k splits may be needed."""
-    k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
+    """(columns of K per split, splits). The K loop takes whole BLOCK_K steps per split, as linear's split-K
+    path, so the last split may be shorter and fewer than split_k splits may be needed. The prefetch form
+    cuts K into split_k slices rounded up to 16 columns."""
+    if prefetches(cfg, in_features):
+        k_per_split = cdiv(cdiv(in_features, cfg.split_k), 16) * 16
+    else:
+        k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
     return k_per_split, cdiv(in_features, k_per_split)
+
+
+def slice_tiles(k_per_split: int) -> tuple[int, int]:
+    """The prefetch form's two K tiles covering a slice: the largest power of two that fits, and the rest
+    rounded up to a power of two (0 when the slice is one already): 768 -> (512, 256)."""
+    head = prev_pow2(k_per_split)
+    rest = k_per_split - head
+    return head, (next_pow2(rest) if rest else 0)
 
 
 def _check(x, weight, bias, activation, residual, norm, kv):
@@ -294,7 +438,7 @@ def _check(x, weight, bias, activation, residual, norm, kv):
     return rows, heads
 
 
-def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, config=None):
+def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, config=None, pdl=False):
     """y = act(LN(x) @ weight.T + bias) + residual for decode-shaped x (..., in) with at most 16 rows, one launch.
 
     norm=(ln_weight, ln_bias, eps): x is layer-normed in the prologue (as kernels.layer_norm would, rounded to
@@ -302,7 +446,11 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
     [2C, 3C) of each row b are also stored into k_cache[b, h, lengths[b], d] / v_cache[...] (caches (B, H, T_max,
     D), one layer's views, D = C // H, lengths (B,) int32/int64 on the device, 0 <= lengths[b] < T_max, which the
     caller guarantees: the kernel reads them on the device and cannot check them); y (all 3C columns) is still
-    returned."""
+    returned.
+
+    Tiles whose block_k covers a split's K slice (the GPU default) take the prefetch form: each program loads
+    its whole weight slice first. pdl=True launches with programmatic dependent launch (kernels.pdl) where
+    the GPU has it (sm_90 on), so that load overlaps the end of the kernel before; elsewhere it is ignored."""
     rows, heads = _check(x, weight, bias, activation, residual, norm, kv)
     in_features, out_features = x.shape[-1], weight.shape[0]
     out_shape = (*x.shape[:-1], out_features)
@@ -333,16 +481,26 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
         HAS_KV=kv is not None,
         ARRIVE=splits > 1,
     )
+    args = (
+        x2, weight, b, r2, y, partial, counters, ln_w, ln_b, k_cache, v_cache, lengths,
+        rows, out_features, in_features, k_per_split, splits, eps, in_features // max(heads, 1),
+        x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), r2.stride(0), y.stride(0),
+        *cache_strides,
+    )  # fmt: skip
+    pdl = bool(pdl) and overlaps_launches(x.device)
     with explain_resources(NAME, cfg):
-        _decode_linear_kernel[(tiles_n, splits)](
-            x2, weight, b, r2, y, partial, counters, ln_w, ln_b, k_cache, v_cache, lengths,
-            rows, out_features, in_features, k_per_split, splits, eps, in_features // max(heads, 1),
-            x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), r2.stride(0), y.stride(0),
-            *cache_strides,
-            **flags, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-            BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **stats_tile(rows, in_features),
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
+        if prefetches(cfg, in_features):
+            head_k, tail_k = slice_tiles(k_per_split)
+            _decode_prefetch_kernel[(tiles_n, splits)](
+                *args, **flags, PDL=pdl, ROWS=next_pow2(rows), BLOCK_N=cfg.block_n, HEAD_K=head_k, TAIL_K=tail_k,
+                STATS_COLS=next_pow2(in_features), num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+            )  # fmt: skip
+        else:
+            _decode_linear_kernel[(tiles_n, splits)](
+                *args, **flags, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **stats_tile(rows, in_features), PDL=pdl,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+            )  # fmt: skip
     return y.view(out_shape)
 
 

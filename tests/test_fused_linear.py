@@ -29,11 +29,16 @@ USES = {
 # the chunked two-pass loop; every other shape loads its rows once.
 SHAPES = [(1, 17, 1), (3, 64, 17), (16, 96, 100), (3, 200, 600), (16, 17, 51), (16, 300, 40)]
 SPLITS = [1, 2, 4]
+FORMS = ["loop", "prefetch"]
 
 
-def _config(in_features, split_k):
-    """Tiles small enough for several column tiles and splits that do not divide K evenly: K=17 in 16-wide
-    steps splits as 16 + 1, K=200 in 32-wide steps as 64 + 64 + 64 + 8, K=96 as three splits of four asked."""
+def _config(in_features, split_k, form="loop"):
+    """Tiles small enough for several column tiles and splits that do not divide K evenly. The K loop: K=17
+    in 16-wide steps splits as 16 + 1, K=200 in 32-wide steps as 64 + 64 + 64 + 8, K=96 as three splits of
+    four asked. The prefetch form (block_k >= 512): slices of cdiv(K, split_k) rounded up to 16 columns, each
+    loaded as a power of two and a tail (K=200 in two: 112 = 64 + 64 masked to 48, and 88), 8-column tiles."""
+    if form == "prefetch":
+        return TileConfig(block_n=8, block_k=512, split_k=split_k)
     return TileConfig(block_n=64, block_k=16 if in_features <= 64 else 32, split_k=split_k)
 
 
@@ -74,9 +79,11 @@ def _counters_are_zero(device):
 @pytest.mark.parametrize("rows,k,n", SHAPES)
 @pytest.mark.parametrize("use", USES.values(), ids=USES.keys())
 @pytest.mark.parametrize("split_k", SPLITS)
-def test_decode_linear_matches_float64_reference(device, dtype, rows, k, n, use, split_k):
+@pytest.mark.parametrize("form", FORMS)
+def test_decode_linear_matches_float64_reference(device, dtype, rows, k, n, use, split_k, form):
     x, w, b, r, norm = _inputs(device, dtype, rows, k, n, use)
-    y = decode_linear(x, w, b, activation=use["activation"], residual=r, norm=norm, config=_config(k, split_k))
+    cfg = _config(k, split_k, form)
+    y = decode_linear(x, w, b, activation=use["activation"], residual=r, norm=norm, config=cfg, pdl=True)
     assert y.shape == (rows, n)
     assert_close("linear", y, _reference(x, w, b, r, norm, use["activation"], dtype), dtype)
     assert _counters_are_zero(device)
@@ -86,13 +93,13 @@ def test_decode_linear_matches_float64_reference(device, dtype, rows, k, n, use,
 @pytest.mark.parametrize("rows,k,n", [(3, 200, 100), (16, 17, 51)])
 @pytest.mark.parametrize("use", USES.values(), ids=USES.keys())
 @pytest.mark.parametrize("split_k", SPLITS)
-def test_decode_linear_equals_the_unfused_launches(device, dtype, rows, k, n, use, split_k):
+@pytest.mark.parametrize("form", FORMS)
+def test_decode_linear_equals_the_unfused_launches(device, dtype, rows, k, n, use, split_k, form):
     x, w, b, r, norm = _inputs(device, dtype, rows, k, n, use)
-    cfg = _config(k, split_k)
-    y = decode_linear(x, w, b, activation=use["activation"], residual=r, norm=norm, config=cfg)
-    expected = _unfused(x, w, b, r, norm, use["activation"], cfg)
+    y = decode_linear(x, w, b, activation=use["activation"], residual=r, norm=norm, config=_config(k, split_k, form))
+    expected = _unfused(x, w, b, r, norm, use["activation"], _config(k, split_k))
     assert_close("linear", y, expected, dtype)
-    if device.type == "cpu" and norm is None:
+    if device.type == "cpu" and norm is None and form == "loop":
         # Same tiles, same partials, added in the same split order: the interpreter gives the same bits.
         # (With the norm, the statistics are summed in BLOCK_K chunks instead of one whole-row block, which
         # can move fp32 mean and rstd by an ulp.)
@@ -100,10 +107,11 @@ def test_decode_linear_equals_the_unfused_launches(device, dtype, rows, k, n, us
 
 
 @pytest.mark.parametrize("split_k", [2, 4])
-def test_every_launch_leaves_the_counters_at_zero_and_repeats_bit_for_bit(device, split_k):
+@pytest.mark.parametrize("form", FORMS)
+def test_every_launch_leaves_the_counters_at_zero_and_repeats_bit_for_bit(device, split_k, form):
     use = USES["ln_2-c_fc-gelu"]
     x, w, b, r, norm = _inputs(device, torch.float16, 5, 96, 300, use)
-    cfg = _config(96, split_k)
+    cfg = _config(96, split_k, form)
     first = decode_linear(x, w, b, activation="gelu", norm=norm, config=cfg)
     assert _counters_are_zero(device)
     second = decode_linear(x, w, b, activation="gelu", norm=norm, config=cfg)
@@ -144,8 +152,9 @@ KV_CASES = [
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lengths,t_max,heads,head_dim,split_k", KV_CASES)
+@pytest.mark.parametrize("form", FORMS)
 def test_kv_rows_land_at_each_sequences_position_and_nothing_else_changes(
-    device, dtype, lengths, t_max, heads, head_dim, split_k
+    device, dtype, lengths, t_max, heads, head_dim, split_k, form
 ):
     batch, c = len(lengths), heads * head_dim
     use = USES["ln_1-c_attn"]
@@ -157,7 +166,7 @@ def test_kv_rows_land_at_each_sequences_position_and_nothing_else_changes(
     before = caches.clone()
     lens = torch.tensor(lengths, device=device, dtype=torch.int64 if batch % 2 else torch.int32)
 
-    y = decode_linear(x, w, b, norm=norm, kv=(k_cache, v_cache, lens), config=_config(c, split_k))
+    y = decode_linear(x, w, b, norm=norm, kv=(k_cache, v_cache, lens), config=_config(c, split_k, form), pdl=True)
 
     assert_close("linear", y[:, 0], _reference(x[:, 0], w, b, None, norm, None, dtype), dtype)
     k_new = y[:, 0, c : 2 * c].view(batch, heads, head_dim)
@@ -248,10 +257,7 @@ def _bad(device, **change):
         (dict(config=TileConfig(block_m=32)), r"block_m must be 16 or unset \(got 32\)"),
         (dict(config=TileConfig(split_k=3)), r"decode_linear: split_k=3 is not allowed \(powers of two from 1 to 64"),
         (dict(config=TileConfig(block_n=512)), r"decode_linear: block_n=512 is not allowed"),
-        (
-            dict(config=TileConfig(block_n=256, block_k=256, num_stages=8)),
-            r"decode_linear: .* needs about \d+ bytes of shared memory",
-        ),
+        (dict(config=TileConfig(block_n=8, block_k=64)), r"block_n=8 needs the prefetch form \(block_k >= 512\)"),
         (dict(config="fast"), r"config must be None, a TileConfig or 'autotune', got 'fast'"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
@@ -266,33 +272,49 @@ def test_bad_inputs_are_refused_with_the_reason(change, message):
         decode_linear(args.pop("x"), args.pop("weight"), kv=kv, **args)
 
 
+@pytest.mark.parametrize(
+    "cfg,message",
+    [
+        (TileConfig(block_n=256, block_k=256, num_stages=8), r"needs about \d+ bytes of shared memory"),
+        (TileConfig(block_k=512, split_k=4), r"slices of 1024; use block_k >= 1024, a larger split_k, or block_k <= 2"),
+        (TileConfig(block_n=128, block_k=4096), r"\(524288 elements; at most 65536 fit registers\)"),
+    ],
+)
+def test_tiles_past_the_kernels_limits_are_refused(cfg, message):
+    x, w = torch.randn(1, 4096), torch.randn(256, 4096)  # K wide enough for each limit
+    with pytest.raises(ValueError, match=message):
+        decode_linear(x, w, config=cfg)
+
+
 H200 = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True, l2_bytes=50 * 1024 * 1024)
 A10G = DeviceLimits("A10G", 101376, 80, (8, 6), True)
 
 
 @pytest.mark.parametrize("limits", [H200, A10G], ids=lambda d: d.name)
 @pytest.mark.parametrize("out_f,in_f", [(2304, 768), (768, 768), (3072, 768), (768, 3072), (50257, 768)])
-def test_gpu_defaults_give_every_sm_work_in_narrow_tiles(limits, out_f, in_f):
+def test_gpu_defaults_load_whole_slices_in_narrow_tiles(limits, out_f, in_f):
     cfg = fused.resolve_config(None, 1, out_f, in_f, torch.float16, limits)
     programs = cdiv(out_f, cfg.block_n) * fused.splits_of(cfg, in_f)[1]
-    if out_f == 50257:  # the LM head has columns enough for every SM: wide tiles, no split
+    if out_f == 50257:  # the LM head has columns enough for every SM: wide tiles, no split, the K loop
         assert (cfg.block_n, cfg.block_k, cfg.split_k) == (128, 64, 1) and programs >= 2 * limits.num_sms
+        assert not fused.prefetches(cfg, in_f)
         return
-    assert cfg.block_n == 32 and 64 <= cfg.block_k <= 256
-    assert limits.num_sms <= programs <= 3 * limits.num_sms, programs
+    # The prefetch form, GPT-2's slices unsplit (no arrival), in 8-column tiles: 96 programs or more.
+    assert fused.prefetches(cfg, in_f) and cfg.block_n == 8 and fused.splits_of(cfg, in_f) == (in_f, 1)
+    assert programs >= 96
 
 
 def test_h200_defaults_are_the_sweeps_winners():
-    # benchmarks/RESULTS.md: the fastest tiles per shape of a GPT-2-small decode step on an H200.
+    # benchmarks/RESULTS.md: the fastest tile rule of a GPT-2-small decode step under PDL on an H200.
     winners = {
-        (2304, 768): (32, 128, 2),
-        (768, 768): (32, 64, 8),
-        (768, 3072): (32, 128, 8),
-        (50257, 768): (128, 64, 1),
+        (2304, 768): (8, 1024, 1, 8),
+        (768, 768): (8, 1024, 1, 8),
+        (768, 3072): (8, 4096, 1, 8),
+        (50257, 768): (128, 64, 1, 4),
     }
     for (out_f, in_f), tiles in winners.items():
         cfg = fused.resolve_config(None, 1, out_f, in_f, torch.bfloat16, H200)
-        assert (cfg.block_n, cfg.block_k, cfg.split_k) == tiles, (out_f, in_f)
+        assert (cfg.block_n, cfg.block_k, cfg.split_k, cfg.num_warps) == tiles, (out_f, in_f)
 
 
 def test_cpu_defaults_are_few_large_programs():
@@ -331,6 +353,7 @@ def _walk(rows, out_f, in_f, item, cfg, *, norm, heads):
         (3, 2304, 768, TileConfig(block_n=128, block_k=64, split_k=4), True, 12),
         (16, 100, 200, TileConfig(block_n=64, block_k=32, split_k=4), False, None),
         (2, 3072, 768, TileConfig(split_k=1), True, None),
+        (5, 600, 200, TileConfig(block_n=8, block_k=512, split_k=2), True, None),  # the prefetch form, split
     ],
 )
 def test_traffic_l2_level_matches_a_walk_over_the_grid(rows, out_f, in_f, cfg, norm, heads):
@@ -342,12 +365,12 @@ def test_traffic_l2_level_matches_a_walk_over_the_grid(rows, out_f, in_f, cfg, n
 
 @pytest.mark.parametrize("rows", [1, 16])
 def test_one_launch_saves_hbm_bytes_and_pays_for_the_norm_in_l2_reads(rows):
-    """ln_1 -> c_attn -> cache write for GPT-2 tokens at the H200's defaults, against layer_norm, linear's
+    """ln_1 -> c_attn -> cache write for GPT-2 tokens in split-K tiles on an H200, against layer_norm, linear's
     split-K pair and kv_write. HBM: the normalised rows, the reduce's reads of y and the cache write's reads
     are gone. L2 -> SM: every program re-reads x's full rows for the statistics and every column tile its
     slice of the LN weight and bias, which is what the fused launch adds over the unfused ones, at most."""
     ln, lin, kv = (importlib.import_module(f"kernels.{m}") for m in ("layer_norm", "linear", "kv_write"))
-    cfg = fused.resolve_config(None, rows, 2304, 768, torch.bfloat16, H200)
+    cfg = TileConfig(block_m=16, block_n=32, block_k=128, split_k=2)  # the K loop, split as linear's pair
     args = dict(config=cfg, dtype=torch.bfloat16, device=H200)  # the same tiles for both
     fused_t = fused.traffic(rows, 2304, 768, 2, norm=True, kv=12, **args)
     unfused = (

@@ -10,7 +10,10 @@ attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, ln_f, lm_head, wte/wpe, kv write)
 - "epilogue": bias, GELU and residual add in the matmul's epilogue (one kernel per projection);
 - "decode": in decode steps, each LayerNorm in the prologue of the projection after it, the KV-cache
   write in c_attn's epilogue, split-K and decode attention each finished by their own last program
-  (kernels.arrival): five kernels per layer. Prefill and full-sequence passes run as "epilogue".
+  (kernels.arrival): five kernels per layer. Prefill and full-sequence passes run as "epilogue";
+- "overlap": the decode rung's kernels, each launched with programmatic dependent launch (kernels.pdl) so
+  that it starts while the kernel before it finishes and loads its weights before it waits for that
+  kernel's output. Needs a GPU of compute capability 9.0 or later (Hopper); elsewhere it runs as "decode".
 The torch backend runs PyTorch's own operations whatever the rung.
 
 An observer may be attached: a callable `observer(op, run)` that gets an Op record (the name, the
@@ -34,8 +37,8 @@ from kernels.linear import DECODE_ROWS
 from kernels.linear import tuned_config as linear_tuned
 
 BACKENDS = ("triton", "torch")
-FUSIONS = ("none", "epilogue", "decode")
-DEFAULT_FUSION = "decode"
+FUSIONS = ("none", "epilogue", "decode", "overlap")
+DEFAULT_FUSION = "overlap"
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ class Ops:
 
     def fuses_decode(self, rows: int) -> bool:
         """Whether a decode step of this many sequences runs the decode rung's fused kernels."""
-        return self.fusion == "decode" and rows <= DECODE_ROWS
+        return self.fusion in ("decode", "overlap") and rows <= DECODE_ROWS
 
     def decode_linear(self, name, x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None):
         """One launch: LayerNorm `norm` = (weight, bias, eps) of x, the projection, its epilogue, and with
@@ -154,8 +157,9 @@ class Ops:
         heads = kv[0].shape[1] if kv else 0  # the cache rows the epilogue writes depend on the head count
         flags = (bias is not None, activation == "gelu", residual is not None, bool(norm), heads)
         sizes = (rows, *weight.shape, *flags)
+        pdl = self.fusion == "overlap"
         run = lambda: kernels.decode_linear(
-            x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg
+            x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg, pdl=pdl
         )
         return self._run(name, "decode_linear", x, sizes, cfg, run)
 
@@ -168,8 +172,9 @@ class Ops:
     def decode_attention(self, name, q, k_cache, v_cache, lengths):
         cfg = self._tuned(self.tiles.decode_attention, lambda: tuned_decode_config(q, k_cache, v_cache, lengths))
         b, h, max_len, d = k_cache.shape
-        if self.fusion == "decode":  # the last split to finish merges: one launch
-            run = lambda: kernels.decode_attention(q, k_cache, v_cache, lengths, config=cfg, one_launch=True)
+        if self.fusion in ("decode", "overlap"):  # the last split to finish merges: one launch
+            pdl = self.fusion == "overlap"
+            run = lambda: kernels.decode_attention(q, k_cache, v_cache, lengths, config=cfg, one_launch=True, pdl=pdl)
             return self._run(name, "decode_attention", q, (b, h, max_len, d, 1), cfg, run)
         run = lambda: self.fn.decode_attention(q, k_cache, v_cache, lengths, config=cfg)
         return self._run(name, "decode_attention", q, (b, h, max_len, d, 0), cfg, run)
