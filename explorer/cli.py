@@ -4,7 +4,7 @@ python -m explorer.bench tiles --kernel attention --shape B=1,H=12,T=1024,D=64
 python -m explorer.bench sequence --prompt-lengths 16 64 --new-tokens 32 --out seq.csv
 python -m explorer.bench generate --prompt "def main(" --new-tokens 64 --profile
 python -m explorer.bench generate --tiles attention:block_m=64,num_warps=4 decode_attention:autotune
-python -m explorer.bench generate --fusion none epilogue decode
+python -m explorer.bench generate --fusion none epilogue decode overlap
 python -m explorer.bench ladder --context 1000
 """
 

@@ -192,7 +192,8 @@ def test_compare_the_ladder_and_export_in_a_browser(browser):
         assert "The fusion ladder: one decode step at context 16" in body
         assert "launches per step (modeled: no GPU)" in body and "ms per step (interpreter, CPU)" in body
         table = page.locator("#ladder-table").inner_text()
-        assert "× torch" in table and all(rung in table for rung in ("none", "epilogue", "decode", "torch")), table
+        rungs = ("none", "epilogue", "decode", "overlap", "torch")
+        assert "× torch" in table and all(rung in table for rung in rungs), table
         # The latency chart: runs named short, on a log axis where the torch lines would sit at zero.
         assert page.locator(".js-plotly-plot .ytick text").count() > 0
         page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)

@@ -10,7 +10,7 @@ from explorer.model.generate import generate
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 BACKENDS = ["torch", "triton"]
-RUNS = [("torch", "epilogue"), ("triton", "none"), ("triton", "epilogue"), ("triton", "decode")]
+RUNS = [("torch", "epilogue"), ("triton", "none"), ("triton", "epilogue"), ("triton", "decode"), ("triton", "overlap")]
 
 
 def random_model(device, dtype=torch.float32, n_positions=64, n_layer=2, n_embd=64, n_head=4, vocab=97):

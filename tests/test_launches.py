@@ -19,7 +19,8 @@ def test_counting_needs_a_gpu(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "backend,fusion", [("triton", "none"), ("triton", "epilogue"), ("triton", "decode"), ("torch", "epilogue")]
+    "backend,fusion",
+    [("triton", "none"), ("triton", "epilogue"), ("triton", "decode"), ("triton", "overlap"), ("torch", "epilogue")],
 )
 @pytest.mark.parametrize("graph", [False, True])
 def test_one_decode_step_launches_what_the_profiler_sees(backend, fusion, graph, device):

@@ -104,6 +104,7 @@ def check_fusion(r):
     return [
         ("none_ms", ladder.step_ms["none"], base.ms),
         ("decode_ms", ladder.step_ms["decode"], base.ms),
+        ("overlap_ms", ladder.step_ms["overlap"], base.ms),
         ("torch_ms", ladder.step_ms["torch"], base.ms),
         ("epilogue_launches", ladder.launches["epilogue"], None),
         ("decode_hbm_mb", ladder.hbm_mb["decode"], base.mb),

@@ -10,7 +10,7 @@ from explorer.model.weights import load_model
 
 BACKENDS = ["torch", "triton"]
 # (backend, fusion): the torch backend, and the Triton backend on every rung of the fusion ladder.
-RUNS = [("torch", "epilogue"), ("triton", "none"), ("triton", "epilogue"), ("triton", "decode")]
+RUNS = [("torch", "epilogue"), ("triton", "none"), ("triton", "epilogue"), ("triton", "decode"), ("triton", "overlap")]
 
 
 def max_rel_err(actual, expected):
@@ -154,7 +154,7 @@ def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
     folder, _ = checkpoint
     model, _ = load_model(folder, device=device)
     names, prefills = {}, {}
-    for fusion in ("none", "epilogue", "decode"):
+    for fusion in ("none", "epilogue", "decode", "overlap"):
         prefill, decode = list(generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False, fusion=fusion))
         names[fusion], prefills[fusion] = [op.name for op in decode.ops], [op.name for op in prefill.ops]
         # Whatever the rung, every byte is booked under a chart category the charts know.
@@ -163,6 +163,7 @@ def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
     assert prefills["decode"] == names["epilogue"]  # the decode rung fuses decode steps only
     layer = ["ln_1+attn.c_attn+kv write", "attn", "attn.c_proj", "ln_2+mlp.c_fc", "mlp.c_proj"]
     assert names["decode"] == ["wte/wpe", *layer * 2, "ln_f+lm_head"]
+    assert names["overlap"] == names["decode"]  # the same kernels, launched to overlap
     # The fused c_attn is booked with the cache rows its epilogue writes: one per head of K and of V.
     c_attn = next(op for op in decode.ops if op.name == "ln_1+attn.c_attn+kv write")
     assert c_attn.sizes == (1, 192, 64, True, False, False, True, 4)

@@ -379,6 +379,8 @@ FUSION_INFO = {
     "epilogue": "epilogue: bias, GELU and residual add in the matmul's epilogue",
     "decode": "decode: LayerNorm in the next matmul's prologue, the cache write in c_attn's epilogue, "
     "split-K and decode attention in one launch each (decode steps)",
+    "overlap": "overlap: the decode rung's kernels, each launched to start while the one before finishes and "
+    "load its weights meanwhile (programmatic dependent launch; on GPUs before Hopper, as decode)",
 }
 
 

@@ -406,7 +406,8 @@ def build() -> gr.Blocks:
                             value=DEFAULT_FUSION,
                             label="fusion (Triton backend)",
                             info="none: every op its own kernel · epilogue: bias, GELU, add in the matmul · "
-                            "decode: LayerNorm and the cache write fused too, about 5 kernels a layer",
+                            "decode: LayerNorm and the cache write fused too, about 5 kernels a layer · "
+                            "overlap: those kernels start early and load their weights (Hopper GPUs)",
                         )
                         with gr.Row():
                             cache = gr.Checkbox(True, label="KV cache")

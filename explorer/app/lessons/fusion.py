@@ -1,17 +1,26 @@
 """Lesson 7: fusion, the ladder. The same decode step with every operation its own kernel, with the
-bias, GELU and residual add in the matmul's epilogue, and with the LayerNorms and the cache write fused
-too: fewer launches, fewer round trips of activations through memory."""
+bias, GELU and residual add in the matmul's epilogue, with the LayerNorms and the cache write fused
+too (fewer launches, fewer round trips of activations through memory), and with those kernels launched
+so that each starts while the one before finishes (overlap)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from kernels.config import overlaps_launches
+
 from ...measure.ladder import ladder_rows
 from .. import estimate
 from . import base
 
-RUNG_NAMES = {"none": "no fusion", "epilogue": "epilogue", "decode": "decode step", "torch": "PyTorch"}
+RUNG_NAMES = {
+    "none": "no fusion",
+    "epilogue": "epilogue",
+    "decode": "decode step",
+    "overlap": "overlap (PDL)",
+    "torch": "PyTorch",
+}
 
 
 def settings(size: str) -> dict:
@@ -21,11 +30,12 @@ def settings(size: str) -> dict:
 
 
 def measure(s: dict) -> tuple[dict, dict]:
-    rows = pd.DataFrame(ladder_rows(base.model(s), context=s["context"], replays=s["replays"]))
+    model = base.model(s)
+    rows = pd.DataFrame(ladder_rows(model, context=s["context"], replays=s["replays"]))
     counted = rows.kernels.notna().all()
     rows["launches"] = rows.kernels if counted else rows.launches_modeled
     by = rows.set_index("rung")
-    facts = dict(counted=bool(counted), context=s["context"])
+    facts = dict(counted=bool(counted), context=s["context"], pdl=overlaps_launches(model.device))
     for rung in by.index:
         facts |= {
             f"{rung}_ms": float(by.step_ms[rung]),
@@ -54,6 +64,19 @@ def explain(r) -> str:
         f"{f['decode_launches']} launches, {base.mb(f['decode_hbm_mb'])}, **{base.ms(f['decode_ms'])}**: "
         f"{base.num(f['none_ms'] / f['decode_ms'])}× the speed of the unfused step."
     )
+    if "overlap_ms" in f:  # recordings from before the overlap rung have no such row
+        if f["pdl"]:
+            text += (
+                f" The **overlap** rung launches the same {f['overlap_launches']} kernels with programmatic dependent "
+                "launch: each starts while the one before it finishes and streams its weights in before it waits "
+                f"for that kernel's output, so the memory system no longer idles between them: "
+                f"**{base.ms(f['overlap_ms'])}**, {base.num(f['none_ms'] / f['overlap_ms'])}× the unfused step."
+            )
+        else:
+            text += (
+                " The **overlap** rung needs programmatic dependent launch (compute capability 9.0, Hopper, or "
+                f"later), which this device lacks: it runs as the decode rung here (**{base.ms(f['overlap_ms'])}**)."
+            )
     saved = f["none_hbm_mb"] - f["decode_hbm_mb"]
     torch_launches = "" if f["torch_launches"] is None else f"{f['torch_launches']} launches, "
     text += (
@@ -87,9 +110,9 @@ def figure(r) -> go.Figure:
 
 
 def _estimate(s: dict) -> float:
-    # Four decode steps (three rungs and the torch backend), each run once to trace and a few times to time:
+    # Five decode steps (four rungs and the torch backend), each run once to trace and a few times to time:
     # about a generation of that many decode steps.
-    units = estimate.layer_steps(s["model"], 1, 1 + 4 * (2 + min(s["replays"], 3)), True, warmup=False)
+    units = estimate.layer_steps(s["model"], 1, 1 + 5 * (2 + min(s["replays"], 3)), True, warmup=False)
     return estimate.seconds(base.actions.device().type, s["backend"], units)
 
 
@@ -107,7 +130,7 @@ LESSON = base.Lesson(
     explain=explain,
     figure=figure,
     try_next=(
-        "In Generate, pick *fusion* none, epilogue and decode in turn with the same prompt and compare the "
+        "In Generate, pick *fusion* none, epilogue, decode and overlap in turn with the same prompt and compare the "
         "summary's decode step and kernel count; the *traffic* chart shows where the separate passes' bytes went. "
         "*Compare* → *Climb the fusion ladder* runs this at your model and batch."
     ),
