@@ -10,6 +10,7 @@ and stay within bf16's margin of the torch backend's.
 """
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import kernels.attention as attn  # noqa: E402
+attn = importlib.import_module("kernels.attention")  # the package re-exports a function of that name
 import kernels.fused_linear as fl  # noqa: E402
 from explorer.measure.ladder import random_cache, reset, rung_row  # noqa: E402
 from explorer.model.graphs import DecodeGraph  # noqa: E402
@@ -42,10 +43,11 @@ def prefetch_rule(block_n=16, slice_max=768, warps=4, per_sm=1, lm_head_prefetch
         sms = device_limits(device).num_sms
         if cdiv(n, 128) >= 2 * sms and not lm_head_prefetch:
             return TileConfig(block_m=16, block_n=128, block_k=64, split_k=1, num_warps=4, num_stages=3)
-        wanted = cdiv(per_sm * sms, cdiv(n, block_n))
+        wanted = cdiv(per_sm * sms, cdiv(n, block_n))  # per_sm=0: split only where the slice is too long
         split_k = max(fl.prev_pow2(max(1, min(wanted, k // 128))), cdiv(k, slice_max))
         split_k = next_pow2(split_k)
-        return TileConfig(block_m=16, block_n=block_n, block_k=next_pow2(cdiv(k, split_k)), split_k=split_k,
+        block_k = max(fl.PREFETCH_BLOCK_K, next_pow2(cdiv(k, split_k)))
+        return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=split_k,
                           num_warps=warps, num_stages=1)  # fmt: skip
 
     return rule
@@ -54,14 +56,14 @@ def prefetch_rule(block_n=16, slice_max=768, warps=4, per_sm=1, lm_head_prefetch
 RULES = {
     "default": DEFAULT,
     "loop (4th run)": loop_rule,
-    "n16 s768 w4": prefetch_rule(),
     "n16 s768 w8": prefetch_rule(warps=8),
-    "n16 s768 w16": prefetch_rule(warps=16),
-    "n32 s768 w8": prefetch_rule(block_n=32, warps=8),
-    "n16 s384 w8": prefetch_rule(slice_max=384, warps=8),
-    "n16 s1536 w8": prefetch_rule(slice_max=1536, warps=8),
-    "n16 s768 w8 2/SM": prefetch_rule(per_sm=2, warps=8),
-    "n16 s768 w8 +lm": prefetch_rule(lm_head_prefetch=True, warps=8),
+    "n8 s768 w4": prefetch_rule(block_n=8),
+    "n16 s768 w4 nosplit": prefetch_rule(per_sm=0),
+    "n8 s768 w4 nosplit": prefetch_rule(block_n=8, per_sm=0),
+    "n8 s1536 w8 nosplit": prefetch_rule(block_n=8, slice_max=1536, warps=8, per_sm=0),
+    "n8 s3072 w8 nosplit": prefetch_rule(block_n=8, slice_max=3072, warps=8, per_sm=0),
+    "n16 s768 w4 +lm": prefetch_rule(lm_head_prefetch=True),
+    "n16 s768 w4": prefetch_rule(),
 }
 ATTENTION = {  # decode attention's (block_n, split_k, num_warps) at 1001 keys, B=1, H=12; None: its default
     "default": None,
