@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from explorer.app import lessons
+from explorer.measure.ladder import RUNGS
 from tests.serve import running_app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -186,7 +187,7 @@ def test_compare_the_ladder_and_export_in_a_browser(browser):
         page.get_by_role("button", name="Compare cache on/off, backends and launches").click()
         page.get_by_text("all 4 runs").first.wait_for(timeout=240_000)  # both backends, cache on and off
         page.get_by_role("button", name="Climb the fusion ladder (one decode step per rung)").click()
-        page.get_by_text("all 4 rungs").first.wait_for(timeout=240_000)
+        page.get_by_text(f"all {len(RUNGS)} rungs").first.wait_for(timeout=240_000)
         page.wait_for_timeout(1500)  # plotly's layout settles
         body = page.inner_text("body")
         assert "The fusion ladder: one decode step at context 16" in body
