@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune, pdl
+from . import arrival, autotune, launch, pdl
 from .config import (
     SECTOR,
     TileConfig,
@@ -394,7 +394,7 @@ def attention(q, k, v, *, causal=True, config=None):
         return o
     grid = (cdiv(tq, cfg.block_m), batch * heads)
     with explain_resources("attention", cfg):
-        _attention_kernel[grid](
+        launch.fast(_attention_kernel)[grid](
             q, k, v, o,
             *q.stride(), *k.stride(), *v.stride(), *o.stride(),
             heads, tq, tk, LOG2E / math.sqrt(head_dim),
@@ -487,7 +487,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     block_s = max(2, next_pow2(splits))
     with explain_resources("decode_attention", cfg):
         if one_launch:
-            _decode_one_launch_kernel[(batch * heads, splits)](
+            launch.fast(_decode_one_launch_kernel)[(batch * heads, splits)](
                 q, k_cache, v_cache, lengths, part_o, part_m, part_l, counters, o,
                 *inputs, o.stride(0), o.stride(1), o.stride(3),
                 heads, splits, chunk, scale,
@@ -496,13 +496,13 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
             )  # fmt: skip
             return o
-        _decode_partial_kernel[(batch * heads, splits)](
+        launch.fast(_decode_partial_kernel)[(batch * heads, splits)](
             q, k_cache, v_cache, lengths, part_o, part_m, part_l,
             *inputs, heads, splits, chunk, scale,
             HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d, PREFETCH=prefetch,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
-        _decode_merge_kernel[(batch * heads,)](
+        launch.fast(_decode_merge_kernel)[(batch * heads,)](
             part_o, part_m, part_l, o,
             o.stride(0), o.stride(1), o.stride(3),
             heads, splits,

@@ -117,6 +117,7 @@ def device_limits(device: torch.device | str | DeviceLimits | None = None) -> De
     return DeviceLimits("CPU (Triton interpreter)", CPU_SHARED_MEMORY, CPU_NUM_SMS, (0, 0), False)
 
 
+@functools.lru_cache(maxsize=64)  # asked on every launch
 def overlaps_launches(device) -> bool:
     """Whether kernels may be launched with programmatic dependent launch: from Hopper (sm_90) on. A kernel
     so launched may start while the kernel before it on the stream is finishing; it must not read what that
@@ -153,8 +154,13 @@ def supported_dtypes(device: torch.device | str | None = None) -> list[torch.dty
     return ([torch.bfloat16] if limits.bf16 else []) + [torch.float16, torch.float32]
 
 
+@functools.lru_cache(maxsize=64)
+def _allowed(device: torch.device) -> tuple[torch.dtype, ...]:
+    return tuple(supported_dtypes(device))
+
+
 def check_dtype(name: str, tensor: torch.Tensor) -> None:
-    allowed = supported_dtypes(tensor.device)
+    allowed = _allowed(tensor.device)  # on every launch: the device's answer is kept
     if tensor.dtype not in allowed:
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
         raise ValueError(f"{name}: dtype {tensor.dtype} is not supported on {tensor.device.type} (allowed: {names})")

@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import launch
 from .config import (
     SECTOR,
     TileConfig,
@@ -114,7 +115,8 @@ def _launch(name: str, kernel, config, x, *inputs, width: int | None = None):
         return out
     sizes = (x.numel(),) if width is None else (x.numel(), width)
     with explain_resources(name, cfg):
-        kernel[(cdiv(x.numel(), cfg.block_n),)](x, *inputs, out, *sizes, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+        grid = (cdiv(x.numel(), cfg.block_n),)
+        launch.fast(kernel)[grid](x, *inputs, out, *sizes, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     return out
 
 

@@ -1,6 +1,6 @@
 """The decode step's linear as one launch: y = act(LN(x) @ weight.T + bias) + residual, for x of at most 16 rows.
 
-Today's decode path is two launches (split-K partials, then a reduce that applies the epilogue), a third
+The epilogue rung's decode path is two launches (split-K partials, then a reduce that applies the epilogue), a third
 for the LayerNorm before it and a fourth for the KV-cache write after c_attn. Here one grid of
 (column tiles, splits) does all of it:
 
@@ -16,6 +16,12 @@ for the LayerNorm before it and a fourth for the KV-cache write after c_attn. He
                columns [C, 2C) and [2C, 3C) of row b at k_cache[b, h, lengths[b], d] / v_cache[...], then
                sets the counter back to 0 for the next launch (and for CUDA-graph replays).
 
+Two forms of the same job. The K loop (block_k up to 256) steps through each split's slice in block_k
+tiles with tl.dot on a 16-row tile. The prefetch form (block_k 512 and up, the GPU default) loads the
+program's whole weight slice at once, then multiplies it by each row on the vector units; launched with
+pdl=True (kernels.pdl) it does that load before waiting for the kernel ahead, so the weights stream in
+while that kernel finishes. Both give the same result up to the order of the fp32 sums.
+
 Memory traffic: the weight is read exactly once, as in the split-K path. The LayerNorm output never goes
 to memory: each program re-reads x's rows for the statistics instead (a few KB, from L2), so the cost of
 fusing the norm grows with the number of programs, not with the weight. The partials make one round trip
@@ -30,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune, pdl
+from . import arrival, autotune, launch, pdl
 from .config import (
     SECTOR,
     TileConfig,
@@ -491,12 +497,12 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
     with explain_resources(NAME, cfg):
         if prefetches(cfg, in_features):
             head_k, tail_k = slice_tiles(k_per_split)
-            _decode_prefetch_kernel[(tiles_n, splits)](
+            launch.fast(_decode_prefetch_kernel)[(tiles_n, splits)](
                 *args, **flags, PDL=pdl, ROWS=next_pow2(rows), BLOCK_N=cfg.block_n, HEAD_K=head_k, TAIL_K=tail_k,
                 STATS_COLS=next_pow2(in_features), num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
             )  # fmt: skip
         else:
-            _decode_linear_kernel[(tiles_n, splits)](
+            launch.fast(_decode_linear_kernel)[(tiles_n, splits)](
                 *args, **flags, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                 BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **stats_tile(rows, in_features), PDL=pdl,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,

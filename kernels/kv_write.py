@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import launch
 from .config import SECTOR, Traffic, check_dtype, next_pow2, sectors
 
 
@@ -56,7 +57,7 @@ def kv_write(k, v, k_cache, v_cache, lengths) -> None:
         raise ValueError(f"kv_write: lengths must be a ({batch},) int32 or int64 tensor on {k.device}")
     if k.numel() == 0:
         return
-    _kv_write_kernel[(batch * heads,)](
+    launch.fast(_kv_write_kernel)[(batch * heads,)](
         k, v, k_cache, v_cache, lengths,
         k.stride(0), k.stride(1), k.stride(3), v.stride(0), v.stride(1), v.stride(3),
         *k_cache.stride(), *v_cache.stride(),

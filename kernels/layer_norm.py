@@ -14,7 +14,7 @@ import functools
 import triton
 import triton.language as tl
 
-from . import autotune
+from . import autotune, launch
 from .config import (
     TileConfig,
     Traffic,
@@ -112,7 +112,7 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
     if rows > 0:
         grid = (cdiv(rows, cfg.block_m),)
         with explain_resources("layer_norm", cfg):
-            _layer_norm_kernel[grid](
+            launch.fast(_layer_norm_kernel)[grid](
                 x2, r2, y, s, weight, bias,
                 x2.stride(0), r2.stride(0), y.stride(0), s.stride(0),
                 rows, width, eps,

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import autotune
+from . import autotune, launch
 from .config import (
     TileConfig,
     Traffic,
@@ -224,7 +224,7 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
     with explain_resources("linear", cfg):
         if cfg.split_k == 1:
             grid = (cdiv(rows, cfg.block_m) * cdiv(out_features, cfg.block_n),)
-            _linear_kernel[grid](
+            launch.fast(_linear_kernel)[grid](
                 x2, weight, b, r2, y,
                 rows, out_features, in_features,
                 x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), r2.stride(0), y.stride(0),
@@ -236,14 +236,14 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
             k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
             splits = cdiv(in_features, k_per_split)
             partial = new_output((splits, rows, out_features), torch.float32, x.device)
-            _linear_split_k_kernel[(cdiv(out_features, cfg.block_n), splits)](
+            launch.fast(_linear_split_k_kernel)[(cdiv(out_features, cfg.block_n), splits)](
                 x2, weight, partial,
                 rows, out_features, in_features, k_per_split,
                 x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1),
                 PRECISION=precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )  # fmt: skip
-            _split_k_reduce_kernel[(cdiv(out_features, 128),)](
+            launch.fast(_split_k_reduce_kernel)[(cdiv(out_features, 128),)](
                 partial, b, r2, y,
                 rows, out_features, splits, r2.stride(0), y.stride(0),
                 **flags, BLOCK_M=cfg.block_m, BLOCK_N=128, num_warps=4,

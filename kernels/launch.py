@@ -1,0 +1,86 @@
+"""Launching our kernels with less host time per call: the compiled kernel bound once per signature.
+
+`kernel[grid](*args, **constexprs)` on a JITFunction binds every argument again on each call: it
+specialises each one (dtype, 16-byte alignment, integer values), hashes that into a cache key, looks the
+compiled kernel up, then launches it. In an eager decode step that work costs the host more than the
+kernel costs the GPU. `fast(kernel)[grid](...)` keys the compiled kernel by what the binding depends on
+(each tensor's dtype and alignment, every other argument's exact value, the launch options) and on a hit
+calls the compiled kernel's launcher directly, as CompiledKernel's own runner does.
+
+Only on a GPU: the interpreter has no compiled kernels, so there (and with a Triton whose runner takes
+other arguments, checked once by reading it) every call goes through the JITFunction as before.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch
+from triton import knobs
+from triton.runtime.driver import driver
+
+RUNNER_CALL = "self.run(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata, launch_metadata,"
+MAX_BOUND = 4096  # signatures kept per kernel; a long-running app with ever new shapes starts over past this
+
+
+def _runner_matches() -> bool:
+    """Whether this Triton's CompiledKernel launches as this module calls it."""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+
+        return RUNNER_CALL in inspect.getsource(CompiledKernel.__getitem__)
+    except Exception:  # no source to read, or no such class: take the JITFunction's path
+        return False
+
+
+ENABLED = os.environ.get("TRITON_INTERPRET") != "1" and _runner_matches()
+
+
+def _spec(args) -> tuple:
+    """What the compiled kernel depends on, argument by argument."""
+    return tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+class _Fast:
+    def __init__(self, fn):
+        self.fn, self.bound = fn, {}
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
+
+    def launch(self, grid, args, kwargs):
+        if not ENABLED or not args[0].is_cuda:
+            return self.fn[grid](*args, **kwargs)
+        key = (args[0].device.index, _spec(args), tuple(kwargs.items()))
+        hit = self.bound.get(key)
+        if hit is None:
+            kernel = self.fn[grid](*args, **kwargs)  # binds, compiles if new, launches
+            # The runner takes every parameter in order, constexprs included (it skips them); a call that
+            # leaves some to their defaults is not kept.
+            tail = self.fn.arg_names[len(args) :]
+            if all(name in kwargs for name in tail):
+                if len(self.bound) >= MAX_BOUND:
+                    self.bound.clear()
+                self.bound[key] = (kernel, tail)
+            return kernel
+        kernel, tail = hit
+        stream = driver.active.get_current_stream(args[0].device.index)
+        full = (*args, *(kwargs[name] for name in tail))
+        grid = (*grid, 1, 1)
+        enter = knobs.runtime.launch_enter_hook
+        meta = None if enter is None else kernel.launch_metadata(grid, stream, *full)
+        kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, meta, enter,
+                   knobs.runtime.launch_exit_hook, *full)  # fmt: skip
+        return kernel
+
+
+_wrappers: dict = {}
+
+
+def fast(fn) -> _Fast:
+    """fn (a triton.jit function) launched as fn[grid](...) is, with the binding kept per signature."""
+    wrapper = _wrappers.get(fn)
+    if wrapper is None:
+        wrapper = _wrappers[fn] = _Fast(fn)
+    return wrapper
