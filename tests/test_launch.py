@@ -1,0 +1,38 @@
+"""kernels.launch: a compiled kernel is reused only for calls whose arguments it was compiled for."""
+
+import importlib
+
+import pytest
+import torch
+
+from kernels import decode_linear, launch, reference
+from tests.tolerances import assert_close
+
+fused = importlib.import_module("kernels.fused_linear")
+
+
+def test_the_signature_separates_alignment_dtype_and_values():
+    t = torch.zeros(64, dtype=torch.float16)
+    base = launch._spec((t, 768, 1e-5))
+    assert launch._spec((t.clone(), 768, 1e-5)) == base  # another tensor like it: the same kernel
+    assert launch._spec((t[1:], 768, 1e-5)) != base  # 2 bytes in: not 16-byte aligned
+    assert launch._spec((t.float(), 768, 1e-5)) != base
+    assert launch._spec((t, 767, 1e-5)) != base and launch._spec((t, 768, 1e-6)) != base
+
+
+def test_the_interpreter_takes_the_jit_functions_path():
+    if torch.cuda.is_available():
+        pytest.skip("CPU behaviour")
+    assert not launch.ENABLED
+
+
+@pytest.mark.gpu
+def test_bound_kernels_serve_aligned_and_unaligned_rows_alike(device):
+    w = torch.randn(96, 64, device=device, dtype=torch.float16) / 8
+    rows = torch.randn(2, 65, device=device, dtype=torch.float16)
+    bound = launch.fast(fused._decode_prefetch_kernel).bound
+    before = len(bound)
+    for x in (rows[:, :64], rows[:, 1:], rows[:, :64], rows[:, 1:]):  # aligned, 2 bytes in, then again
+        y = decode_linear(x, w)
+        assert_close("linear", y, reference.linear(x.float(), w.float()), torch.float16)
+    assert len(bound) == before + 2  # one kernel per alignment, each launched directly the second time
