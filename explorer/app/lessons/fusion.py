@@ -14,13 +14,7 @@ from ...measure.ladder import ladder_rows
 from .. import estimate
 from . import base
 
-RUNG_NAMES = {
-    "none": "no fusion",
-    "epilogue": "epilogue",
-    "decode": "decode step",
-    "overlap": "overlap (PDL)",
-    "torch": "PyTorch",
-}
+RUNG_NAMES = {"none": "no fusion", "epilogue": "epilogue", "decode": "decode", "overlap": "overlap", "torch": "PyTorch"}
 
 
 def settings(size: str) -> dict:
