@@ -281,9 +281,9 @@ def _decode_one_launch_kernel(
     SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    # Under PDL (kernels.pdl) the next kernel may start loading its weights now. With PREFETCH (a chunk of
-    # one key tile) this one loads the cache rows of earlier steps before its wait; the caller guarantees
-    # that the kernel just before writes nothing it reads but q and each sequence's newest row.
+    # Under PDL (kernels.pdl) the next kernel may start loading its weights now. This one reads the lengths
+    # before its wait, and with PREFETCH (a chunk of one key tile) the cache rows of earlier steps too; the
+    # caller guarantees that the kernel just before writes nothing it reads but q and each newest row.
     pdl.launch_dependents(PDL)
     bh = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
@@ -450,8 +450,8 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     merge kernels; one_launch=True runs one kernel whose last split to finish for a (sequence, head)
     merges its partials (kernels.arrival), with the same result. With pdl=True as well, that kernel is
     launched with programmatic dependent launch where the GPU has it (kernels.pdl): the kernel after it may
-    start early, and where each split is one key tile this one loads the lengths and the keys and values
-    below lengths[b] - 1 before it waits for the kernel before it. So pdl=True is for a caller (the decode
+    start early, and this one loads the lengths (and, where each split is one key tile, the keys and values
+    below lengths[b] - 1) before it waits for the kernel before it. So pdl=True is for a caller (the decode
     step) whose previous kernel writes nothing this one reads except q and each sequence's newest row."""
     _check_qkv("decode_attention", q, k_cache, v_cache)
     batch, heads, tq, head_dim = q.shape
