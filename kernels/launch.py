@@ -52,7 +52,8 @@ class _Fast:
     def launch(self, grid, args, kwargs):
         if not ENABLED or not args[0].is_cuda:
             return self.fn[grid](*args, **kwargs)
-        key = (args[0].device.index, _spec(args), tuple(kwargs.items()))
+        device = args[0].device.index
+        key = (device, _spec(args), tuple(kwargs.items()))
         hit = self.bound.get(key)
         if hit is None:
             kernel = self.fn[grid](*args, **kwargs)  # binds, compiles if new, launches
@@ -65,7 +66,7 @@ class _Fast:
                 self.bound[key] = (kernel, tail)
             return kernel
         kernel, tail = hit
-        stream = driver.active.get_current_stream(args[0].device.index)
+        stream = driver.active.get_current_stream(device)
         full = (*args, *(kwargs[name] for name in tail))
         grid = (*grid, 1, 1)
         enter = knobs.runtime.launch_enter_hook

@@ -39,6 +39,7 @@ from kernels.linear import tuned_config as linear_tuned
 BACKENDS = ("triton", "torch")
 FUSIONS = ("none", "epilogue", "decode", "overlap")
 DEFAULT_FUSION = "overlap"
+DECODE_RUNGS = ("decode", "overlap")  # the rungs whose decode steps run the fused decode kernels
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class Ops:
         check_fusion(fusion)
         self.backend = backend
         self.fusion = fusion if backend == "triton" else "epilogue"
+        self.pdl = self.fusion == "overlap"  # launch the decode kernels to overlap (kernels.pdl)
         self.tiles = tiles or Tiles()
         self.observer = observer
         self.fn = kernels if backend == "triton" else reference
@@ -146,7 +148,7 @@ class Ops:
 
     def fuses_decode(self, rows: int) -> bool:
         """Whether a decode step of this many sequences runs the decode rung's fused kernels."""
-        return self.fusion in ("decode", "overlap") and rows <= DECODE_ROWS
+        return self.fusion in DECODE_RUNGS and rows <= DECODE_ROWS
 
     def decode_linear(self, name, x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None):
         """One launch: LayerNorm `norm` = (weight, bias, eps) of x, the projection, its epilogue, and with
@@ -157,9 +159,8 @@ class Ops:
         heads = kv[0].shape[1] if kv else 0  # the cache rows the epilogue writes depend on the head count
         flags = (bias is not None, activation == "gelu", residual is not None, bool(norm), heads)
         sizes = (rows, *weight.shape, *flags)
-        pdl = self.fusion == "overlap"
         run = lambda: kernels.decode_linear(
-            x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg, pdl=pdl
+            x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg, pdl=self.pdl
         )
         return self._run(name, "decode_linear", x, sizes, cfg, run)
 
@@ -172,9 +173,10 @@ class Ops:
     def decode_attention(self, name, q, k_cache, v_cache, lengths):
         cfg = self._tuned(self.tiles.decode_attention, lambda: tuned_decode_config(q, k_cache, v_cache, lengths))
         b, h, max_len, d = k_cache.shape
-        if self.fusion in ("decode", "overlap"):  # the last split to finish merges: one launch
-            pdl = self.fusion == "overlap"
-            run = lambda: kernels.decode_attention(q, k_cache, v_cache, lengths, config=cfg, one_launch=True, pdl=pdl)
+        if self.fusion in DECODE_RUNGS:  # the last split to finish merges: one launch
+            run = lambda: kernels.decode_attention(
+                q, k_cache, v_cache, lengths, config=cfg, one_launch=True, pdl=self.pdl
+            )
             return self._run(name, "decode_attention", q, (b, h, max_len, d, 1), cfg, run)
         run = lambda: self.fn.decode_attention(q, k_cache, v_cache, lengths, config=cfg)
         return self._run(name, "decode_attention", q, (b, h, max_len, d, 0), cfg, run)
