@@ -52,6 +52,15 @@ def _cases(dtype, arch):
             yield ("linear split-k reduce", L._split_k_reduce_kernel, dict(P="*fp32", Bias=t, R=t, Y=t, M="i32",
                    N="i32", SPLIT_K="i32", stride_rm="i32", stride_ym="i32", HAS_BIAS=True, APPLY_GELU=True,
                    HAS_RESIDUAL=False, BLOCK_M=16, BLOCK_N=128), 4, 1, 0)  # fmt: skip
+    for residual in (False, True) if arch >= 90 and dtype != "float32" else ():  # the persistent form: Hopper on
+        cfg = L.resolve_config(None, 4096, 3072, 768, tdt, limits, True, residual)
+        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+        desc = lambda rows, cols: f"tensordesc<{TYPES[dtype]}[{rows},{cols}]>"
+        args = dict(XDesc=desc(bm, bk), WDesc=desc(bn, bk), YDesc=desc(bm, bn), Bias=t, R=t, M="i32", N="i32",
+                    K="i32", stride_rm="i32", HAS_BIAS=True, APPLY_GELU=not residual, HAS_RESIDUAL=residual,
+                    PRECISION=prec, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, PROGRAMS=132)  # fmt: skip
+        yield (f"linear persistent{' + res' if residual else ''}", L._linear_persistent_kernel, args, cfg.num_warps,
+               cfg.num_stages, L.shared_memory(cfg, item, limits, True, residual))  # fmt: skip
     FL = importlib.import_module("kernels.fused_linear")
     pdl = arch >= 90  # programmatic dependent launch from Hopper on (kernels.pdl)
     cache_strides = {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}

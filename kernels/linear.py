@@ -62,6 +62,15 @@ def _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym,
 
 
 @triton.jit
+def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of output tile number `tile`, visited in groups of GROUP_M row tiles."""
+    group_size = GROUP_M * tiles_n
+    first_m = (tile // group_size) * GROUP_M
+    group_m = min(tiles_m - first_m, GROUP_M)
+    return first_m + (tile % group_size) % group_m, (tile % group_size) // group_m
+
+
+@triton.jit
 def _linear_kernel(
     X, W, Bias, R, Y,
     M, N, K,
@@ -69,15 +78,7 @@ def _linear_kernel(
     HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    group_size = GROUP_M * tiles_n
-    first_m = (pid // group_size) * GROUP_M
-    group_m = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size) % group_m
-    pid_n = (pid % group_size) // group_m
-
+    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
@@ -95,6 +96,44 @@ def _linear_kernel(
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
     _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
+
+
+@triton.jit
+def _linear_persistent_kernel(
+    XDesc, WDesc, YDesc, Bias, R,
+    M, N, K, stride_rm,
+    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PROGRAMS: tl.constexpr,
+):  # fmt: skip
+    """_linear_kernel for Hopper on: one program per SM walks the output tiles (the same grouped order), and
+    x, the weight and y move through tensor descriptors (the TMA unit copies whole tiles, filling zeros
+    past the edges and clipping the store); the residual, read once, is loaded straight into registers
+    (through shared memory it would take a third tile's worth of it). The loop over tiles and the loop over K are
+    pipelined as one, so the next tile's first loads are in flight while this tile's epilogue runs."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=True):
+        pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            a = XDesc.load([off_m, k * BLOCK_K])
+            b = WDesc.load([off_n, k * BLOCK_K])
+            acc = tl.dot(a, b.T, acc, input_precision=PRECISION)
+        rows = off_m + tl.arange(0, BLOCK_M)
+        cols = off_n + tl.arange(0, BLOCK_N)
+        if HAS_BIAS:
+            acc += tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        if APPLY_GELU:
+            acc = _gelu_tanh(acc)
+        if HAS_RESIDUAL:
+            mask = (rows < M)[:, None] & (cols < N)[None, :]
+            acc += tl.load(R + rows.to(tl.int64)[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(
+                tl.float32
+            )
+        YDesc.store([off_m, off_n], acc.to(YDesc.dtype))
 
 
 @triton.jit
@@ -156,24 +195,54 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
         split_k = 1 << (split_k.bit_length() - 1)  # tiles are powers of two: round down
         return TileConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k,
                           num_warps=4, num_stages=stages + 1)  # fmt: skip
+    if dtype != torch.float32 and limits.capability >= (9, 0):  # the persistent form (PERSISTENT)
+        return TileConfig(block_m=128, block_n=256, block_k=64, group_m=8, split_k=1, num_warps=8, num_stages=3)
     # 64x128 tiles in 4 warps: the fastest of 48 configs at M=1024, K=768, N=3072 on an H200
     # (benchmarks/RESULTS.md), ahead of 128x128 in 8 warps.
     return TileConfig(block_m=64, block_n=128, block_k=block_k, group_m=8, split_k=1, num_warps=4, num_stages=stages)
 
 
-def shared_memory(cfg: TileConfig, itemsize: int, device) -> int:
+# Whether prefill-shaped inputs take _linear_persistent_kernel. None: where the GPU has a TMA unit (sm_90
+# on) and the dtype is 16-bit; True: wherever the layout allows, the interpreter included (tests); False:
+# never (sweeps that time the tile kernel). Either way, rows whose layout TMA cannot describe fall back.
+PERSISTENT = None
+
+
+def persistent_form(rows: int, dtype: torch.dtype, device) -> bool:
+    if rows <= DECODE_ROWS:
+        return False
+    if PERSISTENT is not None:
+        return PERSISTENT
+    return dtype in (torch.float16, torch.bfloat16) and device_limits(device).capability >= (9, 0)
+
+
+def _describable(*tensors) -> bool:
+    """Whether TMA can copy tiles of these 2-D tensors: rows contiguous, base and row stride 16-byte aligned."""
+    return all(
+        t.stride(1) == 1 and t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0 for t in tensors
+    )
+
+
+def shared_memory(cfg: TileConfig, itemsize: int, device, persistent: bool = False, residual: bool = False) -> int:
     """Bytes of shared memory the matmul needs: one x tile and one weight tile per pipeline buffer
-    (exact on Hopper; Ampere keeps one buffer fewer)."""
-    return buffered_stages(cfg.num_stages, device) * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
+    (exact on Hopper; Ampere keeps one buffer fewer). The persistent form adds the output tile that the
+    TMA store copies from, the bias row and the pipeline's barriers, and with a residual a tile-sized
+    scratch for changing the accumulator's layout to the residual's (at most: Triton 3.9 uses half)."""
+    tiles = buffered_stages(cfg.num_stages, device) * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
+    if not persistent:
+        return tiles
+    out = cfg.block_m * cfg.block_n * itemsize
+    return tiles + out * (2 if residual else 1) + cfg.block_n * 4 + 256
 
 
 @functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
-def resolve_config(config, rows, out_features, in_features, dtype, device) -> TileConfig:
+def resolve_config(config, rows, out_features, in_features, dtype, device, persistent=False, residual=False):
     user = as_config("linear", config)
     check_fields("linear", user)
     itemsize = torch.empty((), dtype=dtype).element_size()
     cfg = user.merged(default_config(rows, out_features, in_features, dtype, device))
-    cfg = fit_defaults("linear", cfg, user, lambda c: shared_memory(c, itemsize, device), device)
+    need = lambda c: shared_memory(c, itemsize, device, persistent, residual)
+    cfg = fit_defaults("linear", cfg, user, need, device)
     if cfg.split_k > 1 and rows > DECODE_ROWS:
         raise ValueError(
             f"linear: split_k={cfg.split_k} is only for decode-shaped inputs of at most {DECODE_ROWS} rows, got {rows}"
@@ -182,9 +251,10 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
         raise ValueError(
             f"linear: the split-K path keeps all rows in one tile, so block_m must be 16 (got {cfg.block_m})"
         )
-    need = shared_memory(cfg, itemsize, device)
     what = f"{cfg.num_stages} stages of a {cfg.block_m}x{cfg.block_k} and a {cfg.block_k}x{cfg.block_n} tile"
-    check_shared_memory("linear", cfg, need, device, what)
+    if persistent:
+        what += f", the {cfg.block_m}x{cfg.block_n} output tile" + (" and the residual's" if residual else "")
+    check_shared_memory("linear", cfg, need(cfg), device, what)
     return cfg
 
 
@@ -213,7 +283,8 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
     rows = x2.shape[0]
     if config == "autotune":
         config = tuned_config(x, weight, bias, activation=activation, residual=residual)
-    cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device)
+    persistent = persistent_form(rows, x.dtype, x.device)
+    cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device, persistent, residual is not None)
     y = new_output((rows, out_features), x.dtype, x.device)
     if rows == 0:
         return y.view(out_shape)
@@ -222,7 +293,9 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
     flags = dict(HAS_BIAS=bias is not None, APPLY_GELU=activation == "gelu", HAS_RESIDUAL=residual is not None)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     with explain_resources("linear", cfg):
-        if cfg.split_k == 1:
+        if persistent and _describable(x2, weight, y) and r2.stride(1) == 1:
+            _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision)
+        elif cfg.split_k == 1:
             grid = (cdiv(rows, cfg.block_m) * cdiv(out_features, cfg.block_n),)
             launch.fast(_linear_kernel)[grid](
                 x2, weight, b, r2, y,
@@ -249,6 +322,26 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
                 **flags, BLOCK_M=cfg.block_m, BLOCK_N=128, num_warps=4,
             )  # fmt: skip
     return y.view(out_shape)
+
+
+def _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    (rows, in_features), out_features = x2.shape, weight.shape[0]
+    tiles = cdiv(rows, cfg.block_m) * cdiv(out_features, cfg.block_n)
+    programs = min(tiles, device_limits(x2.device).num_sms)
+    xd = TensorDescriptor.from_tensor(x2, [cfg.block_m, cfg.block_k])
+    wd = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
+    yd = TensorDescriptor.from_tensor(y, [cfg.block_m, cfg.block_n])
+    # Launched through the JITFunction: descriptors are rebuilt per call, and this form is for inputs
+    # large enough that the kernel, not its launch, is what takes the time.
+    _linear_persistent_kernel[(programs,)](
+        xd, wd, yd, b, r2,
+        rows, out_features, in_features, r2.stride(0),
+        **flags, PRECISION=precision,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, PROGRAMS=programs,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
 
 
 def tuned_config(x, weight, bias=None, *, activation=None, residual=None):

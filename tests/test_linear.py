@@ -1,3 +1,5 @@
+import importlib
+
 import pytest
 import torch
 
@@ -63,6 +65,33 @@ def test_linear_matches_reference(device, dtype, rows, k, n, epi, cfg):
 @pytest.mark.parametrize("cfg", SPLIT_CONFIGS, ids=str)
 def test_linear_split_k_decode_path(device, dtype, rows, k, n, epi, cfg):
     _check(device, dtype, rows, k, n, epi, cfg)
+
+
+# The persistent form (tensor descriptors, one program per SM walking the tiles): on Hopper it is the default
+# for 16-bit inputs; here it is switched on wherever the layout allows, so the interpreter runs it too. With 4
+# programs on CPU and 17..300 rows, each program walks several tiles, edges included.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,k,n", [(17, 768, 96), (127, 200, 768), (300, 96, 200)])
+@pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()))
+@pytest.mark.parametrize(
+    "cfg", [None, TileConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_stages=2)], ids=str
+)
+def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg, monkeypatch):
+    module = importlib.import_module("kernels.linear")
+    monkeypatch.setattr(module, "PERSISTENT", True)
+    launched = []
+    persistent = module._launch_persistent
+    monkeypatch.setattr(module, "_launch_persistent", lambda *a: launched.append(a) or persistent(*a))
+    _check(device, dtype, rows, k, n, epi, cfg)
+    assert len(launched) == 1
+
+
+def test_linear_persistent_form_falls_back_where_rows_are_not_aligned(device, monkeypatch):
+    """Rows of 33 halves (66 bytes) cannot be described to TMA: the tile kernel runs instead, correctly."""
+    module = importlib.import_module("kernels.linear")
+    monkeypatch.setattr(module, "PERSISTENT", True)
+    monkeypatch.setattr(module, "_launch_persistent", lambda *a: pytest.fail("the persistent form ran"))
+    _check(device, torch.float16, 40, 33, 24, EPILOGUES[1], None)
 
 
 def test_linear_keeps_leading_dims(device):
