@@ -5,6 +5,8 @@ registers and streams BLOCK_K-wide slices of x and weight through shared memory.
 visited in groups of GROUP_M so neighbouring programs reuse the same weight tiles from L2. The
 epilogue adds the bias, applies GPT-2's tanh GELU and adds the residual before the single store,
 so the FFN's hidden activation is written to memory once and never read back for a separate GELU.
+From Hopper on, 16-bit inputs take a persistent form of the same kernel: one program per SM walks the
+output tiles, and the tiles of x, the weight and y are copied by the TMA unit (tensor descriptors).
 
 Decode-shaped inputs (M <= 16 rows) cannot fill a square tile, and one row tile over the output
 columns gives too few programs to keep every SM streaming. There the reduction is split across
@@ -180,7 +182,9 @@ def _split_k_reduce_kernel(
     _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
 
 
-def default_config(rows: int, out_features: int, in_features: int, dtype: torch.dtype, device) -> TileConfig:
+def default_config(
+    rows: int, out_features: int, in_features: int, dtype: torch.dtype, device, residual: bool = False
+) -> TileConfig:
     limits = device_limits(device)
     stages = pipeline_stages(device)
     if limits.is_cpu:  # few, large programs: the interpreter's cost is per program
@@ -196,6 +200,11 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
         return TileConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k,
                           num_warps=4, num_stages=stages + 1)  # fmt: skip
     if dtype != torch.float32 and limits.capability >= (9, 0):  # the persistent form (PERSISTENT)
+        # The fastest of 9 tile rules on an H200 (scripts/linear_sweep.py, benchmarks/RESULTS.md): 128x256 in
+        # 8 warps, 3 stages, for c_fc + GELU at M = 1024-8192. With a residual that tile leaves room for only
+        # 2 stages (the residual's layout change needs shared memory too), and 128x128 in 4 stages won.
+        if residual:
+            return TileConfig(block_m=128, block_n=128, block_k=64, group_m=8, split_k=1, num_warps=8, num_stages=4)
         return TileConfig(block_m=128, block_n=256, block_k=64, group_m=8, split_k=1, num_warps=8, num_stages=3)
     # 64x128 tiles in 4 warps: the fastest of 48 configs at M=1024, K=768, N=3072 on an H200
     # (benchmarks/RESULTS.md), ahead of 128x128 in 8 warps.
@@ -240,7 +249,7 @@ def resolve_config(config, rows, out_features, in_features, dtype, device, persi
     user = as_config("linear", config)
     check_fields("linear", user)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    cfg = user.merged(default_config(rows, out_features, in_features, dtype, device))
+    cfg = user.merged(default_config(rows, out_features, in_features, dtype, device, residual))
     need = lambda c: shared_memory(c, itemsize, device, persistent, residual)
     cfg = fit_defaults("linear", cfg, user, need, device)
     if cfg.split_k > 1 and rows > DECODE_ROWS:
@@ -368,8 +377,11 @@ def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=
     of x that a group shares is re-read by every column tile, and the whole weight by every later
     group: those re-reads are L2 hits while the band (and the weight with it) fit the usable L2
     (config.l2_miss). The split-K partials are written (reaching HBM eventually) and read back by the
-    reduce kernel from L2 while they fit."""
-    cfg = resolve_config(config, rows, out_features, in_features, dtype, device)
+    reduce kernel from L2 while they fit. The persistent form (Hopper) loads the same tiles in the same
+    grouped order, from one program per SM instead of one per tile."""
+    cfg = resolve_config(
+        config, rows, out_features, in_features, dtype, device, persistent_form(rows, dtype, device), residual
+    )
     x_bytes, w_bytes, y_bytes = (
         rows * in_features * itemsize,
         out_features * in_features * itemsize,

@@ -11,6 +11,8 @@
 #   bash scripts/device_run.sh record   the whole test suite, the ladder, every lesson recorded
 #   bash scripts/device_run.sh app      whole generations, the app's endpoints through gradio_client
 #   bash scripts/device_run.sh kernels  a sequence sweep, the kernel benchmark
+#   bash scripts/device_run.sh prefill  linear, graph and model tests, the prefill linear sweep, whole generations,
+#                                       the host time of eager launches
 set -u
 PART=${1:-measure}
 OUT=${OUT:-/tmp/device-out}
@@ -70,6 +72,17 @@ elif [ "$PART" = sweeps ]; then
   done
   say "the app, driven through gradio_client"
   timeout "${T_APP:-120}" python3 scripts/device_app_check.py 128 2>&1 | grep -v "Loading weights" | tee -a "$LOG" | tail -n 40
+elif [ "$PART" = prefill ]; then
+  say "linear (the persistent form on Hopper), graphs (greedy picks inside the replay) and the model on the GPU"
+  timeout "${T_TESTS:-200}" python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_linear.py tests/test_graphs.py \
+    tests/test_model.py tests/test_launch.py >"$OUT/gpu-tests.log" 2>&1
+  tests_ran $?
+  say "prefill linear: the tile kernel and the persistent form's tiles next to cuBLAS"
+  timeout "${T_SWEEP:-150}" python3 scripts/linear_sweep.py 2>&1 | tee "$OUT/linear.md" | tee -a "$LOG" | tail -n 3
+  say "whole generations: tokens/s against transformers and the PyTorch CUDA-graph loop; both clocks"
+  timeout "${T_GEN:-150}" python3 benchmarks/generation.py --repeats 3 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
+  say "host time of eager launches, and where it goes"
+  timeout "${T_HOST:-90}" python3 scripts/host_profile.py --calls 2>&1 | tee "$OUT/host.md" | grep "^|" | tee -a "$LOG"
 elif [ "$PART" = ladder ]; then
   say "the fusion ladder's tests on the GPU"
   timeout "${T_TESTS:-200}" python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_fused_linear.py \

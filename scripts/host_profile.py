@@ -1,6 +1,6 @@
 """Where an eager decode step's host time goes, and each kernel's launch cost next to PyTorch's.
 
-    python scripts/host_profile.py [--steps 30]
+    python scripts/host_profile.py [--steps 30] [--calls]
 
 GPU only. Host time per call: the mean of many back-to-back calls timed by the wall clock with the
 device kept ahead (the GPU finishes each small kernel before the host issues the next, so the host is
@@ -39,6 +39,7 @@ def host_us(fn, n=400):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--calls", action="store_true", help="also cProfile each of our calls")
     args = parser.parse_args()
     dev, dt = "cuda", torch.bfloat16
     x = torch.randn(1, 768, device=dev, dtype=dt)
@@ -60,6 +61,16 @@ def main():
         ("decode attention one launch", lambda: kernels.decode_attention(q, kc, vc, lens, one_launch=True),
          lambda: F.scaled_dot_product_attention(q, kc, vc)),
     ]  # fmt: skip
+    if args.calls:  # where each of our calls spends its host time
+        for name, ours, _ in rows:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(2000):
+                ours()
+            prof.disable()
+            torch.cuda.synchronize()
+            print(f"\n### {name}: 2000 calls")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(14)
     print(f"compiled kernels bound per signature (kernels.launch): {launch.ENABLED}")
     print("| call | ours µs | PyTorch µs | ours / PyTorch |\n|---|---:|---:|---:|")
     for name, ours, theirs in rows:

@@ -36,14 +36,15 @@ def test_graph_needs_a_gpu_and_the_cache(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend,fusion", RUNS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_graph_replays_equal_eager_steps(backend, fusion, dtype, device):
+@pytest.mark.parametrize("temperature", [0.0, 0.8], ids=["greedy, picked in the graph", "sampled"])
+def test_graph_replays_equal_eager_steps(backend, fusion, dtype, temperature, device):
     """Same kernels, same inputs: the tokens of a batch of unequal prompts, the modeled traffic and the
     cache bookkeeping of every step are identical with and without the graph, on every rung (the decode
     rung's launches finish their own reductions through arrival counters, which every replay must find
-    at zero)."""
+    at zero). Greedy graphs pick each token inside the replay and feed it to the next one."""
     model = random_model(device, dtype).with_fusion(fusion)
     prompts = [[5, 6, 7], list(range(1, 18)), [9]]
-    kw = dict(max_new_tokens=40, backend=backend, eos_token_id=-1, temperature=0.8, top_k=20, seed=3)
+    kw = dict(max_new_tokens=40, backend=backend, eos_token_id=-1, temperature=temperature, top_k=20, seed=3)
     eager = list(generate(model, prompts, graph=False, **kw))
     graphed = list(generate(model, prompts, graph=True, **kw))
     assert [s.graph for s in graphed] == [False] + [True] * 39

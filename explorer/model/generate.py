@@ -152,7 +152,7 @@ def generate(
     device = model.device
     graph = _use_graph(graph, device, cache, observer)
     warmup_ms = _warm_up(model, batch, cache, tiles, backend) if warmup else 0.0
-    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer)
+    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy=temperature <= 0)
     sampler = lambda logits: sample(logits, temperature, top_k, generator)
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     texts = _Texts(tokenizer, len(batch))
@@ -236,8 +236,8 @@ class _Launched:
 class _Run:
     """The state of one generation: the cache (or the growing token buffer when it is off)."""
 
-    def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer):
-        self.model, self.tiles, self.backend, self.use_graph = model, tiles, backend, graph
+    def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy=False):
+        self.model, self.tiles, self.backend, self.use_graph, self.greedy = model, tiles, backend, graph, greedy
         self.observer = observer
         self.graph = None
         self.lengths = [len(p) for p in batch]
@@ -265,17 +265,19 @@ class _Run:
             self._append(after.next_ids)
         capture_ms = 0.0
         if self.use_graph and index == 1 and self.graph is None:  # captured before the first decode step
-            self.graph = DecodeGraph(self.model, self.kv, tiles=self.tiles, backend=self.backend)
+            self.graph = DecodeGraph(self.model, self.kv, tiles=self.tiles, backend=self.backend, greedy=self.greedy)
             capture_ms = self.graph.capture_ms
         positions, context = list(self.lengths), self._context(index)
         start = self._clock()
         if self.graph is not None and index > 0:
             logits, ops, replayed = self.graph.step(self.next_ids), self.graph.ops, True
+            # A greedy graph picked the token itself, into the input of its next replay.
+            next_ids = self.graph.sampled if self.graph.greedy else sampler(logits)
         else:
             trace = Trace(self.observer)
             logits = self._forward(index, trace)
             ops, replayed = tuple(trace.ops), False
-        next_ids = sampler(logits)
+            next_ids = sampler(logits)
         end = self._clock()
         return _Launched(next_ids, positions, context, ops, replayed, capture_ms, start, end)
 

@@ -18,9 +18,15 @@ from .ops import Tiles, Trace
 
 
 class DecodeGraph:
-    """model.decode(ids, cache) captured once; step(ids) replays it for the next token."""
+    """model.decode(ids, cache) captured once; step(ids) replays it for the next token.
 
-    def __init__(self, model, cache: KVCache, *, tiles: Tiles | None = None, backend: str | None = None):
+    greedy=True captures the greedy pick as well: each replay ends by writing the argmax of its logits
+    into its own input, so the next replay needs no launch from the host at all (`sampled` is that
+    buffer: read it, or copy it out, before the next replay)."""
+
+    def __init__(
+        self, model, cache: KVCache, *, tiles: Tiles | None = None, backend: str | None = None, greedy: bool = False
+    ):
         device = cache.lengths.device
         if device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA GPU; this model runs on {device.type}")
@@ -42,6 +48,9 @@ class DecodeGraph:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, stream=stream):
             self.logits = model.decode(self.ids, cache, observer=trace, **kw)
+            if greedy:
+                self.ids.copy_(self.logits.argmax(dim=-1))
+        self.greedy, self.sampled = greedy, self.ids
         cache.host_lengths = host_lengths
         cache.next_lengths = cache.lengths
         torch.cuda.synchronize(device)
