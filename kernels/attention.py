@@ -206,6 +206,15 @@ def _decode_tile_prefetched(
 
 
 @triton.jit
+def _partials(Part, SPLITS, BLOCK_D: tl.constexpr):
+    """The one fp32 buffer of partials, split three ways: every split's output (BLOCK_D each), then every
+    split's max score, then every sum of exponentials. Grid axis 0 runs over the (sequence, head) pairs in
+    all three kernels that use it."""
+    parts = tl.num_programs(0).to(tl.int64) * SPLITS
+    return Part, Part + parts * BLOCK_D, Part + parts * (BLOCK_D + 1)
+
+
+@triton.jit
 def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """A (sequence, head)'s normalised output from the partials of all its splits, read in one tile:
     each partial weighed by exp2(its max - the largest max), over the weighed sums. Both launch modes
@@ -225,7 +234,7 @@ def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_
 
 @triton.jit
 def _decode_partial_kernel(
-    Q, K, V, Lengths, PartO, PartM, PartL,
+    Q, K, V, Lengths, Part,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -251,6 +260,7 @@ def _decode_partial_kernel(
         )  # fmt: skip
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
+    PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
     tl.store(PartO + part * BLOCK_D + dims, acc)
     tl.store(PartM + part, m_i)
     tl.store(PartL + part, l_i)
@@ -258,7 +268,7 @@ def _decode_partial_kernel(
 
 @triton.jit
 def _decode_merge_kernel(
-    PartO, PartM, PartL, Out,
+    Part, Out,
     stride_ob, stride_oh, stride_od,
     H, SPLITS,
     HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -266,13 +276,14 @@ def _decode_merge_kernel(
     bh = tl.program_id(0).to(tl.int64)
     b, h = bh // H, bh % H
     dims = tl.arange(0, BLOCK_D)
+    PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
     o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
     tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
 @triton.jit
 def _decode_one_launch_kernel(
-    Q, K, V, Lengths, PartO, PartM, PartL, Counters, Out,
+    Q, K, V, Lengths, Part, Counters, Out,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -307,6 +318,7 @@ def _decode_one_launch_kernel(
     out = Out + b * stride_ob + h * stride_oh + dims * stride_od
     if SPLIT:
         part = bh * SPLITS + split
+        PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
         tl.store(PartO + part * BLOCK_D + dims, acc)
         tl.store(PartM + part, m_i)
         tl.store(PartL + part, l_i)
@@ -472,11 +484,9 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     if o.numel() == 0:
         return o
     if one_launch and splits == 1:  # the one program of each (sequence, head) writes o: no partials
-        part_o = part_m = part_l = counters = o
-    else:
-        part_o = new_output((batch * heads, splits, block_d), torch.float32, q.device)
-        part_m = new_output((batch * heads, splits), torch.float32, q.device)
-        part_l = new_output((batch * heads, splits), torch.float32, q.device)
+        part = counters = o
+    else:  # one allocation for the three kinds of partial (_partials): each costs the host more than its bytes
+        part = new_output((batch * heads * splits * (block_d + 2),), torch.float32, q.device)
         counters = _arrival_counters(q.device, batch * heads) if one_launch else None
     # A chunk of one key tile small enough to hold K and V in registers is requested at once (around the PDL
     # wait); larger tiles keep the loop, which loads V after the scores (at B=1, 8192 keys in 128-key tiles
@@ -488,7 +498,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     with explain_resources("decode_attention", cfg):
         if one_launch:
             launch.fast(_decode_one_launch_kernel)[(batch * heads, splits)](
-                q, k_cache, v_cache, lengths, part_o, part_m, part_l, counters, o,
+                q, k_cache, v_cache, lengths, part, counters, o,
                 *inputs, o.stride(0), o.stride(1), o.stride(3),
                 heads, splits, chunk, scale,
                 SPLIT=splits > 1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl,
@@ -497,13 +507,13 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
             )  # fmt: skip
             return o
         launch.fast(_decode_partial_kernel)[(batch * heads, splits)](
-            q, k_cache, v_cache, lengths, part_o, part_m, part_l,
+            q, k_cache, v_cache, lengths, part,
             *inputs, heads, splits, chunk, scale,
             HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d, PREFETCH=prefetch,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
         launch.fast(_decode_merge_kernel)[(batch * heads,)](
-            part_o, part_m, part_l, o,
+            part, o,
             o.stride(0), o.stride(1), o.stride(3),
             heads, splits,
             HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4,

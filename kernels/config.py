@@ -9,7 +9,6 @@ ValueError that names the field, the value and the limit, never a crash inside a
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -145,6 +144,9 @@ def buffered_stages(num_stages: int, device) -> int:
     return max(2, num_stages) if not limits.is_cpu and limits.capability < (8, 0) else num_stages
 
 
+EVERYWHERE = (torch.float32, torch.float16)  # verified on every device, the interpreter included
+
+
 def supported_dtypes(device: torch.device | str | None = None) -> list[torch.dtype]:
     """Dtypes the kernels are verified in on this device. bf16 needs sm80+; on CPU the Triton
     interpreter mishandles bf16, so CPU offers float32 and float16 only."""
@@ -160,7 +162,9 @@ def _allowed(device: torch.device) -> tuple[torch.dtype, ...]:
 
 
 def check_dtype(name: str, tensor: torch.Tensor) -> None:
-    allowed = _allowed(tensor.device)  # on every launch: the device's answer is kept
+    if tensor.dtype in EVERYWHERE:  # on every launch: most calls end here
+        return
+    allowed = _allowed(tensor.device)  # the device's answer is kept
     if tensor.dtype not in allowed:
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
         raise ValueError(f"{name}: dtype {tensor.dtype} is not supported on {tensor.device.type} (allowed: {names})")
@@ -225,18 +229,29 @@ def fit_defaults(kernel: str, cfg: TileConfig, user: TileConfig, need, device) -
     return cfg
 
 
-@contextmanager
-def explain_resources(kernel: str, cfg: TileConfig):
-    """Turn Triton's compile-time out-of-resources error into the same ValueError validation raises."""
-    from triton.runtime.errors import OutOfResources
+class explain_resources:
+    """Turn Triton's compile-time out-of-resources error into the same ValueError validation raises. A
+    plain class, not a generator-based context manager: it wraps every launch."""
 
-    try:
-        yield
-    except OutOfResources as e:
-        raise ValueError(
-            f"{kernel}: {cfg} needs {e.required} of {e.name} but the device allows {e.limit}; "
-            "use smaller tiles or fewer stages"
-        ) from None
+    __slots__ = ("kernel", "cfg")
+
+    def __init__(self, kernel: str, cfg: TileConfig):
+        self.kernel, self.cfg = kernel, cfg
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if kind is None:
+            return False
+        from triton.runtime.errors import OutOfResources
+
+        if issubclass(kind, OutOfResources):
+            raise ValueError(
+                f"{self.kernel}: {self.cfg} needs {e.required} of {e.name} but the device allows {e.limit}; "
+                "use smaller tiles or fewer stages"
+            ) from None
+        return False
 
 
 def next_pow2(n: int) -> int:

@@ -466,7 +466,8 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
     y = new_output((rows, out_features), x.dtype, x.device)
     if rows == 0:
         return y.view(out_shape)
-    x2 = x.reshape(rows, in_features)
+    flat = x.dim() == 2  # the common case keeps its tensors: a view costs the host more than the check
+    x2 = x if flat else x.reshape(rows, in_features)
     r2 = residual.reshape(rows, out_features).contiguous() if residual is not None else y
     b = bias.contiguous() if bias is not None else weight  # placeholder pointers, unused when their flag is off
     ln_w, ln_b, eps = (norm[0].contiguous(), norm[1].contiguous(), float(norm[2])) if norm is not None else (y, y, 0.0)
@@ -507,7 +508,7 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
                 BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **stats_tile(rows, in_features), PDL=pdl,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
             )  # fmt: skip
-    return y.view(out_shape)
+    return y if flat else y.view(out_shape)
 
 
 def tuned_config(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None):

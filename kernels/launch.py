@@ -38,8 +38,11 @@ ENABLED = os.environ.get("TRITON_INTERPRET") != "1" and _runner_matches()
 
 
 def _spec(args) -> tuple:
-    """What the compiled kernel depends on, argument by argument."""
-    return tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else a for a in args)
+    """What the compiled kernel depends on, argument by argument (a list comprehension: on every launch)."""
+    return tuple([(a.dtype, a.data_ptr() & 15 == 0) if isinstance(a, torch.Tensor) else a for a in args])
+
+
+_stream = None  # the driver's get_current_stream, looked up once (the driver is a lazy proxy)
 
 
 class _Fast:
@@ -50,24 +53,27 @@ class _Fast:
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
 
     def launch(self, grid, args, kwargs):
+        global _stream
         if not ENABLED or not args[0].is_cuda:
             return self.fn[grid](*args, **kwargs)
-        device = args[0].device.index
-        key = (device, _spec(args), tuple(kwargs.items()))
+        device = args[0].get_device()
+        key = (device, _spec(args), *kwargs.items())
         hit = self.bound.get(key)
         if hit is None:
             kernel = self.fn[grid](*args, **kwargs)  # binds, compiles if new, launches
             # The runner takes every parameter in order, constexprs included (it skips them); a call that
-            # leaves some to their defaults is not kept.
+            # leaves some to their defaults is not kept. The values of the rest are part of the key.
             tail = self.fn.arg_names[len(args) :]
             if all(name in kwargs for name in tail):
                 if len(self.bound) >= MAX_BOUND:
                     self.bound.clear()
-                self.bound[key] = (kernel, tail)
+                self.bound[key] = (kernel, tuple(kwargs[name] for name in tail))
             return kernel
         kernel, tail = hit
-        stream = driver.active.get_current_stream(device)
-        full = (*args, *(kwargs[name] for name in tail))
+        if _stream is None:
+            _stream = driver.active.get_current_stream
+        stream = _stream(device)
+        full = args + tail
         grid = (*grid, 1, 1)
         enter = knobs.runtime.launch_enter_hook
         meta = None if enter is None else kernel.launch_metadata(grid, stream, *full)

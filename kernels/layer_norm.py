@@ -95,7 +95,8 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
         raise ValueError(f"layer_norm: weight and bias must have shape ({width},), got {weight.shape}, {bias.shape}")
     if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
         raise ValueError(f"layer_norm: residual {residual.shape} {residual.dtype} must match x {x.shape} {x.dtype}")
-    x2 = x.reshape(-1, width)
+    flat = x.dim() == 2  # the common case keeps its tensors: a view costs the host more than the check
+    x2 = x if flat else x.reshape(-1, width)
     rows = x2.shape[0]
     if config == "autotune":
         config = tuned_config(x, weight, bias, eps, residual=residual)
@@ -104,7 +105,7 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
         x2 = x2.contiguous()
     y = new_output(x2.shape, x.dtype, x.device)
     if residual is not None:
-        r2 = residual.reshape(-1, width)
+        r2 = residual if flat else residual.reshape(-1, width)
         r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
         s = new_output(x2.shape, x.dtype, x.device)
     else:
@@ -119,6 +120,8 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
                 HAS_RESIDUAL=residual is not None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                 num_warps=cfg.num_warps,
             )  # fmt: skip
+    if flat:
+        return y if residual is None else (y, s)
     if residual is None:
         return y.view(x.shape)
     return y.view(x.shape), s.view(x.shape)

@@ -288,7 +288,8 @@ def check_args(name: str, x, weight, bias, activation, residual) -> tuple[int, i
 def linear(x, weight, bias=None, *, activation=None, residual=None, config=None):
     """act(x @ weight.T + bias) + residual for x (..., in) and weight (out, in)."""
     in_features, out_features, out_shape = check_args("linear", x, weight, bias, activation, residual)
-    x2 = x.reshape(-1, in_features)
+    flat = x.dim() == 2  # the common case keeps its tensors: a view costs the host more than the check
+    x2 = x if flat else x.reshape(-1, in_features)
     rows = x2.shape[0]
     if config == "autotune":
         config = tuned_config(x, weight, bias, activation=activation, residual=residual)
@@ -296,7 +297,7 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
     cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device, persistent, residual is not None)
     y = new_output((rows, out_features), x.dtype, x.device)
     if rows == 0:
-        return y.view(out_shape)
+        return y if flat else y.view(out_shape)
     r2 = residual.reshape(rows, out_features).contiguous() if residual is not None else y
     b = bias if bias is not None else weight  # placeholder pointer, unused when HAS_BIAS is False
     flags = dict(HAS_BIAS=bias is not None, APPLY_GELU=activation == "gelu", HAS_RESIDUAL=residual is not None)
@@ -330,7 +331,7 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
                 rows, out_features, splits, r2.stride(0), y.stride(0),
                 **flags, BLOCK_M=cfg.block_m, BLOCK_N=128, num_warps=4,
             )  # fmt: skip
-    return y.view(out_shape)
+    return y if flat else y.view(out_shape)
 
 
 def _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision):
