@@ -5,7 +5,8 @@ specialises each one (dtype, 16-byte alignment, integer values), hashes that int
 compiled kernel up, then launches it. In an eager decode step that work costs the host more than the
 kernel costs the GPU. `fast(kernel)[grid](...)` keys the compiled kernel by what the binding depends on
 (each tensor's dtype and alignment, every other argument's exact value, the launch options) and on a hit
-calls the compiled kernel's launcher directly, as CompiledKernel's own runner does.
+calls the compiled kernel's launcher directly, as CompiledKernel's own runner does (or, for a kernel that
+needs no scratch memory, the launcher's C entry point, as the launcher itself does).
 
 Only on a GPU: the interpreter has no compiled kernels, so there (and with a Triton whose runner takes
 other arguments, checked once by reading it) every call goes through the JITFunction as before.
@@ -13,6 +14,7 @@ other arguments, checked once by reading it) every call goes through the JITFunc
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 
@@ -44,6 +46,31 @@ def _spec(args) -> tuple:
 
 _stream = None  # the driver's get_current_stream, looked up once (the driver is a lazy proxy)
 
+# The launcher's own call of its C entry point, as Triton 3.6 writes it (whitespace aside). Where a kernel's
+# launcher makes exactly this call and needs no scratch memory, the bound launch calls the C entry point
+# itself, skipping the launcher's Python frame (its scratch allocators return nothing for such kernels).
+LAUNCHER_CALL = (
+    "self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, "
+    "global_scratch, profile_scratch, *args)"
+)
+
+
+@functools.cache
+def _launcher_matches(launcher_type) -> bool:
+    try:
+        return LAUNCHER_CALL in " ".join(inspect.getsource(launcher_type.__call__).split())
+    except Exception:  # no source to read: keep the launcher's own path
+        return False
+
+
+def _entry(kernel) -> tuple:
+    """(what to call, the arguments it takes between the kernel's function and its metadata)."""
+    run = kernel.run
+    plain = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
+    if plain and _launcher_matches(type(run)):
+        return run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
+    return run, ()
+
 
 class _Fast:
     def __init__(self, fn):
@@ -67,9 +94,9 @@ class _Fast:
             if all(name in kwargs for name in tail):
                 if len(self.bound) >= MAX_BOUND:
                     self.bound.clear()
-                self.bound[key] = (kernel, tuple(kwargs[name] for name in tail))
+                self.bound[key] = (kernel, tuple(kwargs[name] for name in tail), *_entry(kernel))
             return kernel
-        kernel, tail = hit
+        kernel, tail, entry, between = hit
         if _stream is None:
             _stream = driver.active.get_current_stream
         stream = _stream(device)
@@ -77,8 +104,8 @@ class _Fast:
         grid = (*grid, 1, 1)
         enter = knobs.runtime.launch_enter_hook
         meta = None if enter is None else kernel.launch_metadata(grid, stream, *full)
-        kernel.run(grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, meta, enter,
-                   knobs.runtime.launch_exit_hook, *full)  # fmt: skip
+        entry(grid[0], grid[1], grid[2], stream, kernel.function, *between, kernel.packed_metadata, meta, enter,
+              knobs.runtime.launch_exit_hook, *full)  # fmt: skip
         return kernel
 
 

@@ -13,6 +13,7 @@
 #   bash scripts/device_run.sh kernels  a sequence sweep, the kernel benchmark
 #   bash scripts/device_run.sh prefill  linear, graph and model tests, the prefill linear sweep, whole generations,
 #                                       the host time of eager launches
+#   bash scripts/device_run.sh confirm  kernel, graph and model tests, the kernel benchmark, host times, the ladder
 set -u
 PART=${1:-measure}
 OUT=${OUT:-/tmp/device-out}
@@ -83,6 +84,19 @@ elif [ "$PART" = prefill ]; then
   timeout "${T_GEN:-150}" python3 benchmarks/generation.py --repeats 3 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
   say "host time of eager launches, and where it goes"
   timeout "${T_HOST:-90}" python3 scripts/host_profile.py --calls 2>&1 | tee "$OUT/host.md" | grep "^|" | tee -a "$LOG"
+elif [ "$PART" = confirm ]; then
+  say "kernels, bound launches, graphs and the model on the GPU"
+  timeout "${T_TESTS:-200}" python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_decode_attention.py \
+    tests/test_launch.py tests/test_layer_norm.py tests/test_linear.py tests/test_fused_linear.py tests/test_graphs.py \
+    tests/test_model.py tests/test_ladder.py tests/test_launches.py >"$OUT/gpu-tests.log" 2>&1
+  tests_ran $?
+  say "kernels next to PyTorch: device time (cold L2) and eager"
+  timeout "${T_BENCH:-150}" python3 -m kernels.bench --only decode layer_norm linear --out "$OUT/bench.md" 2>&1 \
+    | tail -n 24 | tee -a "$LOG"
+  say "host time of eager launches"
+  timeout "${T_HOST:-60}" python3 scripts/host_profile.py 2>&1 | tee "$OUT/host.md" | grep -E "^\||eager decode" | tee -a "$LOG"
+  say "one decode step per rung, next to PyTorch"
+  timeout "${T_LADDER:-120}" python3 benchmarks/ladder.py --no-compile 2>&1 | tee "$OUT/ladder.md" | tail -n 12 | tee -a "$LOG"
 elif [ "$PART" = ladder ]; then
   say "the fusion ladder's tests on the GPU"
   timeout "${T_TESTS:-200}" python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_fused_linear.py \

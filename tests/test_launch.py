@@ -20,6 +20,35 @@ def test_the_signature_separates_alignment_dtype_and_values():
     assert launch._spec((t, 767, 1e-5)) != base and launch._spec((t, 768, 1e-6)) != base
 
 
+class _Launcher:  # as Triton 3.6 writes its launcher's call of the C entry point
+    def __init__(self, scratch):
+        self.global_scratch_size = self.profile_scratch_size = scratch
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.launch = object()
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        global_scratch = profile_scratch = None
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
+                    global_scratch, profile_scratch, *args)  # fmt: skip
+
+
+class _OtherLauncher(_Launcher):  # a launcher that calls its entry point some other way
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, args)
+
+
+def test_the_c_entry_point_is_called_only_as_the_launcher_itself_would():
+    class Kernel:
+        def __init__(self, run):
+            self.run = run
+
+    plain = _Launcher(0)
+    assert launch._entry(Kernel(plain)) == (plain.launch, (False, True, None, None))
+    with_scratch, other = _Launcher(256), _OtherLauncher(0)  # scratch to allocate; an unknown call
+    assert launch._entry(Kernel(with_scratch)) == (with_scratch, ())
+    assert launch._entry(Kernel(other)) == (other, ())
+
+
 def test_the_interpreter_takes_the_jit_functions_path():
     if torch.cuda.is_available():
         pytest.skip("CPU behaviour")

@@ -207,17 +207,31 @@ def generate(
             pending = run.launch(index + 1, sampler, after=launched)
 
 
+class _Slot:
+    """What one queued step needs on a GPU and the host allocates once per run, not per token: the
+    timing events around the step, the pinned buffer its tokens are copied into, and the event that says
+    they arrived. The loop keeps at most two steps in flight, and reads each one's tokens and time
+    before its slot comes round again (a ring of SLOTS)."""
+
+    def __init__(self, batch: int):
+        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.host = torch.empty(batch, dtype=torch.long, pin_memory=True)
+        self.ready = torch.cuda.Event()
+
+
+SLOTS = 3
+
+
 class _Launched:
     """One step queued on the device: its sampled tokens on their way to the host, its events."""
 
-    def __init__(self, next_ids, positions, context_tokens, ops, graph, capture_ms, start, end):
+    def __init__(self, next_ids, positions, context_tokens, ops, graph, capture_ms, start, end, slot=None):
         self.next_ids, self.positions, self.context_tokens = next_ids, positions, context_tokens
         self.ops, self.graph, self.capture_ms = ops, graph, capture_ms
         self.start, self.end = start, end
-        if next_ids.device.type == "cuda":
-            self.host = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=True)
+        if slot is not None:
+            self.host, self.ready = slot.host, slot.ready
             self.host.copy_(next_ids, non_blocking=True)
-            self.ready = torch.cuda.Event()
             self.ready.record()
         else:
             self.host, self.ready = next_ids, None
@@ -251,13 +265,7 @@ class _Run:
             self.tokens[b, : len(p)] = torch.tensor(p)
         self.kv = KVCache.for_model(model, len(batch), total) if cache else None
         self.cuda = device.type == "cuda"
-
-    def _clock(self):
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
+        self.slots = [_Slot(len(batch)) for _ in range(SLOTS)] if self.cuda else None
 
     def launch(self, index: int, sampler, after: _Launched | None = None) -> _Launched:
         """Queue step `index`: its forward pass and the sampling of its tokens, all on the device."""
@@ -268,7 +276,10 @@ class _Run:
             self.graph = DecodeGraph(self.model, self.kv, tiles=self.tiles, backend=self.backend, greedy=self.greedy)
             capture_ms = self.graph.capture_ms
         positions, context = list(self.lengths), self._context(index)
-        start = self._clock()
+        slot = self.slots[index % SLOTS] if self.cuda else None
+        if slot is not None:
+            slot.start.record()
+        start = slot.start if slot is not None else time.perf_counter()
         if self.graph is not None and index > 0:
             logits, ops, replayed = self.graph.step(self.next_ids), self.graph.ops, True
             # A greedy graph picked the token itself, into the input of its next replay.
@@ -278,8 +289,10 @@ class _Run:
             logits = self._forward(index, trace)
             ops, replayed = tuple(trace.ops), False
             next_ids = sampler(logits)
-        end = self._clock()
-        return _Launched(next_ids, positions, context, ops, replayed, capture_ms, start, end)
+        if slot is not None:
+            slot.end.record()
+        end = slot.end if slot is not None else time.perf_counter()
+        return _Launched(next_ids, positions, context, ops, replayed, capture_ms, start, end, slot)
 
     def _context(self, index: int) -> int:
         if self.kv is not None and index > 0:
