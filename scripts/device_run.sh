@@ -13,7 +13,8 @@
 #   bash scripts/device_run.sh kernels  a sequence sweep, the kernel benchmark
 #   bash scripts/device_run.sh prefill  linear, graph and model tests, the prefill linear sweep, whole generations,
 #                                       the host time of eager launches
-#   bash scripts/device_run.sh confirm  kernel, graph and model tests, the kernel benchmark, host times, the ladder
+#   bash scripts/device_run.sh confirm  kernel, graph and model tests, the kernel benchmark, host times (twice),
+#                                       whole generations, the ladder
 set -u
 PART=${1:-measure}
 OUT=${OUT:-/tmp/device-out}
@@ -91,10 +92,15 @@ elif [ "$PART" = confirm ]; then
     tests/test_model.py tests/test_ladder.py tests/test_launches.py >"$OUT/gpu-tests.log" 2>&1
   tests_ran $?
   say "kernels next to PyTorch: device time (cold L2) and eager"
-  timeout "${T_BENCH:-150}" python3 -m kernels.bench --only decode layer_norm linear --out "$OUT/bench.md" 2>&1 \
+  timeout "${T_BENCH:-150}" python3 -m kernels.bench --only ${BENCH:-decode layer_norm linear} --out "$OUT/bench.md" 2>&1 \
     | tail -n 24 | tee -a "$LOG"
-  say "host time of eager launches"
-  timeout "${T_HOST:-60}" python3 scripts/host_profile.py 2>&1 | tee "$OUT/host.md" | grep -E "^\||eager decode" | tee -a "$LOG"
+  for run in 1 2; do  # twice: the host's own speed drifts between minutes
+    say "host time of eager launches ($run)"
+    timeout "${T_HOST:-60}" python3 scripts/host_profile.py 2>&1 | tee "$OUT/host$run.md" | grep -E "^\||eager decode" \
+      | tee -a "$LOG"
+  done
+  say "whole generations: tokens/s against transformers and the PyTorch CUDA-graph loop; both clocks"
+  timeout "${T_GEN:-150}" python3 benchmarks/generation.py --repeats 3 2>&1 | tee "$OUT/generation.md" | tail -n 16 | tee -a "$LOG"
   say "one decode step per rung, next to PyTorch"
   timeout "${T_LADDER:-120}" python3 benchmarks/ladder.py --no-compile 2>&1 | tee "$OUT/ladder.md" | tail -n 12 | tee -a "$LOG"
 elif [ "$PART" = ladder ]; then
