@@ -6,7 +6,9 @@ import torch
 
 from explorer.measure.profile import profile_run
 from explorer.measure.traffic import step_traffic
+from explorer.model import graphs
 from explorer.model.generate import generate
+from explorer.model.graphs import GraphPool
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 BACKENDS = ["torch", "triton"]
@@ -53,6 +55,31 @@ def test_graph_replays_equal_eager_steps(backend, fusion, dtype, temperature, de
         assert step_traffic(g) == step_traffic(e) and [op.name for op in g.ops] == [op.name for op in e.ops]
         assert (g.positions, g.kv_used_bytes, g.context_tokens) == (e.positions, e.kv_used_bytes, e.context_tokens)
     assert graphed[1].warmup_ms > 0  # the capture, reported with the warm-up
+
+
+def test_the_pool_lends_each_graph_to_one_generation_and_keeps_the_newest():
+    pool = GraphPool()
+    pool.give("a", 1)
+    assert pool.take("a") == 1 and pool.take("a") is None  # lent out: a second generation captures its own
+    for key in "abc":
+        pool.give(key, key)
+    assert list(pool.entries) == list("abc"[-graphs.KEEP :])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_kept_graph_replays_for_the_next_generation_of_the_same_shape(temperature, device):
+    """The second generation of the same shape captures nothing and still matches eager steps, though the
+    cache it inherits held another prompt's keys; a third of another length captures its own."""
+    model = random_model(device, torch.float16)
+    kw = dict(max_new_tokens=30, eos_token_id=-1, temperature=temperature, top_k=20, seed=5)
+    first = list(generate(model, [[5, 6, 7], [8, 9]], graph=True, **kw))
+    second = list(generate(model, [[1, 2], [3, 4, 5]], graph=True, **kw))
+    eager = list(generate(model, [[1, 2], [3, 4, 5]], graph=False, **kw))
+    assert first[1].warmup_ms > 0 and second[1].warmup_ms == 0  # captured once, then replayed
+    assert [s.token_ids for s in second] == [s.token_ids for s in eager]
+    other = list(generate(model, [[1, 2], [3, 4, 5]], graph=True, **(kw | dict(max_new_tokens=31))))
+    assert other[1].warmup_ms > 0 and [s.token_ids for s in other[:30]] == [s.token_ids for s in eager]
 
 
 @pytest.mark.gpu

@@ -24,6 +24,9 @@ def zero_gpu(monkeypatch):
 
         return wrap
 
+    from explorer.model import graphs
+
+    monkeypatch.setattr(graphs, "KEEP", graphs.KEEP)  # restored after the test: building the app sets it
     monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=GPU))
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as the platform reports it
@@ -49,6 +52,9 @@ def test_building_the_app_touches_no_cuda_and_wraps_every_gpu_event(zero_gpu):
     from explorer.app import actions
 
     assert "ZeroGPU" in actions.header() and actions.dtype_choices()[0] == "bfloat16"
+    from explorer.model import graphs
+
+    assert graphs.KEEP == 0  # no captured graph is kept past the call that captured it
 
 
 def test_elsewhere_the_handlers_run_as_they_are(monkeypatch):

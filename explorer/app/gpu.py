@@ -22,4 +22,8 @@ def event(fn, duration):
         return fn
     import spaces
 
+    from ..model import graphs
+
+    graphs.KEEP = 0  # a GPU attached per call: no captured graph may outlive the call that captured it
+
     return spaces.GPU(duration=duration)(fn)

@@ -136,7 +136,9 @@ def generate(
 
     graph=True replays every decode step from a CUDA graph captured once (see explorer.model.graphs):
     it needs a CUDA device and the cache on, and no observer (a replay launches nothing one by one).
-    None (the default) uses it wherever it can be.
+    None (the default) uses it wherever it can be. The captured graph and its cache are kept on the
+    model (model.decode_graphs, explorer.model.graphs.GraphPool) for the next generation of the same
+    batch, length, rung, tiles and sampling mode, which replays it without capturing again.
 
     fusion: a rung of the fusion ladder (explorer.model.ops.FUSIONS); None keeps the model's."""
     if fusion is not None:
@@ -153,12 +155,21 @@ def generate(
     graph = _use_graph(graph, device, cache, observer)
     warmup_ms = _warm_up(model, batch, cache, tiles, backend) if warmup else 0.0
     run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy=temperature <= 0)
+    try:
+        yield from _steps(run, model, batch, max_new_tokens, temperature, top_k, seed, tokenizer, eos_token_id,
+                          observer, warmup_ms)  # fmt: skip
+    finally:  # also when the caller stops early: the captured graph goes back to the model's pool
+        run.release()
+
+
+def _steps(run, model, batch, max_new_tokens, temperature, top_k, seed, tokenizer, eos_token_id, observer, warmup_ms):
+    device, n_pos = model.device, model.config.n_positions
     sampler = lambda logits: sample(logits, temperature, top_k, generator)
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
     cuda = device.type == "cuda"
-    on_cpu = "Triton interpreter" if (backend or model.backend) == "triton" else "PyTorch on CPU"
+    on_cpu = "Triton interpreter" if (run.backend or model.backend) == "triton" else "PyTorch on CPU"
     timer = "cuda events around each step (device clock)" if cuda else f"cpu perf_counter ({on_cpu})"
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
@@ -263,7 +274,15 @@ class _Run:
         self.tokens = torch.zeros(len(batch), total, dtype=torch.long, device=device)  # right-padded
         for b, p in enumerate(batch):
             self.tokens[b, : len(p)] = torch.tensor(p)
-        self.kv = KVCache.for_model(model, len(batch), total) if cache else None
+        self.pool_key = (len(batch), total, tiles, backend or model.backend, model.fusion, greedy) if graph else None
+        self.pool = model.decode_graphs if graph else None
+        kept = self.pool.take(self.pool_key) if self.pool is not None else None
+        if kept is not None:  # a graph captured for this shape before: its cache, cleared as a new one would be
+            self.kv, self.graph = kept
+            self.kv.k.zero_()
+            self.kv.v.zero_()
+        else:
+            self.kv = KVCache.for_model(model, len(batch), total) if cache else None
         self.cuda = device.type == "cuda"
         self.slots = [_Slot(len(batch)) for _ in range(SLOTS)] if self.cuda else None
 
@@ -293,6 +312,11 @@ class _Run:
             slot.end.record()
         end = slot.end if slot is not None else time.perf_counter()
         return _Launched(next_ids, positions, context, ops, replayed, capture_ms, start, end, slot)
+
+    def release(self) -> None:
+        if self.pool is not None and self.graph is not None:
+            self.pool.give(self.pool_key, (self.kv, self.graph))
+            self.graph = None
 
     def _context(self, index: int) -> int:
         if self.kv is not None and index > 0:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .cache import KVCache
+from .graphs import GraphPool
 from .ops import DEFAULT_FUSION, Observer, Ops, Tiles, check_fusion
 
 
@@ -158,6 +159,7 @@ class GPT(nn.Module):
             )
         )
         self.requires_grad_(False)
+        self.decode_graphs = GraphPool()  # shared by the shallow copies below: they share the weights too
 
     def with_backend(self, backend: str) -> GPT:
         """The same weights, another default backend (a shallow copy: nothing is duplicated)."""

@@ -16,6 +16,10 @@ import torch
 from .cache import KVCache
 from .ops import Tiles, Trace
 
+# Captured graphs kept per model (GraphPool). 0 where the GPU is attached per call (the app sets it on
+# ZeroGPU), so that nothing captured outlives the call that captured it.
+KEEP = 2
+
 
 class DecodeGraph:
     """model.decode(ids, cache) captured once; step(ids) replays it for the next token.
@@ -67,3 +71,21 @@ class DecodeGraph:
         self.graph.replay()
         c.advance_host()
         return self.logits
+
+
+class GraphPool:
+    """Captured decode graphs, each with the KV cache it was captured on, kept for the next generation of
+    the same shape on the same model (explorer.model.generate): capturing costs an eager step and the
+    capture itself, more than a hundred replays. A generation takes its entry out while it runs and gives
+    it back when it ends, so two at once never share a cache. At most KEEP entries, the oldest dropped."""
+
+    def __init__(self):
+        self.entries: dict = {}
+
+    def take(self, key):
+        return self.entries.pop(key, None)
+
+    def give(self, key, entry) -> None:
+        self.entries[key] = entry
+        while len(self.entries) > KEEP:
+            del self.entries[next(iter(self.entries))]

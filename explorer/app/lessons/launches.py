@@ -57,13 +57,19 @@ def explain(r) -> str:
             "Python costs the host more than many of them take on the GPU, which then waits between them. A CUDA "
             "graph records the step once and replays it as one launch; the GPU recording shows what that buys."
         )
+    capture = (
+        f"Capturing the graph took {base.ms(f['capture_ms'])}, once."
+        if f["capture_ms"] > 0
+        else "The graph was captured by an earlier run of this shape and kept with the model: this run replayed it "
+        "without capturing."
+    )
     return (
         f"A decode step ran **{f['kernels']} GPU kernels** (counted by torch.profiler) from {f['operations']} "
         f"operations. Launched one by one from Python it took **{base.ms(f['eager_ms'])}** (median); replayed as one "
         f"CUDA graph, **{base.ms(f['graph_ms'])}**: {base.num(f['eager_ms'] / f['graph_ms'])}× faster, with the "
         f"same kernels doing the same work. The difference, spread over the kernels, is "
         f"**{base.num(f['per_launch_us'])} µs per kernel**: what launching it from Python cost while the GPU waited. "
-        f"Capturing the graph took {base.ms(f['capture_ms'])}, once. Tokens reached the caller at "
+        f"{capture} Tokens reached the caller at "
         f"{base.num(f['eager_tokens_per_s'])} tokens/s eager and {base.num(f['graph_tokens_per_s'])} tokens/s "
         "from the graph (wall clock)."
     )
