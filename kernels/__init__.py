@@ -4,7 +4,8 @@ and, as elementwise.add, elementwise.bias_add and elementwise.gelu, the separate
 decoder makes."""
 
 from . import elementwise
-from .attention import attention, decode_attention
+from .attention import attention
+from .attention_decode import decode_attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
 from .fused_linear import decode_linear
 from .kv_write import kv_write

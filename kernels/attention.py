@@ -1,4 +1,4 @@
-"""Causal flash attention (prefill) and split-K decode attention (flash-decoding).
+"""Causal flash attention (prefill); decode attention (one query per sequence) is in attention_decode.
 
 attention: o = softmax(q k^T / sqrt(D) + mask) v for q (B, H, Tq, D) and k, v (B, H, Tk, D), Tk >= Tq.
 With causal=True query i sits at key position Tk - Tq + i (bottom-right aligned), so the same
@@ -7,20 +7,6 @@ already holds a prefix (Tk > Tq). Each program keeps one BLOCK_M tile of queries
 streams BLOCK_N tiles of K and V past it with an online softmax: the Tq x Tk score matrix lives only
 in registers, and K and V are read once per query tile (so BLOCK_M sets how often). Key tiles wholly
 below the diagonal skip the mask arithmetic; only the tiles it crosses pay for it.
-
-decode_attention: one new query per sequence over its cache, keys [0, lengths[b]). A single
-sequence has only H query rows, too few programs to fill a GPU, so the cache is split along the
-keys into SPLIT_K chunks that run in parallel, each writing a partial (max, sum, unnormalised
-output), and a second kernel merges the partials. The grid depends on the cache size only, never
-on the lengths' values: no host synchronisation, and the launch can be captured in a CUDA graph.
-With one_launch=True the merge moves into the split kernel (kernels.arrival): each program stores
-its partial, waits at a barrier for all its threads' stores, then adds 1 to its (sequence, head)'s
-counter with an acquire-release atomic at GPU scope; the program that reads SPLITS - 1 arrived last,
-so the partials of every other split are visible to it. It merges them with the merge kernel's code,
-stores the output and sets the counter back to 0. Memory traffic is the same partials written and
-read back (the reads now by the last arrivals, while the other splits may still run), plus one
-atomic per program and one reset per (sequence, head), and one launch fewer. With a single split
-there is nothing to merge: each program normalises its own partial and writes the output.
 """
 
 import functools
@@ -30,9 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune, launch, pdl
+from . import autotune, launch
 from .config import (
-    SECTOR,
     TileConfig,
     Traffic,
     as_config,
@@ -47,10 +32,8 @@ from .config import (
     l2_miss,
     new_output,
     next_pow2,
-    overlaps_launches,
     pipeline_stages,
     resident_programs,
-    sectors,
 )
 
 LOG2E = 1.4426950408889634
@@ -133,211 +116,6 @@ def _attention_kernel(
     tl.store(Out + rows[:, None] * stride_om + dims[None, :] * stride_od, o.to(Out.dtype.element_ty), mask=q_mask)
 
 
-@triton.jit
-def _decode_chunk(
-    Q, K, V, b, h, lo, hi,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """One split's share of a (sequence, head): the unnormalised output, the max score and the sum of
-    exponentials over keys [lo, hi), all fp32 (max -inf, sum 0 and output 0 when the range is empty)."""
-    dims = tl.arange(0, BLOCK_D)
-    d_mask = dims < HEAD_DIM
-    q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0).to(tl.float32)
-    q = q * qk_scale
-    K += b * stride_kb + h * stride_kh
-    V += b * stride_vb + h * stride_vh
-
-    m_i = tl.full((), float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros((), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (cols < hi)[:, None] & d_mask[None, :]
-        # One query row: a dot product per key on the vector units; tl.dot would need 16 rows.
-        k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
-        qk = tl.sum(q[None, :] * k.to(tl.float32), axis=1)
-        qk = tl.where(cols < hi, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=0))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=0)
-        v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
-        m_i = m_new
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _decode_tile_prefetched(
-    Q, K, V, b, h, lo, length, PDL,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """_decode_chunk for a chunk of one key tile, [lo, min(lo + BLOCK_N, length)), loaded around the PDL
-    wait: the keys and values written by earlier steps (positions below length - 1) before it, q and the
-    newest row (length - 1, which the kernel just before stores) after it."""
-    dims = tl.arange(0, BLOCK_D)
-    d_mask = dims < HEAD_DIM
-    cols = lo + tl.arange(0, BLOCK_N)
-    K += b * stride_kb + h * stride_kh
-    V += b * stride_vb + h * stride_vh
-    k_ptrs = K + cols[:, None] * stride_kn + dims[None, :] * stride_kd
-    v_ptrs = V + cols[:, None] * stride_vn + dims[None, :] * stride_vd
-    old = (cols < length - 1)[:, None] & d_mask[None, :]
-    k = tl.load(k_ptrs, mask=old, other=0.0)
-    v = tl.load(v_ptrs, mask=old, other=0.0)
-    pdl.wait(PDL)
-    newest = (cols == length - 1)[:, None] & d_mask[None, :]
-    k = tl.where(newest, tl.load(k_ptrs, mask=newest, other=0.0), k)
-    v = tl.where(newest, tl.load(v_ptrs, mask=newest, other=0.0), v)
-    q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0).to(tl.float32)
-    qk = tl.sum((q * qk_scale)[None, :] * k.to(tl.float32), axis=1)
-    qk = tl.where(cols < length, qk, float("-inf"))
-    m_i = tl.max(qk, axis=0)
-    p = tl.where(cols < length, tl.exp2(qk - m_i), 0.0)  # an empty chunk: max -inf, sum 0, output 0
-    return tl.sum(p[:, None] * v.to(tl.float32), axis=0), m_i, tl.sum(p, axis=0)
-
-
-@triton.jit
-def _partials(Part, SPLITS, BLOCK_D: tl.constexpr):
-    """The one fp32 buffer of partials, split three ways: every split's output (BLOCK_D each), then every
-    split's max score, then every sum of exponentials. Grid axis 0 runs over the (sequence, head) pairs in
-    all three kernels that use it."""
-    parts = tl.num_programs(0).to(tl.int64) * SPLITS
-    return Part, Part + parts * BLOCK_D, Part + parts * (BLOCK_D + 1)
-
-
-@triton.jit
-def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-    """A (sequence, head)'s normalised output from the partials of all its splits, read in one tile:
-    each partial weighed by exp2(its max - the largest max), over the weighed sums. Both launch modes
-    call it on the same tile shapes, so neither the order the splits ran in nor the mode changes the
-    sums (on a GPU, only a different num_warps, which lays the tile out differently, could)."""
-    splits = tl.arange(0, BLOCK_S)
-    dims = tl.arange(0, BLOCK_D)
-    s_mask = splits < SPLITS
-    m = tl.load(PartM + bh * SPLITS + splits, mask=s_mask, other=float("-inf"))
-    m_max = tl.max(m, axis=0)
-    # Splits past the sequence's length are empty (max -inf); they weigh nothing.
-    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)
-    l_sum = tl.sum(w * tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0), axis=0)
-    part = tl.load(PartO + (bh * SPLITS + splits)[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0)
-    return tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
-
-
-@triton.jit
-def _decode_partial_kernel(
-    Q, K, V, Lengths, Part,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    H, SPLITS, CHUNK, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREFETCH: tl.constexpr,
-):  # fmt: skip
-    bh = tl.program_id(0).to(tl.int64)
-    split = tl.program_id(1)
-    b, h = bh // H, bh % H
-    length = tl.load(Lengths + b).to(tl.int32)
-    lo = split * CHUNK
-    if PREFETCH:  # a chunk of one key tile: its keys and values all requested at once
-        acc, m_i, l_i = _decode_tile_prefetched(
-            Q, K, V, b, h, lo, length, False,
-            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
-        )  # fmt: skip
-    else:
-        acc, m_i, l_i = _decode_chunk(
-            Q, K, V, b, h, lo, min(lo + CHUNK, length),
-            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
-        )  # fmt: skip
-    part = bh * SPLITS + split
-    dims = tl.arange(0, BLOCK_D)
-    PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
-    tl.store(PartO + part * BLOCK_D + dims, acc)
-    tl.store(PartM + part, m_i)
-    tl.store(PartL + part, l_i)
-
-
-@triton.jit
-def _decode_merge_kernel(
-    Part, Out,
-    stride_ob, stride_oh, stride_od,
-    H, SPLITS,
-    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    bh = tl.program_id(0).to(tl.int64)
-    b, h = bh // H, bh % H
-    dims = tl.arange(0, BLOCK_D)
-    PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
-    o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
-    tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
-
-
-@triton.jit
-def _decode_one_launch_kernel(
-    Q, K, V, Lengths, Part, Counters, Out,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_od,
-    H, SPLITS, CHUNK, qk_scale,
-    SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
-):  # fmt: skip
-    # Under PDL (kernels.pdl) the next kernel may start loading its weights now. This one reads the lengths
-    # before its wait, and with PREFETCH (a chunk of one key tile) the cache rows of earlier steps too; the
-    # caller guarantees that the kernel just before writes nothing it reads but q and each newest row.
-    pdl.launch_dependents(PDL)
-    bh = tl.program_id(0).to(tl.int64)
-    split = tl.program_id(1)
-    b, h = bh // H, bh % H
-    length = tl.load(Lengths + b).to(tl.int32)
-    lo = split * CHUNK
-    if PREFETCH:
-        acc, m_i, l_i = _decode_tile_prefetched(
-            Q, K, V, b, h, lo, length, PDL,
-            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
-        )  # fmt: skip
-    else:
-        pdl.wait(PDL)
-        acc, m_i, l_i = _decode_chunk(
-            Q, K, V, b, h, lo, min(lo + CHUNK, length),
-            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
-        )  # fmt: skip
-    dims = tl.arange(0, BLOCK_D)
-    out = Out + b * stride_ob + h * stride_oh + dims * stride_od
-    if SPLIT:
-        part = bh * SPLITS + split
-        PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
-        tl.store(PartO + part * BLOCK_D + dims, acc)
-        tl.store(PartM + part, m_i)
-        tl.store(PartL + part, l_i)
-        # Every thread's partial stores are issued before the barrier, and the barrier comes before the
-        # release half of the atomic: a program that sees this arrival sees this program's partial.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(Counters + bh, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLITS - 1:
-            # The last to arrive. Its loads come after the acquire half of its atomic, which saw every
-            # other split's release, so they read the partials those splits stored.
-            o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
-            tl.store(out, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
-            tl.store(Counters + bh, 0)  # every split has arrived: nothing else touches the slot this launch
-    else:
-        # One split: its partial is the whole answer, normalised as the merge normalises it (weight 1).
-        o = acc / tl.where(l_i > 0, l_i, 1.0)
-        tl.store(out, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
-
-
 def default_config(tq: int, head_dim: int, device) -> TileConfig:
     """Query tiles over 64-key tiles: 64 queries and 4 warps for heads of up to 64 dims (the fastest of
     24 configs at GPT-2's shape on an H200, see benchmarks/RESULTS.md), 128 queries and 8 warps for
@@ -357,12 +135,6 @@ def shared_memory(cfg: TileConfig, head_dim: int, itemsize: int, device) -> int:
     return (cfg.block_m * block_d + 2 * stages * cfg.block_n * block_d + cfg.block_m * cfg.block_n) * itemsize
 
 
-def decode_shared_memory(cfg: TileConfig, head_dim: int, itemsize: int) -> int:
-    """No tl.dot in the decode kernel: K and V go to registers, and only the loads the pipeliner keeps
-    in flight (num_stages - 1 of them) are staged in shared memory."""
-    return 2 * max(1, cfg.num_stages - 1) * cfg.block_n * max(16, next_pow2(head_dim)) * itemsize
-
-
 @functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
 def resolve_config(config, tq, head_dim, dtype, device) -> TileConfig:
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -377,7 +149,7 @@ def resolve_config(config, tq, head_dim, dtype, device) -> TileConfig:
     return cfg
 
 
-def _check_qkv(name, q, k, v):
+def check_qkv(name, q, k, v):
     check_dtype(name, q)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"{name}: q, k and v must be 4-D (B, H, T, D)")
@@ -391,7 +163,7 @@ def _check_qkv(name, q, k, v):
 
 def attention(q, k, v, *, causal=True, config=None):
     """Flash attention forward; q (B, H, Tq, D), k and v (B, H, Tk, D) with Tk >= Tq -> o like q."""
-    _check_qkv("attention", q, k, v)
+    check_qkv("attention", q, k, v)
     batch, heads, tq, head_dim = q.shape
     tk = k.shape[2]
     if tk < tq:
@@ -417,137 +189,11 @@ def attention(q, k, v, *, causal=True, config=None):
     return o
 
 
-def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
-    limits = device_limits(device)
-    if limits.is_cpu:  # one program per head: the interpreter's cost is per program
-        return TileConfig(block_n=128, split_k=1, num_warps=4, num_stages=1)
-    # About four programs per SM in all, but no chunk shorter than one key tile; 128-key tiles in 2
-    # warps were the fastest of 48 configs at B=1, H=12, 8192 keys on an H200 (benchmarks/RESULTS.md).
-    # Shorter caches take 64-key tiles in 4 warps, and caches too short for those 32-key tiles in 2 warps
-    # (at B=1 and 1001 keys, 32 splits of one 32-key tile: the fastest in a sweep of the whole decode step).
-    wanted = cdiv(4 * limits.num_sms, batch_heads)
-    if cdiv(max_len, 128) >= wanted:
-        block_n, warps = 128, 2
-    elif cdiv(max_len, 64) >= wanted:
-        block_n, warps = 64, 4
-    else:
-        block_n, warps = 32, 2
-    split_k = max(1, min(wanted, cdiv(max_len, block_n), 256))
-    return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=warps, num_stages=pipeline_stages(device))
-
-
-@functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
-def resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device) -> TileConfig:
-    user = as_config("decode_attention", config)
-    check_fields("decode_attention", user)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    cfg = user.merged(default_decode_config(batch_heads, max_len, device))
-    cfg = fit_defaults("decode_attention", cfg, user, lambda c: decode_shared_memory(c, head_dim, itemsize), device)
-    need = decode_shared_memory(cfg, head_dim, itemsize)
-    what = f"{max(1, cfg.num_stages - 1)} in-flight stages of {cfg.block_n}-key K and V tiles"
-    check_shared_memory("decode_attention", cfg, need, device, what)
-    return cfg
-
-
-def decode_split(max_len: int, cfg: TileConfig) -> tuple[int, int]:
-    """(keys per split, number of splits) for a cache of max_len positions: chunks are whole key tiles."""
-    chunk = cdiv(cdiv(max_len, cfg.split_k), cfg.block_n) * cfg.block_n
-    return chunk, cdiv(max_len, chunk)
-
-
-def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=False, pdl=False):
-    """One query per sequence over its cache: q (B, H, 1, D), caches (B, H, T_max, D), keys [0, lengths[b]).
-
-    A sequence of length 0 attends to nothing and gets zeros. one_launch=False runs the partial and
-    merge kernels; one_launch=True runs one kernel whose last split to finish for a (sequence, head)
-    merges its partials (kernels.arrival), with the same result. With pdl=True as well, that kernel is
-    launched with programmatic dependent launch where the GPU has it (kernels.pdl): the kernel after it may
-    start early, and this one loads the lengths (and, where each split is one key tile, the keys and values
-    below lengths[b] - 1) before it waits for the kernel before it. So pdl=True is for a caller (the decode
-    step) whose previous kernel writes nothing this one reads except q and each sequence's newest row."""
-    _check_qkv("decode_attention", q, k_cache, v_cache)
-    batch, heads, tq, head_dim = q.shape
-    max_len = k_cache.shape[2]
-    if tq != 1:
-        raise ValueError(f"decode_attention: q must hold one new token per sequence (B, H, 1, D), got {tuple(q.shape)}")
-    if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != q.device:
-        raise ValueError(f"decode_attention: lengths must be an int32/int64 tensor of shape ({batch},) on {q.device}")
-    if not isinstance(one_launch, bool):
-        raise ValueError(f"decode_attention: one_launch must be True or False, got {one_launch!r}")
-    if config == "autotune":
-        config = tuned_decode_config(q, k_cache, v_cache, lengths, one_launch=one_launch)
-    cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, q.dtype, q.device)
-    chunk, splits = decode_split(max_len, cfg)
-    block_d = max(16, next_pow2(head_dim))
-    pdl = bool(pdl) and one_launch and overlaps_launches(q.device)
-    o = new_output(q.shape, q.dtype, q.device)
-    if o.numel() == 0:
-        return o
-    if one_launch and splits == 1:  # the one program of each (sequence, head) writes o: no partials
-        part = counters = o
-    else:  # one allocation for the three kinds of partial (_partials): each costs the host more than its bytes
-        part = new_output((batch * heads * splits * (block_d + 2),), torch.float32, q.device)
-        counters = _arrival_counters(q.device, batch * heads) if one_launch else None
-    # A chunk of one key tile small enough to hold K and V in registers is requested at once (around the PDL
-    # wait); larger tiles keep the loop, which loads V after the scores (at B=1, 8192 keys in 128-key tiles
-    # in 2 warps, holding both ran 0.69x of PyTorch's time where the loop ran 0.93x, on an H200).
-    prefetch = chunk <= cfg.block_n and cfg.block_n * block_d <= PREFETCH_ELEMENTS_PER_WARP * cfg.num_warps
-    inputs = (q.stride(0), q.stride(1), q.stride(3), *k_cache.stride(), *v_cache.stride())
-    scale = LOG2E / math.sqrt(head_dim)
-    block_s = max(2, next_pow2(splits))
-    with explain_resources("decode_attention", cfg):
-        if one_launch:
-            launch.fast(_decode_one_launch_kernel)[(batch * heads, splits)](
-                q, k_cache, v_cache, lengths, part, counters, o,
-                *inputs, o.stride(0), o.stride(1), o.stride(3),
-                heads, splits, chunk, scale,
-                SPLIT=splits > 1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl,
-                PREFETCH=prefetch,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
-            )  # fmt: skip
-            return o
-        launch.fast(_decode_partial_kernel)[(batch * heads, splits)](
-            q, k_cache, v_cache, lengths, part,
-            *inputs, heads, splits, chunk, scale,
-            HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d, PREFETCH=prefetch,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
-        launch.fast(_decode_merge_kernel)[(batch * heads,)](
-            part, o,
-            o.stride(0), o.stride(1), o.stride(3),
-            heads, splits,
-            HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4,
-        )  # fmt: skip
-    return o
-
-
-PREFETCH_ELEMENTS_PER_WARP = 1024  # of K's tile (and as many of V's): 32 per thread
-
-
-def _arrival_counters(device, needed: int):
-    """kernels.arrival's counters, with a refusal that names the kernel and the way out."""
-    try:
-        return arrival.counters(device, needed)
-    except ValueError as e:
-        raise ValueError(f"decode_attention: one_launch=True with {needed} (sequence, head) pairs: {e}; "
-                         "use one_launch=False, or fewer sequences") from None  # fmt: skip
-
-
 def tuned_config(q, k, v, *, causal=True):
     """The fastest candidate tiles for inputs like these (timed once per shape on a GPU, over random copies
     rotated past L2; defaults on CPU)."""
     run = lambda c, q, k, v: attention(q, k, v, causal=causal, config=c)
     return autotune.pick("attention", (*q.shape, k.shape[2], q.dtype, causal), run, q.device, inputs=(q, k, v))
-
-
-def tuned_decode_config(q, k_cache, v_cache, lengths, *, one_launch=False):
-    """As tuned_config, for decode_attention; keyed by the cache size, not the lengths' values, so it is
-    timed over full caches (the lengths at tuning time may be short). The one-launch kernel is tuned on
-    its own: without a second launch, more splits may pay."""
-    run = lambda c, q, k, v, n: decode_attention(q, k, v, n, config=c, one_launch=one_launch)
-    full = torch.full_like(lengths, k_cache.shape[2])
-    key = (*q.shape, k_cache.shape[2], q.dtype) + (("one_launch",) if one_launch else ())
-    return autotune.pick("decode_attention", key, run, q.device, inputs=(q, k_cache, v_cache, full))
 
 
 def _visible_keys(tq: int, tk: int, causal: bool) -> int:
@@ -610,44 +256,3 @@ def traffic_naive(batch, heads, tq, tk, head_dim, itemsize, *, causal=True, devi
     writes = 2 * scores + q_bytes
     hbm = q_bytes + kv_bytes + round(2 * scores * l2_miss(scores, device))
     return Traffic(reads, writes, flops, 2 * q_bytes + kv_bytes, hbm, writes)
-
-
-def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu",
-                   one_launch=False):  # fmt: skip
-    """Modeled traffic of one decode_attention call: each sequence's cache read up to its length
-    (never the whole allocation), plus the fp32 partials the merge reads back.
-
-    L2 -> SM: every split program loads q and its sequence's length (one sector) and stores its
-    partial output and its max and sum, one sector each: L2 moves whole 32-byte sectors, which is why
-    the H200 counted 0.25 MB written at B=1 H=12 N=8192 where 4-byte stores would make 0.20.
-    HBM: q, the lengths and the cache once; the partials are written (and reach HBM eventually, the
-    scalars packed into whole lines) and read back by the merge from L2 while they fit.
-
-    one_launch: no merge kernel; the last split of each (sequence, head) to arrive reads the same
-    partials. Each program's atomic on its counter and each last arriver's reset of it move one sector
-    each, counted with the writes (ncu files atomics under op_atom, neither its reads nor its writes);
-    at HBM the counters are read once and written back, in whole sectors. With one split there are no
-    partials and no counters: each program writes its output directly."""
-    batch = len(lengths)
-    cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, dtype, device)
-    _, splits = decode_split(max_len, cfg)
-    pairs = batch * heads
-    programs = pairs * splits
-    block_d = max(16, next_pow2(head_dim))
-    q_row = head_dim * itemsize
-    kv = 2 * sum(lengths) * heads * q_row
-    o_bytes = pairs * q_row
-    flops = 4 * heads * head_dim * sum(lengths)
-    reads = programs * (q_row + SECTOR) + kv
-    hbm = o_bytes + batch * 8 + kv  # q, lengths (int64 at most), the cache
-    if one_launch and splits == 1:
-        return Traffic(reads, o_bytes, flops, kv + 2 * o_bytes, hbm, o_bytes)
-    partials = programs * (block_d + 2) * 4  # the output vectors, then the maxes and sums
-    reads += programs * block_d * 4 + 2 * pairs * sectors(splits * 4)  # the merge reads every partial back
-    writes = programs * (block_d * 4 + 2 * SECTOR) + o_bytes
-    hbm += round(partials * l2_miss(partials, device))
-    if not one_launch:
-        return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm, partials + o_bytes)
-    counters = sectors(pairs * 4)
-    writes += (programs + pairs) * SECTOR  # an atomic per program, a reset per (sequence, head)
-    return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm + counters, partials + o_bytes + counters)

@@ -22,9 +22,9 @@ def _cases(dtype, arch):
     from .config import DeviceLimits, TileConfig
 
     # The package re-exports functions under the modules' own names; fetch the modules themselves.
-    A, LN, L, KV, E = (
+    A, AD, LN, L, KV, E = (
         importlib.import_module(f"kernels.{m}")
-        for m in ("attention", "layer_norm", "linear", "kv_write", "elementwise")
+        for m in ("attention", "attention_decode", "layer_norm", "linear", "kv_write", "elementwise")
     )
 
     limits = DeviceLimits(ARCHS[arch][0], ARCHS[arch][1], 132, divmod(arch, 10), arch >= 80)
@@ -90,20 +90,20 @@ def _cases(dtype, arch):
     yield ("attention", A._attention_kernel, dict(Q=t, K=t, V=t, Out=t, **strides, H="i32", TQ="i32", TK="i32",
            qk_scale="fp32", CAUSAL=True, HEAD_DIM=64, PRECISION=prec, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
            BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
-    cfg = A.resolve_decode_config(TileConfig(split_k=8), 12, 8192, 64, tdt, limits)
-    est = A.decode_shared_memory(cfg, 64, item)
+    cfg = AD.resolve_decode_config(TileConfig(split_k=8), 12, 8192, 64, tdt, limits)
+    est = AD.decode_shared_memory(cfg, 64, item)
     dstrides = {k: v for k, v in strides.items() if not k.startswith("stride_o") and k != "stride_qm"}
-    yield ("decode attention", A._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", Part="*fp32",
+    yield ("decode attention", AD._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", Part="*fp32",
            **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
            BLOCK_N=cfg.block_n, BLOCK_D=64, PREFETCH=False), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
     ostrides = dict(stride_ob="i32", stride_oh="i32", stride_od=1)
     for prefetch in (False, True):  # chunks of several key tiles, and of one loaded around the PDL wait
-        yield (f"decode one launch{' 1 tile' if prefetch else ''}", A._decode_one_launch_kernel, dict(Q=t, K=t, V=t,
+        yield (f"decode one launch{' 1 tile' if prefetch else ''}", AD._decode_one_launch_kernel, dict(Q=t, K=t, V=t,
                Lengths="*i32", Part="*fp32", Counters="*i32", Out=t, **dstrides,
                **ostrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64,
                BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64, PDL=pdl, PREFETCH=prefetch), cfg.num_warps, cfg.num_stages,
                est)  # fmt: skip
-    yield ("decode merge", A._decode_merge_kernel, dict(Part="*fp32", Out=t,
+    yield ("decode merge", AD._decode_merge_kernel, dict(Part="*fp32", Out=t,
            stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,
            BLOCK_D=64), 4, 1, 0)  # fmt: skip
     kv_strides = {f"stride_{x}{d}": "i32" for x in ("k", "v") for d in "bh"} | {"stride_kd": 1, "stride_vd": 1}

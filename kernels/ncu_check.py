@@ -93,7 +93,7 @@ def model(case: Case, dtype, device):
 
     item = torch.empty((), dtype=dtype).element_size()
     s = case.shape
-    mod = importlib.import_module(f"kernels.{'attention' if case.kind == 'decode_attention' else case.kind}")
+    mod = importlib.import_module(f"kernels.{'attention_decode' if case.kind == 'decode_attention' else case.kind}")
     if case.kind == "layer_norm":
         return mod.traffic(s["rows"], s["width"], item, residual=True, device=device), mod.resolve_config(
             None, s["rows"], s["width"]

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-attn = importlib.import_module("kernels.attention")  # the package re-exports a function of that name
+attn = importlib.import_module("kernels.attention_decode")
 import kernels.fused_linear as fl  # noqa: E402
 from explorer.measure.ladder import random_cache, reset, rung_row  # noqa: E402
 from explorer.model.graphs import DecodeGraph  # noqa: E402

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from kernels import TileConfig, arrival, decode_attention, reference
-from kernels.attention import decode_split, resolve_decode_config
+from kernels.attention_decode import decode_split, resolve_decode_config
 from tests.tolerances import DTYPES, assert_close, f64
 
 CONFIGS = [

@@ -12,7 +12,8 @@ from explorer.measure import metrics
 from explorer.measure.profile import Profiler, sample_positions
 from explorer.measure.traffic import category, op_traffic, step_traffic
 from kernels import TileConfig
-from kernels.attention import decode_traffic, traffic, traffic_naive
+from kernels.attention import traffic, traffic_naive
+from kernels.attention_decode import decode_traffic
 from kernels.config import SECTOR, Traffic
 from kernels.layer_norm import traffic as ln_traffic
 from kernels.layer_norm import traffic_unfused as ln_unfused

@@ -12,6 +12,7 @@ from kernels.config import SECTOR, DeviceLimits, TileConfig, Traffic, cdiv, devi
 
 linear_mod = importlib.import_module("kernels.linear")
 attention_mod = importlib.import_module("kernels.attention")
+decode_mod = importlib.import_module("kernels.attention_decode")
 layer_norm_mod = importlib.import_module("kernels.layer_norm")
 kv_write_mod = importlib.import_module("kernels.kv_write")
 elementwise = importlib.import_module("kernels.elementwise")
@@ -107,9 +108,9 @@ def test_attention_l2_reads_match_the_kernels_loops(tq, tk, bm, bn, causal):
 
 
 def test_decode_attention_counts_whole_sectors_for_scalar_partials():
-    t = attention_mod.decode_traffic([8192], 12, 8192, 64, 2, dtype=BF16, device=H200)
-    cfg = attention_mod.resolve_decode_config(None, 12, 8192, 64, BF16, H200)
-    _, splits = attention_mod.decode_split(8192, cfg)
+    t = decode_mod.decode_traffic([8192], 12, 8192, 64, 2, dtype=BF16, device=H200)
+    cfg = decode_mod.resolve_decode_config(None, 12, 8192, 64, BF16, H200)
+    _, splits = decode_mod.decode_split(8192, cfg)
     # per program: a 64-float partial and two scalars, each scalar a whole sector; then the output
     assert t.bytes_written == 12 * splits * (64 * 4 + 2 * SECTOR) + 12 * 64 * 2
     assert t.hbm_written == 12 * splits * (64 + 2) * 4 + 12 * 64 * 2
@@ -151,21 +152,21 @@ def decode_walk(lengths, heads, max_len, head_dim, item, cfg, one_launch):
 )
 def test_decode_attention_l2_traffic_matches_a_walk_over_the_grid(lengths, max_len, head_dim, cfg, one_launch):
     heads = 3
-    t = attention_mod.decode_traffic(
+    t = decode_mod.decode_traffic(
         lengths, heads, max_len, head_dim, 2, config=cfg, dtype=BF16, device=H200, one_launch=one_launch
     )
-    resolved = attention_mod.resolve_decode_config(cfg, len(lengths) * heads, max_len, head_dim, BF16, H200)
+    resolved = decode_mod.resolve_decode_config(cfg, len(lengths) * heads, max_len, head_dim, BF16, H200)
     assert (t.bytes_read, t.bytes_written) == decode_walk(lengths, heads, max_len, head_dim, 2, resolved, one_launch)
 
 
 def test_decode_attention_in_one_launch_adds_the_counters_and_nothing_else_at_hbm():
-    two = attention_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=H200)
-    one = attention_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=H200, one_launch=True)
+    two = decode_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=H200)
+    one = decode_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=H200, one_launch=True)
     counters = cdiv(4 * 12 * 4, SECTOR) * SECTOR  # 48 int32 slots, read cold and written back
     assert (one.hbm_read, one.hbm_written) == (two.hbm_read + counters, two.hbm_written + counters)
     assert (one.flops, one.min_bytes, one.bytes_read) == (two.flops, two.min_bytes, two.bytes_read)
     single = TileConfig(block_n=128, split_k=1)  # nothing to merge: q, lengths and cache in, the output out
-    alone = attention_mod.decode_traffic([100], 12, 8192, 64, 2, config=single, device=H200, one_launch=True)
+    alone = decode_mod.decode_traffic([100], 12, 8192, 64, 2, config=single, device=H200, one_launch=True)
     assert (alone.hbm_read, alone.hbm_written) == (12 * 64 * 2 + 8 + 2 * 100 * 12 * 64 * 2, 12 * 64 * 2)
 
 
@@ -185,8 +186,8 @@ def models(device):
         out.append((attention_mod.traffic(b, 12, t, t, 64, 2, dtype=BF16, device=device), qkv))
         out.append((attention_mod.traffic_naive(b, 12, t, t, 64, 2, device=device), qkv))
         out.append((attention_mod.traffic_floor(b, 12, t, t, 64, 2), qkv))
-    out.append((attention_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=device), 0))
-    one = attention_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=device, one_launch=True)
+    out.append((decode_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=device), 0))
+    one = decode_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=device, one_launch=True)
     out.append((one, 0))
     out.append((kv_write_mod.traffic(64, 12, 64, 2), 2 * 64 * 12 * 64 * 2))
     for rows in (1, 4096):

@@ -267,7 +267,7 @@ def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int
     """Resolve every kernel's tiles for this run's shapes up front, so a config the device cannot run
     is refused before the first launch rather than in the middle of a step."""
     from kernels.attention import resolve_config as attention_tiles
-    from kernels.attention import resolve_decode_config
+    from kernels.attention_decode import resolve_decode_config
     from kernels.layer_norm import resolve_config as layer_norm_tiles
     from kernels.linear import resolve_config as linear_tiles
 

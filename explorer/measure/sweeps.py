@@ -16,8 +16,8 @@ import torch
 
 import kernels
 from kernels import timing
-from kernels.attention import decode_traffic
 from kernels.attention import traffic as attention_traffic
+from kernels.attention_decode import decode_traffic
 from kernels.config import TileConfig
 from kernels.layer_norm import traffic as layer_norm_traffic
 from kernels.linear import traffic as linear_traffic

@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 
 from kernels import elementwise
-from kernels.attention import decode_traffic, traffic_floor
 from kernels.attention import traffic as attention_traffic
+from kernels.attention import traffic_floor
+from kernels.attention_decode import decode_traffic
 from kernels.config import Traffic
 from kernels.fused_linear import traffic as fused_linear_traffic
 from kernels.kv_write import traffic as kv_write_traffic

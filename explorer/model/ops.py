@@ -30,7 +30,8 @@ import torch
 
 import kernels
 from kernels import elementwise, reference
-from kernels.attention import tuned_config, tuned_decode_config
+from kernels.attention import tuned_config
+from kernels.attention_decode import tuned_decode_config
 from kernels.fused_linear import tuned_config as decode_linear_tuned
 from kernels.layer_norm import tuned_config as layer_norm_tuned
 from kernels.linear import DECODE_ROWS
