@@ -54,7 +54,7 @@ from .config import (
     overlaps_launches,
     sectors,
 )
-from .linear import DECODE_ROWS, _gelu_tanh, check_args, shared_memory
+from .linear import DECODE_ROWS, _bias_gelu_residual, check_args, shared_memory
 
 NAME = "decode_linear"
 
@@ -64,15 +64,10 @@ def _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, s
               stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
               HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_KV: tl.constexpr,
               BLOCK_N: tl.constexpr):  # fmt: skip
-    # linear's epilogue, in the same order, keeping the stored value for the cache write.
+    # linear's epilogue, keeping the stored value for the cache write.
+    acc = _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
     row_mask = rows < M
     mask = row_mask[:, None] & (cols < N)[None, :]
-    if HAS_BIAS:
-        acc += tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    if APPLY_GELU:
-        acc = _gelu_tanh(acc)
-    if HAS_RESIDUAL:
-        acc += tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     y = acc.to(Y.dtype.element_ty)
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y, mask=mask)
     if HAS_KV:

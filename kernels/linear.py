@@ -51,15 +51,25 @@ def _gelu_tanh(x):
 
 
 @triton.jit
-def _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym,
-                    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr):  # fmt: skip
-    mask = (rows < M)[:, None] & (cols < N)[None, :]
+def _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm,
+                        HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr):  # fmt: skip
+    """The epilogue's arithmetic on the fp32 tile acc at (rows, cols), in the order every linear applies it;
+    rows should be 64-bit where the residual can pass 2^31 elements."""
     if HAS_BIAS:
         acc += tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     if APPLY_GELU:
         acc = _gelu_tanh(acc)
     if HAS_RESIDUAL:
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
         acc += tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    return acc
+
+
+@triton.jit
+def _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym,
+                    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr):  # fmt: skip
+    acc = _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], acc.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -124,17 +134,9 @@ def _linear_persistent_kernel(
             a = XDesc.load([off_m, k * BLOCK_K])
             b = WDesc.load([off_n, k * BLOCK_K])
             acc = tl.dot(a, b.T, acc, input_precision=PRECISION)
-        rows = off_m + tl.arange(0, BLOCK_M)
+        rows = (off_m + tl.arange(0, BLOCK_M)).to(tl.int64)
         cols = off_n + tl.arange(0, BLOCK_N)
-        if HAS_BIAS:
-            acc += tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        if APPLY_GELU:
-            acc = _gelu_tanh(acc)
-        if HAS_RESIDUAL:
-            mask = (rows < M)[:, None] & (cols < N)[None, :]
-            acc += tl.load(R + rows.to(tl.int64)[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(
-                tl.float32
-            )
+        acc = _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
         YDesc.store([off_m, off_n], acc.to(YDesc.dtype))
 
 
@@ -303,7 +305,7 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
     flags = dict(HAS_BIAS=bias is not None, APPLY_GELU=activation == "gelu", HAS_RESIDUAL=residual is not None)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     with explain_resources("linear", cfg):
-        if persistent and _describable(x2, weight, y) and r2.stride(1) == 1:
+        if persistent and _describable(x2, weight, y):  # r2 is contiguous: the residual, or y
             _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision)
         elif cfg.split_k == 1:
             grid = (cdiv(rows, cfg.block_m) * cdiv(out_features, cfg.block_n),)
