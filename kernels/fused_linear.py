@@ -314,7 +314,7 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
     _check_fields(user)
     itemsize = torch.empty((), dtype=dtype).element_size()
     cfg = user.merged(default_config(rows, out_features, in_features, dtype, device))
-    if prefetches(cfg, in_features):  # registers, not shared memory: the slice must fit them
+    if prefetches(cfg):  # registers, not shared memory: the slice must fit them
         k_per_split, _ = splits_of(cfg, in_features)
         held = sum(slice_tiles(k_per_split)) * cfg.block_n
         if k_per_split > cfg.block_k:
@@ -358,7 +358,7 @@ def stats_tile(rows: int, in_features: int) -> dict:
 PREFETCH_BLOCK_K = 512  # block_k from here up chooses the prefetch form; below it, the K loop
 
 
-def prefetches(cfg: TileConfig, in_features: int) -> bool:
+def prefetches(cfg: TileConfig) -> bool:
     """Whether a launch at these tiles is the prefetch form, which loads each split's whole K slice (at most
     block_k columns) at once, rather than the K loop in block_k steps."""
     return cfg.block_k >= PREFETCH_BLOCK_K
@@ -368,7 +368,7 @@ def splits_of(cfg: TileConfig, in_features: int) -> tuple[int, int]:
     """(columns of K per split, splits). The K loop takes whole BLOCK_K steps per split, as linear's split-K
     path, so the last split may be shorter and fewer than split_k splits may be needed. The prefetch form
     cuts K into split_k slices rounded up to 16 columns."""
-    if prefetches(cfg, in_features):
+    if prefetches(cfg):
         k_per_split = cdiv(cdiv(in_features, cfg.split_k), 16) * 16
     else:
         k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
@@ -491,7 +491,7 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
     )  # fmt: skip
     pdl = bool(pdl) and overlaps_launches(x.device)
     with explain_resources(NAME, cfg):
-        if prefetches(cfg, in_features):
+        if prefetches(cfg):
             head_k, tail_k = slice_tiles(k_per_split)
             launch.fast(_decode_prefetch_kernel)[(tiles_n, splits)](
                 *args, **flags, PDL=pdl, ROWS=next_pow2(rows), BLOCK_N=cfg.block_n, HEAD_K=head_k, TAIL_K=tail_k,

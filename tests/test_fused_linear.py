@@ -297,10 +297,10 @@ def test_gpu_defaults_load_whole_slices_in_narrow_tiles(limits, out_f, in_f):
     programs = cdiv(out_f, cfg.block_n) * fused.splits_of(cfg, in_f)[1]
     if out_f == 50257:  # the LM head has columns enough for every SM: wide tiles, no split, the K loop
         assert (cfg.block_n, cfg.block_k, cfg.split_k) == (128, 64, 1) and programs >= 2 * limits.num_sms
-        assert not fused.prefetches(cfg, in_f)
+        assert not fused.prefetches(cfg)
         return
     # The prefetch form, GPT-2's slices unsplit (no arrival), in 8-column tiles: 96 programs or more.
-    assert fused.prefetches(cfg, in_f) and cfg.block_n == 8 and fused.splits_of(cfg, in_f) == (in_f, 1)
+    assert fused.prefetches(cfg) and cfg.block_n == 8 and fused.splits_of(cfg, in_f) == (in_f, 1)
     assert programs >= 96
 
 
