@@ -155,21 +155,12 @@ def generate(
     graph = _use_graph(graph, device, cache, observer)
     warmup_ms = _warm_up(model, batch, cache, tiles, backend) if warmup else 0.0
     run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy=temperature <= 0)
-    try:
-        yield from _steps(run, model, batch, max_new_tokens, temperature, top_k, seed, tokenizer, eos_token_id,
-                          observer, warmup_ms)  # fmt: skip
-    finally:  # also when the caller stops early: the captured graph goes back to the model's pool
-        run.release()
-
-
-def _steps(run, model, batch, max_new_tokens, temperature, top_k, seed, tokenizer, eos_token_id, observer, warmup_ms):
-    device, n_pos = model.device, model.config.n_positions
     sampler = lambda logits: sample(logits, temperature, top_k, generator)
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
     cuda = device.type == "cuda"
-    on_cpu = "Triton interpreter" if (run.backend or model.backend) == "triton" else "PyTorch on CPU"
+    on_cpu = "Triton interpreter" if (backend or model.backend) == "triton" else "PyTorch on CPU"
     timer = "cuda events around each step (device clock)" if cuda else f"cpu perf_counter ({on_cpu})"
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
@@ -177,45 +168,48 @@ def _steps(run, model, batch, max_new_tokens, temperature, top_k, seed, tokenize
     steps = run.n_steps
     # Under an observer each step runs alone, so what it saw belongs to the Step yielded next.
     ahead = observer is None and cuda
-    pending = run.launch(0, sampler)
-    for index in range(steps):
-        launched = pending
-        if ahead and index + 1 < steps:  # queue the next step before reading this one's tokens
-            pending = run.launch(index + 1, sampler, after=launched)
-        ids = launched.tokens()
-        was_finished = list(finished)
-        for b, t in enumerate(ids):
-            finished[b] = finished[b] or (eos_token_id is not None and t == eos_token_id)
-        stop = None
-        if all(finished):
-            stop = "end of text"
-        elif index + 1 == max_new_tokens:
-            stop = f"reached max new tokens ({max_new_tokens})"
-        elif index + 1 == steps:
-            stop = f"reached the model's position limit ({n_pos} positions)"
-        yield Step(
-            index=index,
-            phase="prefill" if index == 0 else "decode",
-            token_ids=ids,
-            texts=["" if was_finished[b] or finished[b] else texts.add(b, t) for b, t in enumerate(ids)],
-            positions=launched.positions,
-            context_tokens=launched.context_tokens,
-            latency_ms=launched.latency_ms(),
-            timer=timer,
-            kv_used_bytes=run.kv.bytes_per_token * sum(launched.positions) if run.kv else 0,
-            kv_allocated_bytes=run.kv.allocated_bytes if run.kv else 0,
-            ops=launched.ops,
-            graph=launched.graph,
-            wall_s=time.perf_counter() - t0,
-            peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
-            warmup_ms=warmup_ms if index == 0 else launched.capture_ms,
-            finished=list(finished),
-            stop_reason=stop,
-        )
-        if stop:
-            return
-        if not ahead:
-            pending = run.launch(index + 1, sampler, after=launched)
+    try:  # finally: also when the caller stops early, the captured graph goes back to the model's pool
+        pending = run.launch(0, sampler)
+        for index in range(steps):
+            launched = pending
+            if ahead and index + 1 < steps:  # queue the next step before reading this one's tokens
+                pending = run.launch(index + 1, sampler, after=launched)
+            ids = launched.tokens()
+            was_finished = list(finished)
+            for b, t in enumerate(ids):
+                finished[b] = finished[b] or (eos_token_id is not None and t == eos_token_id)
+            stop = None
+            if all(finished):
+                stop = "end of text"
+            elif index + 1 == max_new_tokens:
+                stop = f"reached max new tokens ({max_new_tokens})"
+            elif index + 1 == steps:
+                stop = f"reached the model's position limit ({n_pos} positions)"
+            yield Step(
+                index=index,
+                phase="prefill" if index == 0 else "decode",
+                token_ids=ids,
+                texts=["" if was_finished[b] or finished[b] else texts.add(b, t) for b, t in enumerate(ids)],
+                positions=launched.positions,
+                context_tokens=launched.context_tokens,
+                latency_ms=launched.latency_ms(),
+                timer=timer,
+                kv_used_bytes=run.kv.bytes_per_token * sum(launched.positions) if run.kv else 0,
+                kv_allocated_bytes=run.kv.allocated_bytes if run.kv else 0,
+                ops=launched.ops,
+                graph=launched.graph,
+                wall_s=time.perf_counter() - t0,
+                peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
+                warmup_ms=warmup_ms if index == 0 else launched.capture_ms,
+                finished=list(finished),
+                stop_reason=stop,
+            )
+            if stop:
+                return
+            if not ahead:
+                pending = run.launch(index + 1, sampler, after=launched)
+    finally:
+        run.release()
 
 
 class _Slot:
@@ -258,6 +252,14 @@ class _Launched:
         return self.start.elapsed_time(self.end)
 
 
+def _clock(event):
+    """Now: the event recorded on the current stream (a GPU run's slot), else the wall clock."""
+    if event is None:
+        return time.perf_counter()
+    event.record()
+    return event
+
+
 class _Run:
     """The state of one generation: the cache (or the growing token buffer when it is off)."""
 
@@ -296,9 +298,7 @@ class _Run:
             capture_ms = self.graph.capture_ms
         positions, context = list(self.lengths), self._context(index)
         slot = self.slots[index % SLOTS] if self.cuda else None
-        if slot is not None:
-            slot.start.record()
-        start = slot.start if slot is not None else time.perf_counter()
+        start = _clock(slot and slot.start)
         if self.graph is not None and index > 0:
             logits, ops, replayed = self.graph.step(self.next_ids), self.graph.ops, True
             # A greedy graph picked the token itself, into the input of its next replay.
@@ -308,9 +308,7 @@ class _Run:
             logits = self._forward(index, trace)
             ops, replayed = tuple(trace.ops), False
             next_ids = sampler(logits)
-        if slot is not None:
-            slot.end.record()
-        end = slot.end if slot is not None else time.perf_counter()
+        end = _clock(slot and slot.end)
         return _Launched(next_ids, positions, context, ops, replayed, capture_ms, start, end, slot)
 
     def release(self) -> None:
