@@ -26,14 +26,21 @@ RUNNER_CALL = "self.run(grid[0], grid[1], grid[2], stream, self.function, self.p
 MAX_BOUND = 4096  # signatures kept per kernel; a long-running app with ever new shapes starts over past this
 
 
+def _makes_call(fn, call: str) -> bool:
+    """Whether fn's source makes this call (whitespace aside); False where there is no source to read."""
+    try:
+        return call in " ".join(inspect.getsource(fn).split())
+    except Exception:
+        return False
+
+
 def _runner_matches() -> bool:
     """Whether this Triton's CompiledKernel launches as this module calls it."""
     try:
         from triton.compiler.compiler import CompiledKernel
-
-        return RUNNER_CALL in inspect.getsource(CompiledKernel.__getitem__)
-    except Exception:  # no source to read, or no such class: take the JITFunction's path
+    except ImportError:  # no such class: take the JITFunction's path
         return False
+    return _makes_call(CompiledKernel.__getitem__, RUNNER_CALL)
 
 
 ENABLED = os.environ.get("TRITON_INTERPRET") != "1" and _runner_matches()
@@ -57,10 +64,7 @@ LAUNCHER_CALL = (
 
 @functools.cache
 def _launcher_matches(launcher_type) -> bool:
-    try:
-        return LAUNCHER_CALL in " ".join(inspect.getsource(launcher_type.__call__).split())
-    except Exception:  # no source to read: keep the launcher's own path
-        return False
+    return _makes_call(launcher_type.__call__, LAUNCHER_CALL)
 
 
 def _entry(kernel) -> tuple:
