@@ -113,6 +113,16 @@ def layer_norm_cases(device, dtype):
             yield dict(kernel=name, shape=f"{rows}x{width}", unit="GB/s", work=moved / 1e9, **row)
 
 
+def linear_inputs(rows, k, n, device, dtype) -> tuple:
+    """Random x (rows, k), weight (n, k) scaled as a layer's, bias (n,) and residual (rows, n)."""
+    return (
+        torch.randn(rows, k, device=device, dtype=dtype),
+        torch.randn(n, k, device=device, dtype=dtype) / k**0.5,
+        torch.randn(n, device=device, dtype=dtype),
+        torch.randn(rows, n, device=device, dtype=dtype),
+    )
+
+
 def linear_cases(device, dtype):
     shapes = [  # (name, rows, in, out, activation, residual)
         ("linear + GELU (c_fc)", 1024, 768, 3072, "gelu", False),
@@ -125,15 +135,7 @@ def linear_cases(device, dtype):
         ("linear decode (lm_head)", 1, 768, 50257, None, False),
     ]
     for name, rows, k, n, act, res in shapes:
-
-        def make(rows=rows, k=k, n=n):
-            return (
-                torch.randn(rows, k, device=device, dtype=dtype),
-                torch.randn(n, k, device=device, dtype=dtype) / k**0.5,
-                torch.randn(n, device=device, dtype=dtype),
-                torch.randn(rows, n, device=device, dtype=dtype),
-            )
-
+        make = lambda rows=rows, k=k, n=n: linear_inputs(rows, k, n, device, dtype)
         ours = lambda x, w, b, r, act=act, res=res: linear(x, w, b, activation=act, residual=r if res else None)
         theirs = lambda x, w, b, r, act=act, res=res: reference.linear(
             x, w, b, activation=act, residual=r if res else None

@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernels import TileConfig, reference, timing  # noqa: E402
+from kernels.bench import linear_inputs  # noqa: E402
 
 L = importlib.import_module("kernels.linear")  # the package re-exports a function of that name
 
@@ -48,15 +49,7 @@ def main():
     print("| case | M | form and tiles (m, n, k, stages, warps) | ms | cuBLAS ms | vs cuBLAS |")
     print("|---|---:|---|---:|---:|---:|")
     for name, rows, k, n, act, res in cases(args.rows):
-
-        def make(rows=rows, k=k, n=n):
-            return (
-                torch.randn(rows, k, device=dev, dtype=dt),
-                torch.randn(n, k, device=dev, dtype=dt) / k**0.5,
-                torch.randn(n, device=dev, dtype=dt),
-                torch.randn(rows, n, device=dev, dtype=dt),
-            )
-
+        make = lambda rows=rows, k=k, n=n: linear_inputs(rows, k, n, dev, dt)
         moved = 2 * (rows * k + n * k + rows * n * (2 if res else 1))
         sets = timing.rotated_inputs(make, bytes_per_set=moved)
         theirs = lambda x, w, b, r, act=act, res=res: reference.linear(
