@@ -18,7 +18,7 @@ import functools
 import inspect
 import os
 
-import torch
+from torch import Tensor
 from triton import knobs
 from triton.runtime.driver import driver
 
@@ -46,9 +46,28 @@ def _runner_matches() -> bool:
 ENABLED = os.environ.get("TRITON_INTERPRET") != "1" and _runner_matches()
 
 
-def _spec(args) -> tuple:
-    """What the compiled kernel depends on, argument by argument (a list comprehension: on every launch)."""
-    return tuple([(a.dtype, a.data_ptr() & 15 == 0) if isinstance(a, torch.Tensor) else a for a in args])
+def _bind(args) -> tuple[tuple, list]:
+    """What the compiled kernel depends on, argument by argument, and the arguments as its launcher takes them.
+
+    The launcher is handed each tensor's address instead of the tensor: it would otherwise ask the tensor for
+    it again and the driver whether it is a device pointer, per tensor and per launch. Whether the tensor is
+    on a GPU is part of the key instead, so a CPU tensor misses and takes the JITFunction's checked path."""
+    at = [a.data_ptr() if isinstance(a, Tensor) else a for a in args]
+    spec = [(a.dtype, a.is_cuda, p & 15 == 0) if isinstance(a, Tensor) else a for a, p in zip(args, at, strict=True)]
+    return tuple(spec), at
+
+
+def _hooks() -> tuple:
+    """The launch hooks to hand on, or (None, None) where no hook is set. Triton 3.6 keeps empty hook chains,
+    which its launcher calls all the same, twice, with a metadata dict built for them on every launch."""
+    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    if _unset(enter) and _unset(leave):
+        return None, None
+    return enter, leave
+
+
+def _unset(hook) -> bool:
+    return hook is None or getattr(hook, "calls", None) == []
 
 
 _stream = None  # the driver's get_current_stream, looked up once (the driver is a lazy proxy)
@@ -88,7 +107,8 @@ class _Fast:
         if not ENABLED or not args[0].is_cuda:
             return self.fn[grid](*args, **kwargs)
         device = args[0].get_device()
-        key = (device, _spec(args), *kwargs.items())
+        spec, at = _bind(args)
+        key = (device, spec, *kwargs.items())
         hit = self.bound.get(key)
         if hit is None:
             kernel = self.fn[grid](*args, **kwargs)  # binds, compiles if new, launches
@@ -104,12 +124,15 @@ class _Fast:
         if _stream is None:
             _stream = driver.active.get_current_stream
         stream = _stream(device)
-        full = args + tail
         grid = (*grid, 1, 1)
-        enter = knobs.runtime.launch_enter_hook
-        meta = None if enter is None else kernel.launch_metadata(grid, stream, *full)
+        enter, leave = _hooks()
+        if enter is None and leave is None:
+            full, meta = (*at, *tail), None
+        else:  # a hook (a profiler) may read the arguments: hand it the tensors themselves
+            full = args + tail
+            meta = kernel.launch_metadata(grid, stream, *full)
         entry(grid[0], grid[1], grid[2], stream, kernel.function, *between, kernel.packed_metadata, meta, enter,
-              knobs.runtime.launch_exit_hook, *full)  # fmt: skip
+              leave, *full)  # fmt: skip
         return kernel
 
 

@@ -13,7 +13,8 @@
 #   bash scripts/device_run.sh kernels  a sequence sweep, the kernel benchmark
 #   bash scripts/device_run.sh prefill  linear, graph and model tests, the prefill linear sweep, whole generations,
 #                                       the host time of eager launches
-#   bash scripts/device_run.sh confirm  kernel, graph and model tests, the kernel benchmark, host times (twice),
+#   bash scripts/device_run.sh confirm  kernel, graph and model tests, the kernel benchmark, the read floor under decode
+#                                       attention, host times (twice),
 #                                       whole generations, the ladder
 set -u
 PART=${1:-measure}
@@ -94,6 +95,8 @@ elif [ "$PART" = confirm ]; then
   say "kernels next to PyTorch: device time (cold L2) and eager"
   timeout "${T_BENCH:-150}" python3 -m kernels.bench --only ${BENCH:-decode layer_norm linear} --out "$OUT/bench.md" 2>&1 \
     | tail -n 24 | tee -a "$LOG"
+  say "the floor under decode attention: a kernel that only reads K and V, next to SDPA and ours"
+  timeout "${T_FLOOR:-90}" python3 scripts/read_floor.py 2>&1 | tee "$OUT/floor.md" | tail -n 32 | tee -a "$LOG"
   for run in 1 2; do  # twice: the host's own speed drifts between minutes
     say "host time of eager launches ($run)"
     timeout "${T_HOST:-60}" python3 scripts/host_profile.py 2>&1 | tee "$OUT/host$run.md" | grep -E "^\||eager decode" \

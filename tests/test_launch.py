@@ -11,13 +11,34 @@ from tests.tolerances import assert_close
 fused = importlib.import_module("kernels.fused_linear")
 
 
-def test_the_signature_separates_alignment_dtype_and_values():
+def test_the_signature_separates_alignment_dtype_device_and_values():
     t = torch.zeros(64, dtype=torch.float16)
-    base = launch._spec((t, 768, 1e-5))
-    assert launch._spec((t.clone(), 768, 1e-5)) == base  # another tensor like it: the same kernel
-    assert launch._spec((t[1:], 768, 1e-5)) != base  # 2 bytes in: not 16-byte aligned
-    assert launch._spec((t.float(), 768, 1e-5)) != base
-    assert launch._spec((t, 767, 1e-5)) != base and launch._spec((t, 768, 1e-6)) != base
+    base, at = launch._bind((t, 768, 1e-5))
+    assert at == [t.data_ptr(), 768, 1e-5]  # the launcher gets each tensor's address
+    assert launch._bind((t.clone(), 768, 1e-5))[0] == base  # another tensor like it: the same kernel
+    assert launch._bind((t[1:], 768, 1e-5))[0] != base  # 2 bytes in: not 16-byte aligned
+    assert launch._bind((t.float(), 768, 1e-5))[0] != base
+    assert launch._bind((t, 767, 1e-5))[0] != base and launch._bind((t, 768, 1e-6))[0] != base
+    assert base[0] == (torch.float16, False, True)  # a CPU tensor never shares a key with a GPU one
+
+
+def test_hooks_are_handed_on_only_when_one_is_set(monkeypatch):
+    from triton import knobs
+
+    class Chain:  # as Triton 3.6 keeps its launch hooks: a chain, empty by default
+        def __init__(self, calls):
+            self.calls = calls
+
+    for enter, leave, expected in (
+        (None, None, (None, None)),  # older Triton: no hook
+        (Chain([]), Chain([]), (None, None)),  # empty chains: nothing to call
+    ):
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", enter)
+        monkeypatch.setattr(knobs.runtime, "launch_exit_hook", leave)
+        assert launch._hooks() == expected
+    profiler = Chain([print])
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", profiler)  # one hook set: both are handed on
+    assert launch._hooks() == (knobs.runtime.launch_enter_hook, profiler)
 
 
 class _Launcher:  # as Triton 3.6 writes its launcher's call of the C entry point
@@ -65,3 +86,24 @@ def test_bound_kernels_serve_aligned_and_unaligned_rows_alike(device):
         y = decode_linear(x, w)
         assert_close("linear", y, reference.linear(x.float(), w.float()), torch.float16)
     assert len(bound) == before + 2  # one kernel per alignment, each launched directly the second time
+
+
+@pytest.mark.gpu
+def test_bound_launches_call_a_set_hook_with_the_tensors(device):
+    from triton import knobs
+
+    w = torch.randn(96, 64, device=device, dtype=torch.float16) / 8
+    x = torch.randn(2, 64, device=device, dtype=torch.float16)
+    decode_linear(x, w)  # bound
+    seen = []
+    hook = lambda meta: seen.append(meta.get()["name"])  # Triton hands hooks a LazyDict
+    chain = knobs.runtime.launch_enter_hook
+    if not hasattr(chain, "add"):
+        pytest.skip("this Triton has no hook chain")
+    chain.add(hook)
+    try:
+        y = decode_linear(x, w)
+    finally:
+        chain.remove(hook)
+    assert seen and "decode" in seen[0]
+    assert_close("linear", y, reference.linear(x.float(), w.float()), torch.float16)

@@ -1,0 +1,90 @@
+"""How fast the bytes of decode attention can be read at all: the floor under any decode attention kernel.
+
+    python scripts/read_floor.py [--keys 8192] [--batch 1]
+
+GPU only. A kernel that only reads K and V (and sums them, so the loads stay) is timed the one way
+(kernels.timing: CUDA-graph replays, inputs rotated past L2) over a sweep of tiles, next to SDPA and our
+decode attention on the same shapes in the same run. Decode attention reads at least these bytes, so
+no attention kernel timed this way can be faster than the fastest read.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kernels import decode_attention, timing  # noqa: E402
+
+
+@triton.jit
+def _read_kernel(K, V, Out, n, BLOCK: tl.constexpr, PER_PROGRAM: tl.constexpr):
+    """Program p reads PER_PROGRAM blocks of BLOCK elements of K and of V, and stores one sum."""
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    base = tl.program_id(0).to(tl.int64) * BLOCK * PER_PROGRAM
+    for i in tl.static_range(PER_PROGRAM):
+        offs = base + i * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        acc += tl.load(K + offs, mask=mask, other=0.0).to(tl.float32)
+        acc += tl.load(V + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Out + tl.program_id(0), tl.sum(acc, axis=0))
+
+
+def read(k, v, block, per_program, warps):
+    n = k.numel()
+    grid = triton.cdiv(n, block * per_program)
+    out = torch.empty(grid, device=k.device, dtype=torch.float32)
+    _read_kernel[(grid,)](k, v, out, n, BLOCK=block, PER_PROGRAM=per_program, num_warps=warps)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int, default=8192)
+    parser.add_argument("--batch", type=int, default=1)
+    args = parser.parse_args()
+    heads, head_dim, dt = 12, 64, torch.bfloat16
+    b, n = args.batch, args.keys
+
+    def make():
+        q = torch.randn(b, heads, 1, head_dim, device="cuda", dtype=dt)
+        k, v = (torch.randn(b, heads, n, head_dim, device="cuda", dtype=dt) for _ in range(2))
+        return q, k, v, torch.full((b,), n, device="cuda", dtype=torch.int32)
+
+    kv_bytes = 2 * b * heads * n * head_dim * 2
+    sets = timing.rotated_inputs(make, bytes_per_set=kv_bytes)
+    rows = [
+        ("SDPA", lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v)),
+        ("ours, two launches", lambda q, k, v, lens: decode_attention(q, k, v, lens)),
+        ("ours, one launch", lambda q, k, v, lens: decode_attention(q, k, v, lens, one_launch=True)),
+    ]
+    for block in (1024, 2048, 4096, 8192):
+        for per_program in (1, 2, 4):
+            for warps in (4, 8):
+                name = f"read only: {block} x {per_program} per program, {warps} warps"
+                fn = lambda q, k, v, lens, c=(block, per_program, warps): read(k, v, *c)
+                rows.append((name, fn))
+    q, k, v, lens = sets[0]
+    got = read(k, v, 2048, 2, 4).sum()
+    want = k.float().sum() + v.float().sum()
+    assert torch.allclose(got, want, rtol=1e-3, atol=1.0), (got, want)  # the reads are real
+    print(f"B={b} H={heads} keys={n} D={head_dim} bf16: {kv_bytes / 1e6:.1f} MB of K and V; {timing.COLD_REGIME}")
+    print("| kernel | µs | TB/s |\n|---|---:|---:|")
+    results = {}
+    for name, fn in rows:
+        t = timing.device_time(fn, sets, bytes_per_set=kv_bytes)
+        results[name] = t.ms * 1e3
+        print(f"| {name} | {t.ms * 1e3:.2f} | {kv_bytes / t.ms / 1e9:.2f} |", flush=True)
+    sdpa = results["SDPA"]
+    floor = min(v for k, v in results.items() if k.startswith("read only"))
+    print(f"\nSDPA {sdpa:.2f} µs; 1.5x SDPA would be {sdpa / 1.5:.2f} µs; the fastest read alone {floor:.2f} µs")
+    print(f"fastest read / (SDPA / 1.5) = {floor / (sdpa / 1.5):.2f} (above 1: the target is below the floor)")
+
+
+if __name__ == "__main__":
+    main()
