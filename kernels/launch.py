@@ -52,9 +52,31 @@ def _bind(args) -> tuple[tuple, list]:
     The launcher is handed each tensor's address instead of the tensor: it would otherwise ask the tensor for
     it again and the driver whether it is a device pointer, per tensor and per launch. Whether the tensor is
     on a GPU is part of the key instead, so a CPU tensor misses and takes the JITFunction's checked path."""
-    at = [a.data_ptr() if isinstance(a, Tensor) else a for a in args]
-    spec = [(a.dtype, a.is_cuda, p & 15 == 0) if isinstance(a, Tensor) else a for a, p in zip(args, at, strict=True)]
-    return tuple(spec), at
+    return _binder(tuple([isinstance(a, Tensor) for a in args]))(*args)
+
+
+_binders: dict = {}
+
+
+def _binder(tensors: tuple):
+    """_bind for arguments with a tensor where `tensors` is True and anything else elsewhere, as straight-line
+    code written once per such pattern: on every launch, no loop and no test of what each argument is. It
+    raises AttributeError for a None where it takes a tensor, TypeError for another number of arguments."""
+    bind = _binders.get(tensors)
+    if bind is None:
+        lines = [f"    p{i} = a{i}.data_ptr()\n" for i, t in enumerate(tensors) if t]
+        key = [f"(a{i}.dtype, a{i}.is_cuda, p{i} & 15 == 0)" if t else f"a{i}" for i, t in enumerate(tensors)]
+        at = [f"p{i}" if t else f"a{i}" for i, t in enumerate(tensors)]
+        params = ", ".join(f"a{i}" for i in range(len(tensors)))
+        source = f"def bind({params}):\n{''.join(lines)}    return ({', '.join(key)},), [{', '.join(at)}]\n"
+        namespace: dict = {}
+        exec(source, namespace)  # noqa: S102 (the source is built above from indices alone)
+        bind = _binders[tensors] = namespace["bind"]
+    return bind
+
+
+def _unbound(*args):
+    raise TypeError("no binder yet")
 
 
 def _hooks() -> tuple:
@@ -97,7 +119,7 @@ def _entry(kernel) -> tuple:
 
 class _Fast:
     def __init__(self, fn):
-        self.fn, self.bound = fn, {}
+        self.fn, self.bound, self.bind = fn, {}, _unbound
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
@@ -107,19 +129,18 @@ class _Fast:
         if not ENABLED or not args[0].is_cuda:
             return self.fn[grid](*args, **kwargs)
         device = args[0].get_device()
-        spec, at = _bind(args)
-        key = (device, spec, *kwargs.items())
-        hit = self.bound.get(key)
-        if hit is None:
-            kernel = self.fn[grid](*args, **kwargs)  # binds, compiles if new, launches
-            # The runner takes every parameter in order, constexprs included (it skips them); a call that
-            # leaves some to their defaults is not kept. The values of the rest are part of the key.
-            tail = self.fn.arg_names[len(args) :]
-            if all(name in kwargs for name in tail):
-                if len(self.bound) >= MAX_BOUND:
-                    self.bound.clear()
-                self.bound[key] = (kernel, tuple(kwargs[name] for name in tail), *_entry(kernel))
-            return kernel
+        try:  # the binder of the last call: its tensors are most likely where this call has them
+            spec, at = self.bind(*args)
+            hit = self.bound.get((device, spec, *kwargs.items()))
+        except (AttributeError, TypeError):
+            hit = None
+        if hit is None:  # another pattern of tensors, or a signature not bound yet
+            self.bind = _binder(tuple([isinstance(a, Tensor) for a in args]))
+            spec, at = self.bind(*args)
+            key = (device, spec, *kwargs.items())
+            hit = self.bound.get(key)
+            if hit is None:
+                return self._first(grid, args, kwargs, key)
         kernel, tail, entry, between = hit
         if _stream is None:
             _stream = driver.active.get_current_stream
@@ -133,6 +154,18 @@ class _Fast:
             meta = kernel.launch_metadata(grid, stream, *full)
         entry(grid[0], grid[1], grid[2], stream, kernel.function, *between, kernel.packed_metadata, meta, enter,
               leave, *full)  # fmt: skip
+        return kernel
+
+    def _first(self, grid, args, kwargs, key):
+        """Launch through the JITFunction (it binds, compiles if new and launches) and keep the compiled kernel."""
+        kernel = self.fn[grid](*args, **kwargs)
+        # The runner takes every parameter in order, constexprs included (it skips them); a call that leaves
+        # some to their defaults is not kept. The values of the rest are part of the key.
+        tail = self.fn.arg_names[len(args) :]
+        if all(name in kwargs for name in tail):
+            if len(self.bound) >= MAX_BOUND:
+                self.bound.clear()
+            self.bound[key] = (kernel, tuple(kwargs[name] for name in tail), *_entry(kernel))
         return kernel
 
 
