@@ -173,7 +173,7 @@ def attention(q, k, v, *, causal=True, config=None):
     cfg = resolve_config(config, tq, head_dim, q.dtype, q.device)
     # Stored as (B, Tq, H, D) and returned as its (B, H, Tq, D) view, so merging the heads back into
     # (B, Tq, H * D) for the output projection is free.
-    o = new_output((batch, tq, heads, head_dim), q.dtype, q.device).transpose(1, 2)
+    o = new_output(q, (batch, tq, heads, head_dim)).transpose(1, 2)
     if o.numel() == 0:
         return o
     grid = (cdiv(tq, cfg.block_m), batch * heads)

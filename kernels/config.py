@@ -161,13 +161,20 @@ def _allowed(device: torch.device) -> tuple[torch.dtype, ...]:
     return tuple(supported_dtypes(device))
 
 
+_VERIFIED: set = set()  # (dtype, device index) pairs already allowed: the GPU-only dtypes' fast path
+
+
 def check_dtype(name: str, tensor: torch.Tensor) -> None:
-    if tensor.dtype in EVERYWHERE:  # on every launch: most calls end here
+    dtype = tensor.dtype
+    if dtype in EVERYWHERE:  # on every launch: most calls end here
+        return
+    if (dtype, tensor.get_device()) in _VERIFIED:  # the rest (bf16 on a GPU) here, without a torch.device
         return
     allowed = _allowed(tensor.device)  # the device's answer is kept
-    if tensor.dtype not in allowed:
+    if dtype not in allowed:
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
-        raise ValueError(f"{name}: dtype {tensor.dtype} is not supported on {tensor.device.type} (allowed: {names})")
+        raise ValueError(f"{name}: dtype {dtype} is not supported on {tensor.device.type} (allowed: {names})")
+    _VERIFIED.add((dtype, tensor.get_device()))
 
 
 def as_config(kernel: str, config) -> TileConfig:
@@ -267,10 +274,17 @@ def cdiv(a: int, b: int) -> int:
 POISON_OUTPUTS = False
 
 
-def new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def new_output(like: torch.Tensor, shape=None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new contiguous tensor on like's device, of like's shape and dtype unless given. Made from `like`, not by
+    torch.empty(shape, dtype=, device=): parsing those arguments costs the host more than the rest of a launch."""
     if POISON_OUTPUTS:
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
+        shape = like.shape if shape is None else shape
+        return torch.full(shape, float("nan"), dtype=dtype or like.dtype, device=like.device)
+    if shape is None:
+        if dtype is None:
+            return torch.empty_like(like, memory_format=torch.contiguous_format)
+        return torch.empty_like(like, dtype=dtype, memory_format=torch.contiguous_format)
+    return like.new_empty(shape) if dtype is None else like.new_empty(shape, dtype=dtype)
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ def _launch(name: str, kernel, config, x, *inputs, width: int | None = None):
     """One launch of `kernel` over x's elements (x and `inputs` flat, contiguous, checked): the output is
     a new tensor like x, the grid one program per BLOCK_N elements; `width`, when given, follows N."""
     cfg = resolve_config(name, config, x.numel(), x.device)
-    out = new_output(x.shape, x.dtype, x.device)
+    out = new_output(x)
     if out.numel() == 0:
         return out
     sizes = (x.numel(),) if width is None else (x.numel(), width)

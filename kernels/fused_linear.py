@@ -458,7 +458,7 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
     if config == "autotune":
         config = tuned_config(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv)
     cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device)
-    y = new_output((rows, out_features), x.dtype, x.device)
+    y = new_output(x, (rows, out_features))
     if rows == 0:
         return y.view(out_shape)
     flat = x.dim() == 2  # the common case keeps its tensors: a view costs the host more than the check
@@ -471,7 +471,7 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
     k_per_split, splits = splits_of(cfg, in_features)
     tiles_n = cdiv(out_features, cfg.block_n)
     if splits > 1:
-        partial = new_output((splits, rows, out_features), torch.float32, x.device)
+        partial = new_output(x, (splits, rows, out_features), torch.float32)
         counters = arrival.counters(x.device, tiles_n)
     else:
         partial = counters = y  # one split: no partials, no arrival
