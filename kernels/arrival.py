@@ -24,7 +24,8 @@ def counters(device: torch.device, needed: int) -> torch.Tensor:
     """The device's zeroed arrival counters (at least `needed` of them)."""
     if needed > SLOTS:
         raise ValueError(f"a launch needs {needed} arrival counters, more than the {SLOTS} kept per device")
-    device = torch.device(device)
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
     buf = _buffers.get(device)
     if buf is None:
         buf = _buffers[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)

@@ -308,36 +308,38 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     max_len = k_cache.shape[2]
     if tq != 1:
         raise ValueError(f"decode_attention: q must hold one new token per sequence (B, H, 1, D), got {tuple(q.shape)}")
-    if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != q.device:
+    device = q.device  # once: each read builds a torch.device, which costs the host more than a check
+    if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != device:
         raise ValueError(f"decode_attention: lengths must be an int32/int64 tensor of shape ({batch},) on {q.device}")
     if not isinstance(one_launch, bool):
         raise ValueError(f"decode_attention: one_launch must be True or False, got {one_launch!r}")
     if config == "autotune":
         config = tuned_decode_config(q, k_cache, v_cache, lengths, one_launch=one_launch)
-    cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, q.dtype, q.device)
+    cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, q.dtype, device)
     chunk, splits = decode_split(max_len, cfg)
     block_d = max(16, next_pow2(head_dim))
-    pdl = bool(pdl) and one_launch and overlaps_launches(q.device)
-    o = new_output(q.shape, q.dtype, q.device)
+    pdl = bool(pdl) and one_launch and overlaps_launches(device)
+    o = new_output(q)
     if o.numel() == 0:
         return o
     if one_launch and splits == 1:  # the one program of each (sequence, head) writes o: no partials
         part = counters = o
     else:  # one allocation for the three kinds of partial (_partials): each costs the host more than its bytes
-        part = new_output((batch * heads * splits * (block_d + 2),), torch.float32, q.device)
-        counters = _arrival_counters(q.device, batch * heads) if one_launch else None
+        part = new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32)
+        counters = _arrival_counters(device, batch * heads) if one_launch else None
     # A chunk of one key tile small enough to hold K and V in registers is requested at once (around the PDL
     # wait); larger tiles keep the loop, which loads V after the scores (at B=1, 8192 keys in 128-key tiles
     # in 2 warps, holding both ran 0.69x of PyTorch's time where the loop ran 0.93x, on an H200).
     prefetch = chunk <= cfg.block_n and cfg.block_n * block_d <= PREFETCH_ELEMENTS_PER_WARP * cfg.num_warps
-    inputs = (q.stride(0), q.stride(1), q.stride(3), *k_cache.stride(), *v_cache.stride())
+    sq, so = q.stride(), o.stride()
+    inputs = (sq[0], sq[1], sq[3], *k_cache.stride(), *v_cache.stride())
     scale = LOG2E / math.sqrt(head_dim)
     block_s = max(2, next_pow2(splits))
     with explain_resources("decode_attention", cfg):
         if one_launch:
             launch.fast(_decode_one_launch_kernel)[(batch * heads, splits)](
                 q, k_cache, v_cache, lengths, part, counters, o,
-                *inputs, o.stride(0), o.stride(1), o.stride(3),
+                *inputs, so[0], so[1], so[3],
                 heads, splits, chunk, scale,
                 SPLIT=splits > 1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl,
                 PREFETCH=prefetch,
@@ -352,7 +354,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
         )  # fmt: skip
         launch.fast(_decode_merge_kernel)[(batch * heads,)](
             part, o,
-            o.stride(0), o.stride(1), o.stride(3),
+            so[0], so[1], so[3],
             heads, splits,
             HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip

@@ -101,21 +101,23 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
     if config == "autotune":
         config = tuned_config(x, weight, bias, eps, residual=residual)
     cfg = resolve_config(config, rows, width)
-    if x2.stride(-1) != 1:
+    stride_x = x2.stride()  # one call: each costs the host about as much as a check
+    if stride_x[-1] != 1:
         x2 = x2.contiguous()
-    y = new_output(x2.shape, x.dtype, x.device)
+        stride_x = x2.stride()
+    y = new_output(x2)  # contiguous: its rows (and s's) are `width` apart
     if residual is not None:
         r2 = residual if flat else residual.reshape(-1, width)
         r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
-        s = new_output(x2.shape, x.dtype, x.device)
+        s, stride_r = new_output(x2), r2.stride(0)
     else:
-        r2, s = x2, y  # unused by the kernel when HAS_RESIDUAL is False
+        r2, s, stride_r = x2, y, stride_x[0]  # unused by the kernel when HAS_RESIDUAL is False
     if rows > 0:
         grid = (cdiv(rows, cfg.block_m),)
         with explain_resources("layer_norm", cfg):
             launch.fast(_layer_norm_kernel)[grid](
                 x2, r2, y, s, weight, bias,
-                x2.stride(0), r2.stride(0), y.stride(0), s.stride(0),
+                stride_x[0], stride_r, width, width,
                 rows, width, eps,
                 HAS_RESIDUAL=residual is not None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                 num_warps=cfg.num_warps,

@@ -295,15 +295,17 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
     rows = x2.shape[0]
     if config == "autotune":
         config = tuned_config(x, weight, bias, activation=activation, residual=residual)
-    persistent = persistent_form(rows, x.dtype, x.device)
-    cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device, persistent, residual is not None)
-    y = new_output((rows, out_features), x.dtype, x.device)
+    device = x.device  # once: each read builds a torch.device, which costs the host more than a check
+    persistent = persistent_form(rows, x.dtype, device)
+    cfg = resolve_config(config, rows, out_features, in_features, x.dtype, device, persistent, residual is not None)
+    y = new_output(x, (rows, out_features))
     if rows == 0:
         return y if flat else y.view(out_shape)
     r2 = residual.reshape(rows, out_features).contiguous() if residual is not None else y
     b = bias if bias is not None else weight  # placeholder pointer, unused when HAS_BIAS is False
     flags = dict(HAS_BIAS=bias is not None, APPLY_GELU=activation == "gelu", HAS_RESIDUAL=residual is not None)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    sx, sw = x2.stride(), weight.stride()  # y is contiguous: its rows are out_features apart
     with explain_resources("linear", cfg):
         if persistent and _describable(x2, weight, y):  # r2 is contiguous: the residual, or y
             _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision)
@@ -312,7 +314,7 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
             launch.fast(_linear_kernel)[grid](
                 x2, weight, b, r2, y,
                 rows, out_features, in_features,
-                x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), r2.stride(0), y.stride(0),
+                sx[0], sx[1], sw[0], sw[1], r2.stride(0), out_features,
                 **flags, PRECISION=precision,
                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -320,17 +322,17 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
         else:
             k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
             splits = cdiv(in_features, k_per_split)
-            partial = new_output((splits, rows, out_features), torch.float32, x.device)
+            partial = new_output(x, (splits, rows, out_features), torch.float32)
             launch.fast(_linear_split_k_kernel)[(cdiv(out_features, cfg.block_n), splits)](
                 x2, weight, partial,
                 rows, out_features, in_features, k_per_split,
-                x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1),
+                sx[0], sx[1], sw[0], sw[1],
                 PRECISION=precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )  # fmt: skip
             launch.fast(_split_k_reduce_kernel)[(cdiv(out_features, 128),)](
                 partial, b, r2, y,
-                rows, out_features, splits, r2.stride(0), y.stride(0),
+                rows, out_features, splits, r2.stride(0), out_features,
                 **flags, BLOCK_M=cfg.block_m, BLOCK_N=128, num_warps=4,
             )  # fmt: skip
     return y if flat else y.view(out_shape)
