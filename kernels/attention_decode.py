@@ -315,10 +315,9 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
         raise ValueError(f"decode_attention: one_launch must be True or False, got {one_launch!r}")
     if config == "autotune":
         config = tuned_decode_config(q, k_cache, v_cache, lengths, one_launch=one_launch)
-    cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, q.dtype, device)
-    chunk, splits = decode_split(max_len, cfg)
-    block_d = max(16, next_pow2(head_dim))
-    pdl = bool(pdl) and one_launch and overlaps_launches(device)
+    plan = _plan(config, batch * heads, max_len, head_dim, q.dtype, device)
+    cfg, chunk, splits, block_d, block_s, prefetch, scale, overlaps = plan
+    pdl = bool(pdl) and one_launch and overlaps
     o = new_output(q)
     if o.numel() == 0:
         return o
@@ -327,14 +326,8 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     else:  # one allocation for the three kinds of partial (_partials): each costs the host more than its bytes
         part = new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32)
         counters = _arrival_counters(device, batch * heads) if one_launch else None
-    # A chunk of one key tile small enough to hold K and V in registers is requested at once (around the PDL
-    # wait); larger tiles keep the loop, which loads V after the scores (at B=1, 8192 keys in 128-key tiles
-    # in 2 warps, holding both ran 0.69x of PyTorch's time where the loop ran 0.93x, on an H200).
-    prefetch = chunk <= cfg.block_n and cfg.block_n * block_d <= PREFETCH_ELEMENTS_PER_WARP * cfg.num_warps
     sq, so = q.stride(), o.stride()
     inputs = (sq[0], sq[1], sq[3], *k_cache.stride(), *v_cache.stride())
-    scale = LOG2E / math.sqrt(head_dim)
-    block_s = max(2, next_pow2(splits))
     with explain_resources("decode_attention", cfg):
         if one_launch:
             launch.fast(_decode_one_launch_kernel)[(batch * heads, splits)](
@@ -362,6 +355,21 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
 
 
 PREFETCH_ELEMENTS_PER_WARP = 1024  # of K's tile (and as many of V's): 32 per thread
+
+
+@functools.lru_cache(maxsize=1024)  # called on every launch: plan each shape once
+def _plan(config, batch_heads, max_len, head_dim, dtype, device) -> tuple:
+    """(tiles, keys per split, splits, BLOCK_D, BLOCK_S, PREFETCH, the scores' scale in log2 units, whether
+    launches may overlap on this device)."""
+    cfg = resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device)
+    chunk, splits = decode_split(max_len, cfg)
+    block_d = max(16, next_pow2(head_dim))
+    # A chunk of one key tile small enough to hold K and V in registers is requested at once (around the PDL
+    # wait); larger tiles keep the loop, which loads V after the scores (at B=1, 8192 keys in 128-key tiles
+    # in 2 warps, holding both ran 0.69x of PyTorch's time where the loop ran 0.93x, on an H200).
+    prefetch = chunk <= cfg.block_n and cfg.block_n * block_d <= PREFETCH_ELEMENTS_PER_WARP * cfg.num_warps
+    scale = LOG2E / math.sqrt(head_dim)
+    return cfg, chunk, splits, block_d, max(2, next_pow2(splits)), prefetch, scale, overlaps_launches(device)
 
 
 def _arrival_counters(device, needed: int):
