@@ -117,11 +117,10 @@ def _decode_tile_prefetched(
 
 
 @triton.jit
-def _partials(Part, SPLITS, BLOCK_D: tl.constexpr):
+def _partials(Part, SPLITS, BH, BLOCK_D: tl.constexpr):
     """The one fp32 buffer of partials, split three ways: every split's output (BLOCK_D each), then every
-    split's max score, then every sum of exponentials. Grid axis 0 runs over the (sequence, head) pairs in
-    all three kernels that use it."""
-    parts = tl.num_programs(0).to(tl.int64) * SPLITS
+    split's max score, then every sum of exponentials, for BH (sequence, head) pairs."""
+    parts = tl.cast(BH, tl.int64) * SPLITS
     return Part, Part + parts * BLOCK_D, Part + parts * (BLOCK_D + 1)
 
 
@@ -171,7 +170,7 @@ def _decode_partial_kernel(
         )  # fmt: skip
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
-    PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
+    PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
     tl.store(PartO + part * BLOCK_D + dims, acc)
     tl.store(PartM + part, m_i)
     tl.store(PartL + part, l_i)
@@ -187,7 +186,7 @@ def _decode_merge_kernel(
     bh = tl.program_id(0).to(tl.int64)
     b, h = bh // H, bh % H
     dims = tl.arange(0, BLOCK_D)
-    PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
+    PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
     o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
     tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
 
@@ -207,8 +206,27 @@ def _decode_one_launch_kernel(
     # before its wait, and with PREFETCH (a chunk of one key tile) the cache rows of earlier steps too; the
     # caller guarantees that the kernel just before writes nothing it reads but q and each newest row.
     pdl.launch_dependents(PDL)
-    bh = tl.program_id(0).to(tl.int64)
-    split = tl.program_id(1)
+    attend_item(
+        tl.program_id(0).to(tl.int64), tl.program_id(1), tl.num_programs(0), Q, K, V, Lengths, Part, Counters, Out,
+        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+        stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_od,
+        H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, PDL, PREFETCH,
+    )  # fmt: skip
+
+
+@triton.jit
+def attend_item(
+    bh, split, BH, Q, K, V, Lengths, Part, Counters, Out,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_od,
+    H, SPLITS, CHUNK, qk_scale,
+    SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
+    """Split `split` of (sequence, head) pair bh, of BH pairs: its partial, and the merge when it arrives last
+    (or the whole answer with one split). The decode layer kernel runs many per program."""
     b, h = bh // H, bh % H
     length = tl.load(Lengths + b).to(tl.int32)
     lo = split * CHUNK
@@ -229,7 +247,7 @@ def _decode_one_launch_kernel(
     out = Out + b * stride_ob + h * stride_oh + dims * stride_od
     if SPLIT:
         part = bh * SPLITS + split
-        PartO, PartM, PartL = _partials(Part, SPLITS, BLOCK_D)
+        PartO, PartM, PartL = _partials(Part, SPLITS, BH, BLOCK_D)
         tl.store(PartO + part * BLOCK_D + dims, acc)
         tl.store(PartM + part, m_i)
         tl.store(PartL + part, l_i)

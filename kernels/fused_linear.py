@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune, launch, pdl
+from . import arrival, autotune, barrier, launch, pdl
 from .config import (
     SECTOR,
     TileConfig,
@@ -60,7 +60,7 @@ NAME = "decode_linear"
 
 
 @triton.jit
-def _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
+def _epilogue(acc, rows, cols, pid_n, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
               stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
               HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_KV: tl.constexpr,
               BLOCK_N: tl.constexpr):  # fmt: skip
@@ -71,7 +71,7 @@ def _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, s
     y = acc.to(Y.dtype.element_ty)
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y, mask=mask)
     if HAS_KV:
-        if tl.program_id(0) * BLOCK_N + BLOCK_N > C:  # tiles wholly inside q's columns store no cache rows
+        if pid_n * BLOCK_N + BLOCK_N > C:  # tiles wholly inside q's columns store no cache rows
             # Columns [C, 2C) are K and [2C, 3C) are V, head h at [h * D, (h + 1) * D) of each. 64-bit
             # offsets throughout: a cache can pass 2^31 elements (see kv_write).
             pos = tl.load(Lengths + rows, mask=row_mask, other=0).to(tl.int64)
@@ -189,12 +189,12 @@ def _finish(acc, rows, cols, pid_n, split, Bias, R, Y, P, Counters, KC, VC, Leng
             for s in range(0, SPLITS):  # in split order: the same sum whichever program arrives last
                 # .cg: from L2, never from a line this SM's L1 may hold from before the others stored.
                 acc += tl.load(partials + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
+            _epilogue(acc, rows, cols, pid_n, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
                       stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
                       HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, BLOCK_N)  # fmt: skip
             tl.store(Counters + pid_n, 0)  # the next launch on this stream finds zeros
     else:
-        _epilogue(acc, rows, cols, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
+        _epilogue(acc, rows, cols, pid_n, Bias, R, Y, KC, VC, Lengths, M, N, C, HEAD_DIM, stride_rm, stride_ym,
                   stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
                   HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, BLOCK_N)  # fmt: skip
 
@@ -253,9 +253,33 @@ def _decode_prefetch_kernel(
     weight slice (HEAD_K columns of K, then TAIL_K more, both powers of two, TAIL_K possibly 0) before it
     reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
     pdl.launch_dependents(PDL)
-    pid_n = tl.program_id(0)
-    split = tl.program_id(1)
-    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    prefetch_item(
+        tl.program_id(0), tl.program_id(1), X, W, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
+        M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
+        stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
+        stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+        Counters, 0, 0,
+        HAS_NORM, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, ARRIVE, PDL, False, ROWS, BLOCK_N, HEAD_K, TAIL_K,
+        STATS_COLS,
+    )  # fmt: skip
+
+
+@triton.jit
+def prefetch_item(
+    pid_n, split, X, W, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
+    M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
+    stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+    Sync, stage, arrivals,
+    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PDL: tl.constexpr, BARRIER: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+):  # fmt: skip
+    """One (column tile, split) of the prefetch form: its weight slice loaded, then the wait for what earlier
+    work writes (the kernel ahead under PDL; with BARRIER, `arrivals` arrivals at Sync[stage], kernels.barrier),
+    then the rows times the slice and the epilogue. The decode layer kernel runs many per program."""
+    cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     w_cols = W + (cols % N)[None, :] * stride_wn  # columns wrap, never masked, as the K loop's
     k_lo = split * K_PER_SPLIT
     k_hi = min(k_lo + K_PER_SPLIT, K)
@@ -264,7 +288,10 @@ def _decode_prefetch_kernel(
     if TAIL_K > 0:
         ks1 = k_lo + HEAD_K + tl.arange(0, TAIL_K)
         w1 = tl.load(w_cols + ks1[:, None] * stride_wk, mask=(ks1 < k_hi)[:, None], other=0.0)
-    pdl.wait(PDL)  # from here on x, the residual, the caches and the partials: what earlier kernels write
+    if BARRIER:
+        barrier.wait(Sync, stage, arrivals)
+    else:
+        pdl.wait(PDL)  # from here on x, the residual, the caches and the partials: what earlier kernels write
     mean = tl.zeros((ROWS,), dtype=tl.float32)
     rstd = tl.zeros((ROWS,), dtype=tl.float32)
     if HAS_NORM:  # every program needs the statistics of the full rows, not only of its slice
