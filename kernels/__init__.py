@@ -7,6 +7,7 @@ from . import elementwise
 from .attention import attention
 from .attention_decode import decode_attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
+from .decode_layer import decode_layer
 from .fused_linear import decode_linear
 from .kv_write import kv_write
 from .layer_norm import layer_norm
@@ -17,6 +18,7 @@ __all__ = [
     "Traffic",
     "attention",
     "decode_attention",
+    "decode_layer",
     "decode_linear",
     "device_limits",
     "elementwise",

@@ -30,3 +30,19 @@ def counters(device: torch.device, needed: int) -> torch.Tensor:
     if buf is None:
         buf = _buffers[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)
     return buf
+
+
+_stages: dict[torch.device, torch.Tensor] = {}
+
+
+def stage_counters(device: torch.device, stages: int) -> torch.Tensor:
+    """The device's zeroed stage counters (kernels.barrier), apart from the arrival counters: a launch that
+    waits at stage counters may also use arrival counters (decode attention's, inside kernels.decode_layer)."""
+    if stages > 64:
+        raise ValueError(f"a launch needs {stages} stage counters, more than the 64 kept per device")
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
+    buf = _stages.get(device)
+    if buf is None:
+        buf = _stages[device] = torch.zeros(64, dtype=torch.int32, device=device)
+    return buf

@@ -103,6 +103,29 @@ def _cases(dtype, arch):
                **ostrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64,
                BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64, PDL=pdl, PREFETCH=prefetch), cfg.num_warps, cfg.num_stages,
                est)  # fmt: skip
+    DL = importlib.import_module("kernels.decode_layer")
+    plan = DL.plan(1, 768, 12, 1024, tdt, limits)
+    layer = dict.fromkeys(("X", "Ln1W", "Ln1B", "Wa", "Ba", "QKV", "KC", "VC", "Attn", "Wo", "Bo", "X1", "Ln2W", "Ln2B",
+                           "Wf", "Bf", "Hid", "Wp", "Bp", "Out"), t)  # fmt: skip
+    layer |= dict(Lengths="*i32", NextLengths="*i32", Part="*fp32", Heads="*i32", Sync="*i32", eps1="fp32",
+                  eps2="fp32", qk_scale="fp32", skd=1, svd=1)  # fmt: skip
+    layer |= dict.fromkeys(
+        ("M", "C", "H", "HEAD_DIM", "SPLITS", "CHUNK", "skb", "skh", "skt", "svb", "svh", "svt"), "i32"
+    )
+    layer |= dict(
+        ROWS=1,
+        **plan["tiles"],
+        HEAD_C=512,
+        TAIL_C=256,
+        HEAD_F=2048,
+        TAIL_F=1024,
+        STATS_COLS=1024,
+        SPLIT=plan["splits"] > 1,
+        BLOCK_N=plan["attention"].block_n,
+        BLOCK_S=max(2, plan["splits"]),
+        BLOCK_D=64,
+    )
+    yield ("decode layer", DL._decode_layer_kernel, layer, DL.WARPS, 1, 0)
     yield ("decode merge", AD._decode_merge_kernel, dict(Part="*fp32", Out=t,
            stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,
            BLOCK_D=64), 4, 1, 0)  # fmt: skip

@@ -1,0 +1,218 @@
+"""A whole GPT-2 block for a decode step in one launch: the persistent rung of the fusion ladder.
+
+The decode rung runs a block as five kernels (ln_1 + c_attn + the cache write, attention, c_proj + residual,
+ln_2 + c_fc + GELU, c_proj + residual), each waiting at a kernel boundary for the one before. Here one
+launch of at most one program per SM runs the same five stages, and the programs wait for each other at
+counters in device memory instead (kernels.barrier):
+
+    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (fused_linear.prefetch_item)
+    stage 1   attention                  (sequence, head, split) items, the last split of each pair merging
+                                         (attention_decode.attend_item)
+    stage 2   c_proj + residual          column tiles of attn.c_proj
+    stage 3   ln_2 + c_fc + GELU         column tiles of mlp.c_fc
+    stage 4   c_proj + residual          column tiles of mlp.c_proj
+
+Each program takes the items of a stage in turn (item = program, program + P, ...). Before an item reads
+what the stage before wrote it waits for every program's arrival at that stage; a projection's item loads
+its weight slice first, so while a program waits, its weights are already on their way (as under PDL, but
+at no kernel boundary). The tiles are chosen so that on a GPU each stage has about one item per program.
+
+The arithmetic is the decode rung's, item by item (the same device functions), so both give the same
+result up to the order of fp32 sums where the tiles differ. In the interpreter the launch is one program
+(kernels.barrier says why), which takes every item itself.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from . import arrival, barrier
+from .attention import check_qkv
+from .attention_decode import LOG2E, attend_item, decode_split, resolve_decode_config
+from .config import TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2
+from .fused_linear import _check as check_decode_linear
+from .fused_linear import prefetch_item, prev_pow2, slice_tiles
+from .fused_linear import traffic as linear_traffic
+from .linear import DECODE_ROWS, check_args
+
+NAME = "decode_layer"
+ELEMENTS = 24576  # the most weight elements one item holds: the decode rung's prefetch form at 8 x 3072
+STAGES = 5
+WARPS = 8
+
+
+@triton.jit
+def _decode_layer_kernel(
+    X, Ln1W, Ln1B, Wa, Ba, QKV, KC, VC, Lengths, NextLengths, Part, Heads, Attn,
+    Wo, Bo, X1, Ln2W, Ln2B, Wf, Bf, Hid, Wp, Bp, Out, Sync,
+    M, C, H, HEAD_DIM, eps1, eps2, SPLITS, CHUNK, qk_scale,
+    skb, skh, skt, skd, svb, svh, svt, svd,
+    ROWS: tl.constexpr, BN_A: tl.constexpr, BN_O: tl.constexpr, BN_F: tl.constexpr, BN_P: tl.constexpr,
+    HEAD_C: tl.constexpr, TAIL_C: tl.constexpr, HEAD_F: tl.constexpr, TAIL_F: tl.constexpr,
+    STATS_COLS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    P = tl.num_programs(0)
+    F = 4 * C
+    # Every buffer is (M, width) and contiguous, every weight (out, in); the caches are (B, H, T_max, D) views.
+    for t in range(pid, tl.cdiv(3 * C, BN_A), P):  # x is the kernel before's output: no wait
+        prefetch_item(
+            t, 0, X, Wa, Ba, X, QKV, QKV, Sync, Ln1W, Ln1B, KC, VC, Lengths,
+            M, 3 * C, C, C, 1, eps1, HEAD_DIM, C, 1, C, 1, 0, 3 * C, skb, skh, skt, skd, svb, svh, svt, svd,
+            Sync, 0, 0,
+            True, True, False, False, True, False, False, False, ROWS, BN_A, HEAD_C, TAIL_C, STATS_COLS,
+        )  # fmt: skip
+    barrier.arrive(Sync, 0)
+    for item in range(pid, M * H * SPLITS, P):
+        barrier.wait(Sync, 0, P)
+        attend_item(
+            tl.cast(item // SPLITS, tl.int64), item % SPLITS, M * H, QKV, KC, VC, NextLengths, Part, Heads, Attn,
+            3 * C, HEAD_DIM, 1, skb, skh, skt, skd, svb, svh, svt, svd, C, HEAD_DIM, 1,
+            H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, False, False,
+        )  # fmt: skip
+    barrier.arrive(Sync, 1)
+    for t in range(pid, tl.cdiv(C, BN_O), P):
+        prefetch_item(
+            t, 0, Attn, Wo, Bo, X, X1, X1, Sync, Ln1W, Ln1B, KC, VC, Lengths,
+            M, C, C, C, 1, eps1, HEAD_DIM, C, 1, C, 1, C, C, skb, skh, skt, skd, svb, svh, svt, svd,
+            Sync, 1, P,
+            False, True, False, True, False, False, False, True, ROWS, BN_O, HEAD_C, TAIL_C, STATS_COLS,
+        )  # fmt: skip
+    barrier.arrive(Sync, 2)
+    for t in range(pid, tl.cdiv(F, BN_F), P):
+        prefetch_item(
+            t, 0, X1, Wf, Bf, X1, Hid, Hid, Sync, Ln2W, Ln2B, KC, VC, Lengths,
+            M, F, C, C, 1, eps2, HEAD_DIM, C, 1, C, 1, 0, F, skb, skh, skt, skd, svb, svh, svt, svd,
+            Sync, 2, P,
+            True, True, True, False, False, False, False, True, ROWS, BN_F, HEAD_C, TAIL_C, STATS_COLS,
+        )  # fmt: skip
+    barrier.arrive(Sync, 3)
+    for t in range(pid, tl.cdiv(C, BN_P), P):
+        prefetch_item(
+            t, 0, Hid, Wp, Bp, X1, Out, Out, Sync, Ln2W, Ln2B, KC, VC, Lengths,
+            M, C, F, F, 1, eps2, HEAD_DIM, F, 1, F, 1, C, C, skb, skh, skt, skd, svb, svh, svt, svd,
+            Sync, 3, P,
+            False, True, False, True, False, False, False, True, ROWS, BN_P, HEAD_F, TAIL_F, STATS_COLS,
+        )  # fmt: skip
+    barrier.finish(Sync, 4, P)  # counters 0-3 after stages 0-3, 4 for the end
+
+
+def programs(device, items: int) -> int:
+    """Programs of one launch: one per SM at most (all must be resident at once), one in the interpreter."""
+    limits = device_limits(device)
+    return 1 if limits.is_cpu else max(1, min(limits.num_sms, items))
+
+
+def column_tile(out_features: int, in_features: int, count: int) -> int:
+    """Columns per item: about one item per program, within what one item holds in registers."""
+    block_n = max(8, next_pow2(cdiv(out_features, count)))
+    while block_n > 8 and block_n * in_features > ELEMENTS:
+        block_n //= 2
+    return block_n
+
+
+def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict:
+    """Everything the launch needs that depends on shapes alone: programs, tiles, the attention split."""
+    limits = device_limits(device)
+    count = 1 if limits.is_cpu else limits.num_sms
+    tiles = {
+        "BN_A": column_tile(3 * width, width, count),
+        "BN_O": column_tile(width, width, count),
+        "BN_F": column_tile(4 * width, width, count),
+        "BN_P": column_tile(width, 4 * width, count),
+    }
+    # Attention's items too: about one per program, in 64-key tiles (the default's would be many short
+    # splits of 32 keys, made for programs of 2 warps, not for one 8-warp program per SM).
+    split = None if limits.is_cpu else TileConfig(block_n=64, split_k=prev_pow2(max(1, count // (rows * heads))))
+    attention = resolve_decode_config(split, rows * heads, max_len, width // heads, dtype, device)
+    chunk, splits = decode_split(max_len, attention)
+    items = max(cdiv(3 * width, tiles["BN_A"]), rows * heads * splits, cdiv(4 * width, tiles["BN_F"]))
+    return dict(programs=programs(device, items), tiles=tiles, attention=attention, chunk=chunk, splits=splits)
+
+
+def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5):
+    """One GPT-2 block on decode-shaped x (B, 1, C) or (B, C), B <= 16, in one launch; returns the block's
+    output (x plus both residual branches) shaped like x.
+
+    ln_1, ln_2: (weight, bias); c_attn, c_proj, c_fc, mlp_proj: (weight (out, in), bias), GPT-2's shapes.
+    kv = (k_cache, v_cache, lengths, next_lengths): the layer's caches (B, H, T_max, D), each sequence's
+    write position (the new token's K and V go there) and the keys it then attends over (lengths + 1), as
+    int32/int64 tensors on the device, which the caller keeps valid (the kernel cannot check them)."""
+    k_cache, v_cache, lengths, next_lengths = kv
+    c_attn, c_proj, c_fc, mlp_proj = ((w.contiguous(), b.contiguous()) for w, b in (c_attn, c_proj, c_fc, mlp_proj))
+    norm_1 = (*ln_1, eps)
+    rows, heads = check_decode_linear(x, *c_attn, None, None, norm_1, (k_cache, v_cache, lengths))
+    width = x.shape[-1]
+    check_args(NAME, x, *c_proj, None, None)
+    check_args(NAME, x, *c_fc, "gelu", None)
+    if c_fc[0].shape[0] != 4 * width or mlp_proj[0].shape != (width, 4 * width):
+        raise ValueError(f"{NAME}: mlp weights must be ({4 * width}, {width}) and ({width}, {4 * width})")
+    check_decode_linear(x.new_empty(rows, 4 * width), *mlp_proj, None, None, None, None)
+    if ln_2[0].shape != (width,) or ln_2[1].shape != (width,):
+        raise ValueError(f"{NAME}: ln_2 weight and bias must have shape ({width},)")
+    q = x.new_empty(rows, heads, 1, width // heads)
+    check_qkv(NAME, q, k_cache, v_cache)
+    if next_lengths.shape != lengths.shape or next_lengths.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{NAME}: next_lengths must be like lengths, ({rows},) int32 or int64")
+    if rows > DECODE_ROWS:
+        raise ValueError(f"{NAME}: at most {DECODE_ROWS} sequences per launch, got {rows}")
+    out = new_output(x)
+    if rows == 0:
+        return out
+    head_dim, max_len = width // heads, k_cache.shape[2]
+    p = plan(rows, width, heads, max_len, x.dtype, x.device)
+    x2 = x.reshape(rows, width).contiguous()
+    qkv, attn, x1, hid = (new_output(x, (rows, n)) for n in (3 * width, width, width, 4 * width))
+    block_d = max(16, next_pow2(head_dim))
+    splits = p["splits"]
+    part = new_output(x, (rows * heads * splits * (block_d + 2),), torch.float32)
+    head_c, tail_c = slice_tiles(width)
+    head_f, tail_f = slice_tiles(4 * width)
+    _decode_layer_kernel[(p["programs"],)](
+        x2, *ln_1, *c_attn, qkv, k_cache, v_cache, lengths, next_lengths, part,
+        arrival.counters(x.device, rows * heads), attn, *c_proj, x1, *ln_2, *c_fc, hid, *mlp_proj, out,
+        arrival.stage_counters(x.device, STAGES),
+        rows, width, heads, head_dim, float(eps), float(eps), splits, p["chunk"], LOG2E / math.sqrt(head_dim),
+        *k_cache.stride(), *v_cache.stride(),
+        ROWS=next_pow2(rows), **p["tiles"], HEAD_C=head_c, TAIL_C=tail_c, HEAD_F=head_f, TAIL_F=tail_f,
+        STATS_COLS=next_pow2(width), SPLIT=splits > 1, BLOCK_N=p["attention"].block_n,
+        BLOCK_S=max(2, next_pow2(splits)), BLOCK_D=block_d, num_warps=WARPS, num_stages=1,
+    )  # fmt: skip
+    return out
+
+
+def traffic(lengths, width, heads, max_len, itemsize, *, dtype=torch.float16, device="cpu") -> Traffic:
+    """Modeled traffic of one launch: its five stages' items, as the decode rung's kernels at the same tiles
+    move them (fused_linear.traffic, attention_decode.decode_traffic), and each program's arrival at every
+    stage counter (one sector each way). The polls of a waiting program are not modeled: they depend on
+    how long it waits."""
+    from .attention_decode import decode_traffic
+
+    rows = len(lengths)
+    p = plan(rows, width, heads, max_len, dtype, device)
+    on = dict(dtype=dtype, device=device)
+
+    def tiles(block_n, in_features):
+        return TileConfig(block_m=16, block_n=block_n, block_k=max(512, next_pow2(in_features)), split_k=1,
+                          num_warps=WARPS, num_stages=1)  # fmt: skip
+
+    t = p["tiles"]
+    parts = [
+        linear_traffic(rows, 3 * width, width, itemsize, norm=True, kv=heads, config=tiles(t["BN_A"], width), **on),
+        decode_traffic(
+            list(lengths), heads, max_len, width // heads, itemsize, config=p["attention"], one_launch=True, **on
+        ),  # fmt: skip
+        linear_traffic(rows, width, width, itemsize, residual=True, config=tiles(t["BN_O"], width), **on),
+        linear_traffic(
+            rows, 4 * width, width, itemsize, norm=True, activation="gelu", config=tiles(t["BN_F"], width), **on
+        ),  # fmt: skip
+        linear_traffic(rows, width, 4 * width, itemsize, residual=True, config=tiles(t["BN_P"], 4 * width), **on),
+    ]
+    sync = STAGES * p["programs"] * 32
+    total = Traffic(0, sync, 0, 0, 0, 0)
+    for part in parts:
+        total = total + part
+    return total

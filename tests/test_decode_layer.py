@@ -1,0 +1,106 @@
+"""kernels.decode_layer: one GPT-2 block in one launch, against PyTorch and against the decode rung's launches."""
+
+import pytest
+import torch
+
+from kernels import arrival, decode_attention, decode_layer, decode_linear, reference
+from tests.tolerances import DTYPES, assert_close
+
+# (lengths before the step, T_max, heads, head_dim): one sequence and several, a new sequence (length 0),
+# a cache filled to its last slot, widths 64 and 48 (not a power of two).
+CASES = [([5], 9, 4, 16), ([0, 7, 16], 17, 3, 16), ([3, 1], 6, 2, 32)]
+
+
+def _block(device, dtype, batch, width):
+    def t(*shape, scale=1.0):
+        return (torch.randn(*shape, device=device) * scale).to(dtype)
+
+    ln = lambda: (1 + t(width, scale=0.1), t(width, scale=0.1))
+    proj = lambda n, k: (t(n, k, scale=k**-0.5), t(n, scale=0.1))
+    x = t(batch, 1, width)
+    return x, ln(), proj(3 * width, width), proj(width, width), ln(), proj(4 * width, width), proj(width, 4 * width)
+
+
+def _caches(device, dtype, batch, heads, t_max, head_dim, lengths):
+    caches = torch.randn(2, batch, heads, t_max, head_dim, device=device).to(dtype)
+    lens = torch.tensor(lengths, device=device, dtype=torch.int32)
+    return caches, lens
+
+
+def _five_launches(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, k_cache, v_cache, lens, eps):
+    """The decode rung's block (explorer.model.gpt.Block.decode_fused), kernel by kernel."""
+    batch, _, width = x.shape
+    heads, head_dim = k_cache.shape[1], k_cache.shape[3]
+    qkv = decode_linear(x, *c_attn, norm=(*ln_1, eps), kv=(k_cache, v_cache, lens))
+    q = qkv[..., :width].view(batch, 1, heads, head_dim).transpose(1, 2)
+    o = decode_attention(q, k_cache, v_cache, lens + 1, one_launch=True).transpose(1, 2).reshape(batch, 1, width)
+    x1 = decode_linear(o, *c_proj, residual=x)
+    h = decode_linear(x1, *c_fc, activation="gelu", norm=(*ln_2, eps))
+    return decode_linear(h, *mlp_proj, residual=x1)
+
+
+def _reference(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, k_cache, v_cache, lens, eps):
+    """The same block in float64 PyTorch, writing the new K and V rows into the (float64) caches given."""
+    batch, _, width = x.shape
+    heads, head_dim = k_cache.shape[1], k_cache.shape[3]
+    qkv = reference.linear(reference.layer_norm(x, *ln_1, eps), *c_attn)
+    q, k, v = (t.view(batch, heads, 1, head_dim) for t in qkv.split(width, dim=-1))
+    reference.kv_write(k, v, k_cache, v_cache, lens)
+    o = reference.decode_attention(q, k_cache, v_cache, lens + 1).reshape(batch, 1, width)
+    x1 = reference.linear(o, *c_proj, residual=x)
+    h = reference.linear(reference.layer_norm(x1, *ln_2, eps), *c_fc, activation="gelu")
+    return reference.linear(h, *mlp_proj, residual=x1)
+
+
+def _f64(block):
+    return [tuple(t.double().cpu() for t in p) if isinstance(p, tuple) else p.double().cpu() for p in block]
+
+
+@pytest.mark.parametrize("lengths,t_max,heads,head_dim", CASES)
+def test_a_block_in_one_launch_matches_float64_pytorch(device, lengths, t_max, heads, head_dim):
+    batch, width = len(lengths), heads * head_dim
+    block = _block(device, torch.float32, batch, width)
+    caches, lens = _caches(device, torch.float32, batch, heads, t_max, head_dim, lengths)
+    expected_caches = caches.double().cpu()
+    want = _reference(*_f64(block), expected_caches[0], expected_caches[1], lens.cpu().long(), 1e-5)
+
+    got = decode_layer(*block, (caches[0], caches[1], lens, lens + 1), eps=1e-5)
+
+    # Five stages, each an fp32 sum in another order than the reference's: the looser linear tolerance.
+    assert_close("linear", got, want, torch.float32)
+    assert_close("linear", caches, expected_caches, torch.float32)
+    assert (arrival.stage_counters(device, 5) == 0).all() and (arrival.counters(device, 1) == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lengths,t_max,heads,head_dim", CASES)
+def test_a_block_in_one_launch_matches_the_decode_rungs_five(device, dtype, lengths, t_max, heads, head_dim):
+    batch, width = len(lengths), heads * head_dim
+    block = _block(device, dtype, batch, width)
+    caches, lens = _caches(device, dtype, batch, heads, t_max, head_dim, lengths)
+    theirs = caches.clone()
+    want = _five_launches(*block, theirs[0], theirs[1], lens, 1e-5)
+
+    got = decode_layer(*block, (caches[0], caches[1], lens, lens + 1), eps=1e-5)
+    again = decode_layer(*block, (caches.clone()[0], caches.clone()[1], lens, lens + 1), eps=1e-5)
+
+    # The same arithmetic at other tiles: the fp32 sums in another order, each stage rounding as the
+    # five launches round (attention's tolerance: its probabilities are rounded as well).
+    assert_close("attention", got, want, dtype)
+    assert_close("attention", caches, theirs, dtype)
+    assert torch.equal(got, again)  # a second launch finds its counters at zero and repeats bit for bit
+
+
+def test_bad_blocks_are_refused_with_the_reason(device):
+    lengths, t_max, heads, head_dim = [2], 5, 2, 16
+    block = list(_block(device, torch.float32, 1, heads * head_dim))
+    caches, lens = _caches(device, torch.float32, 1, heads, t_max, head_dim, lengths)
+    kv = (caches[0], caches[1], lens, lens + 1)
+    w, b = block[5]
+    block[5] = (w[:-1], b[:-1])  # c_fc one column short
+    with pytest.raises(ValueError, match="mlp weights must be"):
+        decode_layer(*block, kv)
+    block = list(_block(device, torch.float32, 17, heads * head_dim))
+    caches, lens = _caches(device, torch.float32, 17, heads, t_max, head_dim, [0] * 17)
+    with pytest.raises(ValueError, match="16"):
+        decode_layer(*block, (caches[0], caches[1], lens, lens + 1))
