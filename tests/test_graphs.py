@@ -12,7 +12,14 @@ from explorer.model.graphs import GraphPool
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 BACKENDS = ["torch", "triton"]
-RUNS = [("torch", "epilogue"), ("triton", "none"), ("triton", "epilogue"), ("triton", "decode"), ("triton", "overlap")]
+RUNS = [  # (backend, fusion): the torch backend, and the Triton backend on every rung of the fusion ladder
+    ("torch", "epilogue"),
+    ("triton", "none"),
+    ("triton", "epilogue"),
+    ("triton", "decode"),
+    ("triton", "overlap"),
+    ("triton", "persistent"),
+]
 
 
 def random_model(device, dtype=torch.float32, n_positions=64, n_layer=2, n_embd=64, n_head=4, vocab=97):

@@ -18,11 +18,15 @@ def test_each_rung_up_the_ladder_launches_fewer_kernels_and_moves_no_more_bytes(
     assert none["hbm_mb"] > epilogue["hbm_mb"] > decode["hbm_mb"]
     assert none["operations"] > epilogue["operations"] > decode["operations"]
     assert decode["operations"] == 1 + 5 * 2 + 1  # embedding, five launches per layer, ln_f + lm_head
+    # The persistent rung: each block in one launch, the same bytes up to its tiles and stage counters.
+    persistent = rows["persistent"]
+    assert persistent["operations"] == persistent["launches_modeled"] - 2 == 1 + 2 + 1  # the embedding makes 3
+    assert persistent["hbm_mb"] == pytest.approx(decode["hbm_mb"], rel=0.02)
     assert rows["torch"]["launches_modeled"] is None  # PyTorch's kernels per operation are its own choice
     for row in rows.values():
         assert row["step_ms"] > 0 and row["context"] == 17
     if device.type == "cuda":  # counted by torch.profiler over one replay
-        assert none["kernels"] > epilogue["kernels"] > decode["kernels"]
+        assert none["kernels"] > epilogue["kernels"] > decode["kernels"] > persistent["kernels"]
     else:
         assert all(row["kernels"] is None for row in rows.values())
         assert "interpreter" in rows["decode"]["timer"]

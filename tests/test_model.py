@@ -7,12 +7,12 @@ import torch
 from explorer.model.cache import KVCache
 from explorer.model.generate import generate
 from explorer.model.weights import load_model
+from tests.test_graphs import RUNS
 
 BACKENDS = ["torch", "triton"]
-# (backend, fusion): the torch backend, and the Triton backend on every rung of the fusion ladder.
+# RUNS (backend, fusion): the torch backend, and the Triton backend on every rung of the fusion ladder.
 # The overlap rung differs from decode only where a GPU has programmatic dependent launch: on CPU it would
 # repeat the decode rung's run exactly, so it runs on a GPU only.
-RUNS = [("torch", "epilogue"), ("triton", "none"), ("triton", "epilogue"), ("triton", "decode"), ("triton", "overlap")]
 RUN_PARAMS = [pytest.param(*run, marks=pytest.mark.gpu) if run[1] == "overlap" else run for run in RUNS]
 
 
@@ -147,7 +147,16 @@ def test_step_names_its_operations_and_the_measure_layer_books_them(checkpoint, 
     assert traffic["ffn"].flops == 2 * (2 * 9 * 64 * 256 * 2) + 9 * (256 * 11 + 64 * 2) * 2
 
 
-CHART_CATEGORIES = {"layer_norm", "qkv/out proj", "decode attention", "ffn", "lm_head", "embedding", "kv write"}
+CHART_CATEGORIES = {
+    "layer_norm",
+    "qkv/out proj",
+    "decode attention",
+    "decode layer",
+    "ffn",
+    "lm_head",
+    "embedding",
+    "kv write",
+}
 
 
 def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
@@ -156,10 +165,11 @@ def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
 
     folder, _ = checkpoint
     model, _ = load_model(folder, device=device)
-    names, prefills = {}, {}
-    for fusion in ("none", "epilogue", "decode", "overlap"):
+    names, prefills, decodes = {}, {}, {}
+    for fusion in ("none", "epilogue", "decode", "overlap", "persistent"):
         prefill, decode = list(generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False, fusion=fusion))
         names[fusion], prefills[fusion] = [op.name for op in decode.ops], [op.name for op in prefill.ops]
+        decodes[fusion] = decode
         # Whatever the rung, every byte is booked under a chart category the charts know.
         assert set(step_traffic(decode)) <= CHART_CATEGORIES
     assert prefills["none"] == names["none"] and prefills["epilogue"] == names["epilogue"]
@@ -167,8 +177,10 @@ def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
     layer = ["ln_1+attn.c_attn+kv write", "attn", "attn.c_proj", "ln_2+mlp.c_fc", "mlp.c_proj"]
     assert names["decode"] == ["wte/wpe", *layer * 2, "ln_f+lm_head"]
     assert names["overlap"] == names["decode"]  # the same kernels, launched to overlap
+    assert names["persistent"] == ["wte/wpe", "block", "block", "ln_f+lm_head"]  # each block in one launch
+    assert prefills["persistent"] == names["epilogue"]
     # The fused c_attn is booked with the cache rows its epilogue writes: one per head of K and of V.
-    c_attn = next(op for op in decode.ops if op.name == "ln_1+attn.c_attn+kv write")
+    c_attn = next(op for op in decodes["decode"].ops if op.name == "ln_1+attn.c_attn+kv write")
     assert c_attn.sizes == (1, 192, 64, True, False, False, True, 4)
     on = dict(config=c_attn.config, dtype=c_attn.dtype, device=c_attn.device)
     expected = fused_linear.traffic(1, 192, 64, 4, norm=True, kv=4, **on)

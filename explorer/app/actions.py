@@ -381,6 +381,8 @@ FUSION_INFO = {
     "split-K and decode attention in one launch each (decode steps)",
     "overlap": "overlap: the decode rung's kernels, each launched to start while the one before finishes and "
     "load its weights meanwhile (programmatic dependent launch; on GPUs before Hopper, as decode)",
+    "persistent": "persistent: each block of a decode step in one launch, one program per SM running the decode "
+    "rung's five stages, which wait for each other at counters in device memory instead of kernel boundaries",
 }
 
 

@@ -17,6 +17,7 @@ KIND_COLORS = {
     "qkv/out proj": "#4c78a8",
     "attention": "#e45756",
     "decode attention": "#f58518",
+    "decode layer": "#eeca3b",
     "ffn": "#54a24b",
     "lm_head": "#b279a2",
     "kv write": "#72b7b2",

@@ -86,7 +86,7 @@ def rung_row(model, rung: str, *, context: int, batch: int = 1, replays: int = 5
     lengths = (context + 1,) * batch  # each sequence attends over its cache and the new token
     total = None
     for op in trace.ops:
-        t = op_traffic(op, lengths if op.kernel == "decode_attention" else ())
+        t = op_traffic(op, lengths if op.kernel in ("decode_attention", "decode_layer") else ())
         total = t if total is None else total + t
     row = dict(
         rung=rung,

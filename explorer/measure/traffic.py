@@ -18,6 +18,7 @@ from kernels.attention import traffic as attention_traffic
 from kernels.attention import traffic_floor
 from kernels.attention_decode import decode_traffic
 from kernels.config import Traffic
+from kernels.decode_layer import traffic as decode_layer_traffic
 from kernels.fused_linear import traffic as fused_linear_traffic
 from kernels.kv_write import traffic as kv_write_traffic
 from kernels.layer_norm import traffic as layer_norm_traffic
@@ -50,6 +51,8 @@ def category(op: Op) -> str:
     projection's separate bias, GELU or residual launch ("mlp.c_fc.gelu") under the projection too."""
     if op.name == "attn":
         return "decode attention" if op.kernel == "decode_attention" else "attention"
+    if op.kernel == "decode_layer":
+        return "decode layer"
     if op.name in CATEGORIES:
         return CATEGORIES[op.name]
     for name in PROJECTIONS:
@@ -60,7 +63,7 @@ def category(op: Op) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
-    """Modeled traffic of one call; `lengths` (keys per sequence) for decode attention only."""
+    """Modeled traffic of one call; `lengths` (keys per sequence) for decode attention and decode layers only."""
     item = op.dtype.itemsize
     on = dict(dtype=op.dtype, device=op.device)
     triton = op.backend == "triton"
@@ -97,6 +100,9 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
                 list(lengths), h, max_len, d, item, config=op.config, one_launch=bool(one_launch), **on
             )
         return traffic_floor(b, h, 1, max_len, d, item, causal=False)  # the masked SDPA reads every slot
+    if op.kernel == "decode_layer":
+        b, width, heads, max_len = op.sizes
+        return decode_layer_traffic(list(lengths), width, heads, max_len, item, **on)
     if op.kernel == "kv_write":
         b, h, t, d, decode = op.sizes
         if decode and triton:
@@ -119,7 +125,7 @@ def step_traffic(step) -> dict[str, Traffic]:
 def _by_category(ops: tuple[Op, ...], lengths: tuple[int, ...]) -> dict[str, Traffic]:
     out: dict[str, Traffic] = {}
     for op in ops:
-        t = op_traffic(op, lengths if op.kernel == "decode_attention" else ())
+        t = op_traffic(op, lengths if op.kernel in ("decode_attention", "decode_layer") else ())
         kind = category(op)
         out[kind] = out[kind] + t if kind in out else t
     return out

@@ -8,7 +8,7 @@ key-for-key copy; only Conv1D weights are transposed into F.linear's (out, in). 
 
 That is the "epilogue" rung of the fusion ladder (see ops.py); "none" launches the bias, GELU and add
 apart, and "decode" folds each LayerNorm into the projection after it and the cache write into c_attn
-for decode steps (Block.decode_fused).
+for decode steps (Block.decode_fused); "persistent" runs each block of a decode step in one launch.
 
 Three entry points share the blocks and differ only in how attention gets its keys:
 - forward(ids): the whole sequence, no cache (the O(n^2)-per-token path when generating);
@@ -82,6 +82,10 @@ class Block(nn.Module):
 
     def forward(self, x, ops: Ops, attend, eps):
         B, T, C = x.shape
+        if attend.mode == "decode" and ops.runs_layers_whole(B):
+            cache, layer = attend.cache, attend.next_layer()
+            kv = (cache.k[layer], cache.v[layer], cache.lengths, cache.next_lengths)
+            return ops.decode_layer("block", x, self, kv, eps)
         if attend.mode == "decode" and ops.fuses_decode(B):
             return self.decode_fused(x, ops, attend, eps)
         h = ops.layer_norm("ln_1", x, self.ln_1.weight, self.ln_1.bias, eps)

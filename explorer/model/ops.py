@@ -38,9 +38,9 @@ from kernels.linear import DECODE_ROWS
 from kernels.linear import tuned_config as linear_tuned
 
 BACKENDS = ("triton", "torch")
-FUSIONS = ("none", "epilogue", "decode", "overlap")
+FUSIONS = ("none", "epilogue", "decode", "overlap", "persistent")
 DEFAULT_FUSION = "overlap"
-DECODE_RUNGS = ("decode", "overlap")  # the rungs whose decode steps run the fused decode kernels
+DECODE_RUNGS = ("decode", "overlap", "persistent")  # the rungs whose decode steps run the fused decode kernels
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ class Op:
       decode_attention  batch, heads, max_len, head_dim, one launch (0/1) (each sequence reads its own
                         length of the cache)
       kv_write          batch, heads, tokens, head_dim, decode (0/1)
+      decode_layer      batch, width, heads, max_len (each sequence reads its own length of the cache)
       embedding         rows, width
     """
 
@@ -164,6 +165,21 @@ class Ops:
             x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg, pdl=self.pdl
         )
         return self._run(name, "decode_linear", x, sizes, cfg, run)
+
+    def runs_layers_whole(self, rows: int) -> bool:
+        """Whether a decode step of this many sequences runs each block in one launch (the persistent rung)."""
+        return self.fusion == "persistent" and rows <= DECODE_ROWS
+
+    def decode_layer(self, name, x, block, kv, eps):
+        """One block in one launch; `block` gives its parameters as explorer.model.gpt.Block names them, `kv` is
+        (k_cache, v_cache, lengths, next_lengths)."""
+        a, m = block.attn, block.mlp
+        params = [(block.ln_1.weight, block.ln_1.bias), (a.c_attn.weight, a.c_attn.bias),
+                  (a.c_proj.weight, a.c_proj.bias), (block.ln_2.weight, block.ln_2.bias),
+                  (m.c_fc.weight, m.c_fc.bias), (m.c_proj.weight, m.c_proj.bias)]  # fmt: skip
+        b, heads, max_len, _ = kv[0].shape
+        run = lambda: kernels.decode_layer(x, *params, kv, eps)
+        return self._run(name, "decode_layer", x, (b, x.shape[-1], heads, max_len), None, run)
 
     def attention(self, name, q, k, v):
         cfg = self._tuned(self.tiles.attention, lambda: tuned_config(q, k, v))

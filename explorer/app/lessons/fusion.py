@@ -1,7 +1,7 @@
 """Lesson 7: fusion, the ladder. The same decode step with every operation its own kernel, with the
 bias, GELU and residual add in the matmul's epilogue, with the LayerNorms and the cache write fused
-too (fewer launches, fewer round trips of activations through memory), and with those kernels launched
-so that each starts while the one before finishes (overlap)."""
+too (fewer launches, fewer round trips of activations through memory), with those kernels launched
+so that each starts while the one before finishes (overlap), and with each block in one launch (persistent)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from ...measure.ladder import ladder_rows
 from .. import estimate
 from . import base
 
-RUNG_NAMES = {"none": "no fusion", "epilogue": "epilogue", "decode": "decode", "overlap": "overlap", "torch": "PyTorch"}
+RUNG_NAMES = {
+    "none": "no fusion",
+    "epilogue": "epilogue",
+    "decode": "decode",
+    "overlap": "overlap",
+    "persistent": "persistent",
+    "torch": "PyTorch",
+}
 
 
 def settings(size: str) -> dict:
@@ -71,6 +78,19 @@ def explain(r) -> str:
                 " The **overlap** rung needs programmatic dependent launch (compute capability 9.0, Hopper, or "
                 f"later), which this device lacks: it runs as the decode rung here (**{base.ms(f['overlap_ms'])}**)."
             )
+    if "persistent_ms" in f:  # recordings from before the persistent rung have no such row
+        text += (
+            f" The **persistent** rung runs each block in one launch ({f['persistent_launches']} per step): one "
+            "program per SM takes the five stages in turn, and the programs wait for each other at counters in "
+            "device memory where the other rungs wait at kernel boundaries; a waiting program's next weights are "
+            f"already on their way: **{base.ms(f['persistent_ms'])}**."
+        )
+        if f["persistent_ms"] > f["overlap_ms"]:
+            text += (
+                " Fewer launches did not make it faster: one program per SM keeps fewer bytes in flight than the "
+                "decode rung's hundreds of programs per kernel, and every stage ends at a barrier that each "
+                "program waits at, where under overlap only the next kernel's wait stands between stages."
+            )
     saved = f["none_hbm_mb"] - f["decode_hbm_mb"]
     torch_launches = "" if f["torch_launches"] is None else f"{f['torch_launches']} launches, "
     text += (
@@ -104,9 +124,9 @@ def figure(r) -> go.Figure:
 
 
 def _estimate(s: dict) -> float:
-    # Five decode steps (four rungs and the torch backend), each run once to trace and a few times to time:
+    # A decode step per rung and one on the torch backend, each run once to trace and a few times to time:
     # about a generation of that many decode steps.
-    units = estimate.layer_steps(s["model"], 1, 1 + 5 * (2 + min(s["replays"], 3)), True, warmup=False)
+    units = estimate.layer_steps(s["model"], 1, 1 + len(RUNG_NAMES) * (2 + min(s["replays"], 3)), True, warmup=False)
     return estimate.seconds(base.actions.device().type, s["backend"], units)
 
 
@@ -124,9 +144,9 @@ LESSON = base.Lesson(
     explain=explain,
     figure=figure,
     try_next=(
-        "In Generate, pick *fusion* none, epilogue, decode and overlap in turn with the same prompt and compare the "
-        "summary's decode step and kernel count; the *traffic* chart shows where the separate passes' bytes went. "
-        "*Compare* → *Climb the fusion ladder* runs this at your model and batch."
+        "In Generate, pick *fusion* none, epilogue, decode, overlap and persistent in turn with the same prompt and "
+        "compare the summary's decode step and kernel count; the *traffic* chart shows where the separate passes' "
+        "bytes went. *Compare* → *Climb the fusion ladder* runs this at your model and batch."
     ),
     estimate=_estimate,
     controls=_controls,
