@@ -407,7 +407,8 @@ def build() -> gr.Blocks:
                             label="fusion (Triton backend)",
                             info="none: every op its own kernel · epilogue: bias, GELU, add in the matmul · "
                             "decode: LayerNorm and the cache write fused too, about 5 kernels a layer · "
-                            "overlap: those kernels start early and load their weights (Hopper GPUs)",
+                            "overlap: those kernels start early and load their weights (Hopper GPUs) · "
+                            "persistent: each layer one kernel, its stages waiting at counters on the GPU",
                         )
                         with gr.Row():
                             cache = gr.Checkbox(True, label="KV cache")
