@@ -104,3 +104,35 @@ def test_bad_blocks_are_refused_with_the_reason(device):
     caches, lens = _caches(device, torch.float32, 17, heads, t_max, head_dim, [0] * 17)
     with pytest.raises(ValueError, match="16"):
         decode_layer(*block, (caches[0], caches[1], lens, lens + 1))
+
+
+@pytest.mark.parametrize("sms", [132, 108, 40])
+@pytest.mark.parametrize("rows,width,heads,max_len", [(1, 768, 12, 1001), (16, 768, 12, 64), (4, 1024, 16, 2048)])
+def test_a_gpu_launch_fits_one_program_per_sm_with_about_one_item_each(sms, rows, width, heads, max_len):
+    from kernels.config import DeviceLimits
+    from kernels.decode_layer import ELEMENTS, plan
+
+    limits = DeviceLimits("GPU", 232448, sms, (9, 0), True)
+    p = plan(rows, width, heads, max_len, torch.bfloat16, limits)
+    assert 1 <= p["programs"] <= sms  # every program resident at once: the stages wait for each other
+    shapes = {
+        "BN_A": (3 * width, width),
+        "BN_O": (width, width),
+        "BN_F": (4 * width, width),
+        "BN_P": (width, 4 * width),
+    }
+    for name, (out_f, in_f) in shapes.items():
+        block_n = p["tiles"][name]
+        assert block_n * in_f <= ELEMENTS or block_n == 8  # a tile's weights fit registers
+        assert (
+            -(-out_f // block_n) <= p["programs"] or block_n * 2 * in_f > ELEMENTS
+        )  # one item each, or as wide as fits
+    assert rows * heads * p["splits"] <= max(p["programs"], rows * heads)
+
+
+def test_the_interpreter_runs_one_program(device):
+    from kernels.decode_layer import plan
+
+    if device.type == "cuda":
+        pytest.skip("CPU behaviour")
+    assert plan(3, 64, 4, 9, torch.float32, device)["programs"] == 1  # programs run one after another there
