@@ -29,13 +29,12 @@ import triton
 import triton.language as tl
 
 from . import arrival, barrier
-from .attention import check_qkv
 from .attention_decode import LOG2E, attend_item, decode_split, resolve_decode_config
 from .config import TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2
 from .fused_linear import _check as check_decode_linear
 from .fused_linear import prefetch_item, prev_pow2, slice_tiles
 from .fused_linear import traffic as linear_traffic
-from .linear import DECODE_ROWS, check_args
+from .linear import DECODE_ROWS
 
 NAME = "decode_layer"
 ELEMENTS = 24576  # the most weight elements one item holds: the decode rung's prefetch form at 8 x 3072
@@ -141,24 +140,10 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5):
     kv = (k_cache, v_cache, lengths, next_lengths): the layer's caches (B, H, T_max, D), each sequence's
     write position (the new token's K and V go there) and the keys it then attends over (lengths + 1), as
     int32/int64 tensors on the device, which the caller keeps valid (the kernel cannot check them)."""
-    k_cache, v_cache, lengths, next_lengths = kv
     c_attn, c_proj, c_fc, mlp_proj = ((w.contiguous(), b.contiguous()) for w, b in (c_attn, c_proj, c_fc, mlp_proj))
-    norm_1 = (*ln_1, eps)
-    rows, heads = check_decode_linear(x, *c_attn, None, None, norm_1, (k_cache, v_cache, lengths))
+    rows, heads = _check(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps)
+    k_cache, v_cache, lengths, next_lengths = kv
     width = x.shape[-1]
-    check_args(NAME, x, *c_proj, None, None)
-    check_args(NAME, x, *c_fc, "gelu", None)
-    if c_fc[0].shape[0] != 4 * width or mlp_proj[0].shape != (width, 4 * width):
-        raise ValueError(f"{NAME}: mlp weights must be ({4 * width}, {width}) and ({width}, {4 * width})")
-    check_decode_linear(x.new_empty(rows, 4 * width), *mlp_proj, None, None, None, None)
-    if ln_2[0].shape != (width,) or ln_2[1].shape != (width,):
-        raise ValueError(f"{NAME}: ln_2 weight and bias must have shape ({width},)")
-    q = x.new_empty(rows, heads, 1, width // heads)
-    check_qkv(NAME, q, k_cache, v_cache)
-    if next_lengths.shape != lengths.shape or next_lengths.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{NAME}: next_lengths must be like lengths, ({rows},) int32 or int64")
-    if rows > DECODE_ROWS:
-        raise ValueError(f"{NAME}: at most {DECODE_ROWS} sequences per launch, got {rows}")
     out = new_output(x)
     if rows == 0:
         return out
@@ -182,6 +167,39 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5):
         BLOCK_S=max(2, next_pow2(splits)), BLOCK_D=block_d, num_warps=WARPS, num_stages=1,
     )  # fmt: skip
     return out
+
+
+def _check(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps) -> tuple[int, int]:
+    """Validate everything before the launch; returns (rows, heads)."""
+    rows = math.prod(x.shape[:-1])
+    if rows > DECODE_ROWS:
+        raise ValueError(f"{NAME}: at most {DECODE_ROWS} sequences per launch, got {rows}")
+    if not isinstance(kv, tuple | list) or len(kv) != 4:
+        raise ValueError(f"{NAME}: kv must be (k_cache, v_cache, lengths, next_lengths)")
+    k_cache, v_cache, lengths, next_lengths = kv
+    # x, ln_1, c_attn, the caches and the lengths, as the decode rung's first launch checks them.
+    rows, heads = check_decode_linear(x, *c_attn, None, None, (*ln_1, eps), (k_cache, v_cache, lengths))
+    width = x.shape[-1]
+    parts = {
+        "attn.c_proj": (c_proj, (width, width)),
+        "mlp.c_fc": (c_fc, (4 * width, width)),
+        "mlp.c_proj": (mlp_proj, (width, 4 * width)),
+        "ln_2": (ln_2, (width,)),
+    }
+    for name, ((weight, bias), shape) in parts.items():
+        if weight.shape != shape or bias.shape != shape[:1]:
+            raise ValueError(
+                f"{NAME}: {name} must have weight {shape} and bias ({shape[0]},) for width {width}, got "
+                f"{tuple(weight.shape)} and {tuple(bias.shape)}"
+            )
+        for t in (weight, bias):
+            if t.dtype != x.dtype or t.device != x.device:
+                raise ValueError(f"{NAME}: {name} is {t.dtype} on {t.device}, but x is {x.dtype} on {x.device}")
+    if next_lengths.shape != lengths.shape or next_lengths.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{NAME}: next_lengths must be like lengths, a ({rows},) int32 or int64 tensor")
+    if next_lengths.device != x.device:
+        raise ValueError(f"{NAME}: next_lengths must be on {x.device}, got {next_lengths.device}")
+    return rows, heads
 
 
 def traffic(lengths, width, heads, max_len, itemsize, *, dtype=torch.float16, device="cpu") -> Traffic:
