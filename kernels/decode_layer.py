@@ -22,6 +22,7 @@ result up to the order of fp32 sums where the tiles differ. In the interpreter t
 (kernels.barrier says why), which takes every item itself.
 """
 
+import functools
 import math
 
 import torch
@@ -113,6 +114,7 @@ def column_tile(out_features: int, in_features: int, count: int) -> int:
     return block_n
 
 
+@functools.lru_cache(maxsize=256)  # called on every launch: plan each shape once (callers only read the dict)
 def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict:
     """Everything the launch needs that depends on shapes alone: programs, tiles, the attention split."""
     limits = device_limits(device)
@@ -128,7 +130,8 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
     split = None if limits.is_cpu else TileConfig(block_n=64, split_k=prev_pow2(max(1, count // (rows * heads))))
     attention = resolve_decode_config(split, rows * heads, max_len, width // heads, dtype, device)
     chunk, splits = decode_split(max_len, attention)
-    items = max(cdiv(3 * width, tiles["BN_A"]), rows * heads * splits, cdiv(4 * width, tiles["BN_F"]))
+    outputs = {"BN_A": 3 * width, "BN_O": width, "BN_F": 4 * width, "BN_P": width}
+    items = max(rows * heads * splits, *(cdiv(n, tiles[name]) for name, n in outputs.items()))
     return dict(programs=programs(device, items), tiles=tiles, attention=attention, chunk=chunk, splits=splits)
 
 
