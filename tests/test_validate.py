@@ -90,7 +90,10 @@ def _generate_args(**change):
         (dict(prompt="p" * (validate.MAX_PROMPT_CHARS + 1)), "prompt is 20001 characters long"),
         (dict(batch=None), "batch must be a whole number"),
         (dict(overlay="yes"), "overlay previous run must be true or false"),
-        (dict(fusion="fused"), "fusion must be one of 'none', 'epilogue', 'decode', 'overlap'; got 'fused'"),
+        (
+            dict(fusion="fused"),
+            "fusion must be one of 'none', 'epilogue', 'decode', 'overlap', 'persistent'; got 'fused'",
+        ),
     ],
 )
 def test_generate_refuses_before_any_work(monkeypatch, change, message):
