@@ -33,8 +33,9 @@ from . import arrival, barrier
 from .attention_decode import LOG2E, attend_item, decode_split, resolve_decode_config
 from .config import TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2
 from .fused_linear import _check as check_decode_linear
-from .fused_linear import prefetch_item, prev_pow2, slice_tiles
-from .fused_linear import traffic as linear_traffic
+from .fused_linear import prefetch_item
+from .fused_linear_tiles import prev_pow2, slice_tiles
+from .fused_linear_tiles import traffic as linear_traffic
 from .linear import DECODE_ROWS
 
 NAME = "decode_layer"

@@ -1,0 +1,202 @@
+"""decode_linear's tiles: the rules that choose them, their validation, and the traffic a launch at them moves.
+
+Two forms of the kernel take the same TileConfig (kernels.fused_linear): block_k from PREFETCH_BLOCK_K up
+chooses the prefetch form, which holds each split's whole K slice in registers; below it, the K loop, whose
+tiles go through shared memory as linear's do.
+"""
+
+import functools
+
+import torch
+
+from .config import (
+    SECTOR,
+    TileConfig,
+    Traffic,
+    as_config,
+    cdiv,
+    check_fields,
+    check_shared_memory,
+    device_limits,
+    fit_defaults,
+    l2_miss,
+    next_pow2,
+    sectors,
+)
+from .linear import shared_memory
+
+NAME = "decode_linear"
+
+
+def default_config(rows: int, out_features: int, in_features: int, dtype: torch.dtype, device) -> TileConfig:
+    """GPU: the prefetch form, so that under PDL each program's whole weight slice is in flight before it
+    waits for the kernel ahead. 8-column tiles in 8 warps, K unsplit up to PREFETCH_SLICE columns: no
+    arrival, and programs enough (96 for a 768-wide output). An output as wide as the LM head's takes the
+    K loop in 128-wide tiles, no split. Both from H200 sweeps of the whole decode step (benchmarks/RESULTS.md).
+    CPU (the interpreter): few large programs in the K loop, block_n 256, block_k 64, one split."""
+    limits = device_limits(device)
+    if limits.is_cpu:
+        return TileConfig(block_m=16, block_n=256, block_k=64, split_k=1, num_warps=4, num_stages=1)
+    if cdiv(out_features, 128) >= 2 * limits.num_sms:
+        return TileConfig(block_m=16, block_n=128, block_k=64, split_k=1, num_warps=4, num_stages=3)
+    split_k = next_pow2(cdiv(in_features, PREFETCH_SLICE))
+    block_k = max(PREFETCH_BLOCK_K, next_pow2(cdiv(in_features, split_k)))
+    return TileConfig(block_m=16, block_n=8, block_k=block_k, split_k=split_k, num_warps=8, num_stages=1)
+
+
+PREFETCH_SLICE = 3072  # the longest K slice the default prefetch form holds in registers (8 x 3072 elements)
+
+
+def prev_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _check_fields(user: TileConfig) -> None:
+    if user.block_m is not None and user.block_m != 16:
+        raise ValueError(f"{NAME}: all rows share one 16-row tile, so block_m must be 16 or unset (got {user.block_m})")
+    check_fields(NAME, user)
+
+
+@functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
+def resolve_config(config, rows, out_features, in_features, dtype, device) -> TileConfig:
+    user = as_config(NAME, config)
+    _check_fields(user)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    cfg = user.merged(default_config(rows, out_features, in_features, dtype, device))
+    if prefetches(cfg):  # registers, not shared memory: the slice must fit them
+        k_per_split, _ = splits_of(cfg, in_features)
+        held = sum(slice_tiles(k_per_split)) * cfg.block_n
+        if k_per_split > cfg.block_k:
+            raise ValueError(
+                f"{NAME}: block_k={cfg.block_k} (from {PREFETCH_BLOCK_K} on) loads each split's K slice at once, but "
+                f"{in_features} columns in {cfg.split_k} splits are slices of {k_per_split}; use block_k >= "
+                f"{next_pow2(k_per_split)}, a larger split_k, or block_k <= {PREFETCH_BLOCK_K // 2} for the K loop"
+            )
+        if held > PREFETCH_ELEMENTS:
+            raise ValueError(
+                f"{NAME}: {cfg} loads a {k_per_split}-column K slice of {cfg.block_n} columns at once ({held} "
+                f"elements; at most {PREFETCH_ELEMENTS} fit registers); use a smaller block_n or a larger split_k, "
+                "or a block_k below the slice for the K loop"
+            )
+        return cfg
+    if cfg.block_n < 16:
+        raise ValueError(
+            f"{NAME}: block_n={cfg.block_n} needs the prefetch form (block_k >= {PREFETCH_BLOCK_K}); the K loop's "
+            "tl.dot takes tiles of at least 16 columns"
+        )
+    cfg = fit_defaults(NAME, cfg, user, lambda c: shared_memory(c, itemsize, device), device)
+    need = shared_memory(cfg, itemsize, device)
+    what = f"{cfg.num_stages} stages of a 16x{cfg.block_k} and a {cfg.block_k}x{cfg.block_n} tile"
+    check_shared_memory(NAME, cfg, need, device, what)
+    return cfg
+
+
+PREFETCH_ELEMENTS = 1 << 16  # the most weight elements one program of the prefetch form holds (128 KB in bf16)
+
+
+STATS_ELEMENTS = 4096  # the most x elements the LayerNorm statistics load at once (fp32 registers)
+
+
+def stats_tile(rows: int, in_features: int) -> dict:
+    """The one-load statistics tile (powers of two covering rows x in_features), or STATS_COLS=0 for the
+    chunked two-pass loop when the rows would not fit registers."""
+    r, c = next_pow2(max(rows, 1)), next_pow2(in_features)
+    return dict(STATS_ROWS=r, STATS_COLS=c if r * c <= STATS_ELEMENTS else 0)
+
+
+PREFETCH_BLOCK_K = 512  # block_k from here up chooses the prefetch form; below it, the K loop
+
+
+def prefetches(cfg: TileConfig) -> bool:
+    """Whether a launch at these tiles is the prefetch form, which loads each split's whole K slice (at most
+    block_k columns) at once, rather than the K loop in block_k steps."""
+    return cfg.block_k >= PREFETCH_BLOCK_K
+
+
+def splits_of(cfg: TileConfig, in_features: int) -> tuple[int, int]:
+    """(columns of K per split, splits). The K loop takes whole BLOCK_K steps per split, as linear's split-K
+    path, so the last split may be shorter and fewer than split_k splits may be needed. The prefetch form
+    cuts K into split_k slices rounded up to 16 columns."""
+    if prefetches(cfg):
+        k_per_split = cdiv(cdiv(in_features, cfg.split_k), 16) * 16
+    else:
+        k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
+    return k_per_split, cdiv(in_features, k_per_split)
+
+
+def slice_tiles(k_per_split: int) -> tuple[int, int]:
+    """The prefetch form's two K tiles covering a slice: the largest power of two that fits, and the rest
+    rounded up to a power of two (0 when the slice is one already): 768 -> (512, 256)."""
+    head = prev_pow2(k_per_split)
+    rest = k_per_split - head
+    return head, (next_pow2(rest) if rest else 0)
+
+
+def traffic(
+    rows,
+    out_features,
+    in_features,
+    itemsize,
+    *,
+    bias=True,
+    activation=None,
+    residual=False,
+    norm=False,
+    kv=None,
+    config=None,
+    dtype=torch.float16,
+    device="cpu",
+    lengths_itemsize=4,
+) -> Traffic:
+    """Modeled traffic of one decode_linear launch at these tiles; `kv` is the number of heads of the cache
+    write (None: no cache write).
+
+    L2 -> SM: each program loads its x rows over its K slice (so x is read once per column tile) and its
+    weight slice (columns wrap, never masked, as linear's). With the norm, each program also reads the full
+    rows once for the statistics (the variance pass re-reads what the mean pass just brought into L1) and
+    its slice of the LN weight and bias. With several splits each program stores an fp32 partial and the
+    last arriver reads all of its tile's back; each program's atomic on its tile's counter moves one sector
+    each way, and the last arriver's reset stores one. The epilogue loads bias and residual once and stores
+    y; with kv, each tile holding K or V columns loads the positions (one access) and each cache row is
+    stored in whole sectors (config.sectors; a row split across two tiles can cost a sector more).
+    HBM: x, weight, LN weight and bias, bias and residual come from HBM once (the re-reads of x are L2 hits
+    while x fits, config.l2_miss); the partials are written (reaching HBM eventually) and read back from L2
+    while they fit; y and the cache rows are written; the counters are read and written once per tile."""
+    cfg = resolve_config(config, rows, out_features, in_features, dtype, device)
+    _, splits = splits_of(cfg, in_features)
+    tiles_n = cdiv(out_features, cfg.block_n)
+    programs = tiles_n * splits
+    x_bytes, w_bytes, y_bytes = (
+        rows * in_features * itemsize,
+        out_features * in_features * itemsize,
+        rows * out_features * itemsize,
+    )
+    b_bytes = out_features * itemsize if bias else 0
+    r_bytes = y_bytes if residual else 0
+    ln_bytes = 2 * in_features * itemsize if norm else 0
+    x_loaded = x_bytes * tiles_n + (x_bytes * programs if norm else 0)
+    w_loaded = tiles_n * min(cfg.block_n, out_features) * in_features * itemsize
+    partial = splits * rows * out_features * 4 if splits > 1 else 0
+    counter = tiles_n * SECTOR if splits > 1 else 0  # one slot per tile, one sector each
+    atomics = programs * SECTOR if splits > 1 else 0
+    kv_rows = kv_read = kv_bytes = lengths = 0
+    if kv:
+        head_dim = in_features // kv
+        kv_rows = 2 * rows * kv * sectors(head_dim * itemsize)
+        kv_bytes = 2 * rows * in_features * itemsize
+        lengths = rows * lengths_itemsize
+        kv_read = (tiles_n - in_features // cfg.block_n) * sectors(lengths)  # the tiles that end past column C
+    reads = x_loaded + w_loaded + ln_bytes * tiles_n + partial + b_bytes + r_bytes + kv_read + atomics
+    writes = partial + y_bytes + kv_rows + atomics + counter
+    flops = 2 * rows * out_features * in_features + rows * out_features * (
+        (1 if bias else 0) + (1 if residual else 0) + (10 if activation else 0) + (splits - 1 if splits > 1 else 0)
+    )
+    if norm:  # every program's statistics over the full rows (3 per element), each tile's normalisation (4)
+        flops += programs * 3 * rows * in_features + tiles_n * 4 * rows * in_features
+    inputs = x_bytes + w_bytes + ln_bytes + b_bytes + r_bytes
+    floor = inputs + lengths + y_bytes + kv_bytes
+    hbm_read = (
+        inputs + round((x_loaded - x_bytes) * l2_miss(x_bytes, device)) + round(partial * l2_miss(partial, device))
+    )
+    hbm_read += (sectors(lengths) if kv else 0) + counter
+    return Traffic(reads, writes, flops, floor, hbm_read, partial + y_bytes + kv_bytes + counter)
