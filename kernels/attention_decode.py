@@ -333,7 +333,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
         raise ValueError(f"decode_attention: one_launch must be True or False, got {one_launch!r}")
     if config == "autotune":
         config = tuned_decode_config(q, k_cache, v_cache, lengths, one_launch=one_launch)
-    plan = _plan(config, batch * heads, max_len, head_dim, q.dtype, device)
+    plan = launch_plan(config, batch * heads, max_len, head_dim, q.dtype, device)
     cfg, chunk, splits, block_d, block_s, prefetch, scale, overlaps = plan
     pdl = bool(pdl) and one_launch and overlaps
     o = new_output(q)
@@ -376,7 +376,7 @@ PREFETCH_ELEMENTS_PER_WARP = 1024  # of K's tile (and as many of V's): 32 per th
 
 
 @functools.lru_cache(maxsize=1024)  # called on every launch: plan each shape once
-def _plan(config, batch_heads, max_len, head_dim, dtype, device) -> tuple:
+def launch_plan(config, batch_heads, max_len, head_dim, dtype, device) -> tuple:
     """(tiles, keys per split, splits, BLOCK_D, BLOCK_S, PREFETCH, the scores' scale in log2 units, whether
     launches may overlap on this device)."""
     cfg = resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device)

@@ -112,19 +112,7 @@ def _cases(dtype, arch):
     layer |= dict.fromkeys(
         ("M", "C", "H", "HEAD_DIM", "SPLITS", "CHUNK", "skb", "skh", "skt", "svb", "svh", "svt"), "i32"
     )
-    layer |= dict(
-        ROWS=1,
-        **plan["tiles"],
-        HEAD_C=512,
-        TAIL_C=256,
-        HEAD_F=2048,
-        TAIL_F=1024,
-        STATS_COLS=1024,
-        SPLIT=plan["splits"] > 1,
-        BLOCK_N=plan["attention"].block_n,
-        BLOCK_S=max(2, plan["splits"]),
-        BLOCK_D=64,
-    )
+    layer |= plan["constexprs"]  # as the launcher passes them for one sequence of GPT-2 small
     yield ("decode layer", DL._decode_layer_kernel, layer, DL.WARPS, 1, 0)
     yield ("decode merge", AD._decode_merge_kernel, dict(Part="*fp32", Out=t,
            stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,

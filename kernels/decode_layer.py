@@ -30,11 +30,12 @@ import triton
 import triton.language as tl
 
 from . import arrival, barrier
-from .attention_decode import LOG2E, attend_item, decode_split, resolve_decode_config
-from .config import TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2
+from .attention_decode import attend_item
+from .attention_decode import launch_plan as attention_plan
+from .config import SECTOR, TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2
 from .fused_linear import _check as check_decode_linear
 from .fused_linear import prefetch_item
-from .fused_linear_tiles import prev_pow2, slice_tiles
+from .fused_linear_tiles import PREFETCH_BLOCK_K, prev_pow2, slice_tiles
 from .fused_linear_tiles import traffic as linear_traffic
 from .linear import DECODE_ROWS
 
@@ -117,23 +118,31 @@ def column_tile(out_features: int, in_features: int, count: int) -> int:
 
 @functools.lru_cache(maxsize=256)  # called on every launch: plan each shape once (callers only read the dict)
 def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict:
-    """Everything the launch needs that depends on shapes alone: programs, tiles, the attention split."""
+    """Everything the launch needs that depends on shapes alone: programs, tiles, the attention split, and the
+    kernel's constexprs."""
     limits = device_limits(device)
     count = 1 if limits.is_cpu else limits.num_sms
-    tiles = {
-        "BN_A": column_tile(3 * width, width, count),
-        "BN_O": column_tile(width, width, count),
-        "BN_F": column_tile(4 * width, width, count),
-        "BN_P": column_tile(width, 4 * width, count),
+    shapes = {
+        "BN_A": (3 * width, width),
+        "BN_O": (width, width),
+        "BN_F": (4 * width, width),
+        "BN_P": (width, 4 * width),
     }
+    tiles = {name: column_tile(out_f, in_f, count) for name, (out_f, in_f) in shapes.items()}
     # Attention's items too: about one per program, in 64-key tiles (the default's would be many short
     # splits of 32 keys, made for programs of 2 warps, not for one 8-warp program per SM).
     split = None if limits.is_cpu else TileConfig(block_n=64, split_k=prev_pow2(max(1, count // (rows * heads))))
-    attention = resolve_decode_config(split, rows * heads, max_len, width // heads, dtype, device)
-    chunk, splits = decode_split(max_len, attention)
-    outputs = {"BN_A": 3 * width, "BN_O": width, "BN_F": 4 * width, "BN_P": width}
-    items = max(rows * heads * splits, *(cdiv(n, tiles[name]) for name, n in outputs.items()))
-    return dict(programs=programs(device, items), tiles=tiles, attention=attention, chunk=chunk, splits=splits)
+    attention, chunk, splits, block_d, block_s, _, scale, _ = attention_plan(
+        split, rows * heads, max_len, width // heads, dtype, device
+    )
+    items = max(rows * heads * splits, *(cdiv(out_f, tiles[name]) for name, (out_f, _) in shapes.items()))
+    (head_c, tail_c), (head_f, tail_f) = slice_tiles(width), slice_tiles(4 * width)
+    constexprs = dict(
+        ROWS=next_pow2(rows), **tiles, HEAD_C=head_c, TAIL_C=tail_c, HEAD_F=head_f, TAIL_F=tail_f,
+        STATS_COLS=next_pow2(width), SPLIT=splits > 1, BLOCK_N=attention.block_n, BLOCK_S=block_s, BLOCK_D=block_d,
+    )  # fmt: skip
+    return dict(programs=programs(device, items), tiles=tiles, attention=attention, chunk=chunk, splits=splits,
+                scale=scale, constexprs=constexprs)  # fmt: skip
 
 
 def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5):
@@ -155,20 +164,14 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5):
     p = plan(rows, width, heads, max_len, x.dtype, x.device)
     x2 = x.reshape(rows, width).contiguous()
     qkv, attn, x1, hid = (new_output(x, (rows, n)) for n in (3 * width, width, width, 4 * width))
-    block_d = max(16, next_pow2(head_dim))
-    splits = p["splits"]
-    part = new_output(x, (rows * heads * splits * (block_d + 2),), torch.float32)
-    head_c, tail_c = slice_tiles(width)
-    head_f, tail_f = slice_tiles(4 * width)
+    part = new_output(x, (rows * heads * p["splits"] * (p["constexprs"]["BLOCK_D"] + 2),), torch.float32)
     _decode_layer_kernel[(p["programs"],)](
         x2, *ln_1, *c_attn, qkv, k_cache, v_cache, lengths, next_lengths, part,
         arrival.counters(x.device, rows * heads), attn, *c_proj, x1, *ln_2, *c_fc, hid, *mlp_proj, out,
         arrival.stage_counters(x.device, STAGES),
-        rows, width, heads, head_dim, float(eps), float(eps), splits, p["chunk"], LOG2E / math.sqrt(head_dim),
+        rows, width, heads, head_dim, float(eps), float(eps), p["splits"], p["chunk"], p["scale"],
         *k_cache.stride(), *v_cache.stride(),
-        ROWS=next_pow2(rows), **p["tiles"], HEAD_C=head_c, TAIL_C=tail_c, HEAD_F=head_f, TAIL_F=tail_f,
-        STATS_COLS=next_pow2(width), SPLIT=splits > 1, BLOCK_N=p["attention"].block_n,
-        BLOCK_S=max(2, next_pow2(splits)), BLOCK_D=block_d, num_warps=WARPS, num_stages=1,
+        **p["constexprs"], num_warps=WARPS, num_stages=1,
     )  # fmt: skip
     return out
 
@@ -218,8 +221,8 @@ def traffic(lengths, width, heads, max_len, itemsize, *, dtype=torch.float16, de
     on = dict(dtype=dtype, device=device)
 
     def tiles(block_n, in_features):
-        return TileConfig(block_m=16, block_n=block_n, block_k=max(512, next_pow2(in_features)), split_k=1,
-                          num_warps=WARPS, num_stages=1)  # fmt: skip
+        return TileConfig(block_m=16, block_n=block_n, block_k=max(PREFETCH_BLOCK_K, next_pow2(in_features)),
+                          split_k=1, num_warps=WARPS, num_stages=1)  # fmt: skip
 
     t = p["tiles"]
     parts = [
@@ -233,8 +236,4 @@ def traffic(lengths, width, heads, max_len, itemsize, *, dtype=torch.float16, de
         ),  # fmt: skip
         linear_traffic(rows, width, 4 * width, itemsize, residual=True, config=tiles(t["BN_P"], 4 * width), **on),
     ]
-    sync = STAGES * p["programs"] * 32
-    total = Traffic(0, sync, 0, 0, 0, 0)
-    for part in parts:
-        total = total + part
-    return total
+    return sum(parts, Traffic(0, STAGES * p["programs"] * SECTOR, 0, 0, 0, 0))  # the arrivals: a sector each
