@@ -22,27 +22,26 @@ _buffers: dict[torch.device, torch.Tensor] = {}
 
 def counters(device: torch.device, needed: int) -> torch.Tensor:
     """The device's zeroed arrival counters (at least `needed` of them)."""
-    if needed > SLOTS:
-        raise ValueError(f"a launch needs {needed} arrival counters, more than the {SLOTS} kept per device")
-    if not isinstance(device, torch.device):
-        device = torch.device(device)
-    buf = _buffers.get(device)
-    if buf is None:
-        buf = _buffers[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)
-    return buf
+    return _zeroed(_buffers, device, needed, SLOTS, "arrival")
 
 
+STAGE_SLOTS = 64
 _stages: dict[torch.device, torch.Tensor] = {}
 
 
 def stage_counters(device: torch.device, stages: int) -> torch.Tensor:
     """The device's zeroed stage counters (kernels.barrier), apart from the arrival counters: a launch that
     waits at stage counters may also use arrival counters (decode attention's, inside kernels.decode_layer)."""
-    if stages > 64:
-        raise ValueError(f"a launch needs {stages} stage counters, more than the 64 kept per device")
+    return _zeroed(_stages, device, stages, STAGE_SLOTS, "stage")
+
+
+def _zeroed(buffers: dict, device, needed: int, slots: int, kind: str) -> torch.Tensor:
+    """buffers' zeroed int32 buffer of `slots` counters for device, made on first use."""
+    if needed > slots:
+        raise ValueError(f"a launch needs {needed} {kind} counters, more than the {slots} kept per device")
     if not isinstance(device, torch.device):
         device = torch.device(device)
-    buf = _stages.get(device)
+    buf = buffers.get(device)
     if buf is None:
-        buf = _stages[device] = torch.zeros(64, dtype=torch.int32, device=device)
+        buf = buffers[device] = torch.zeros(slots, dtype=torch.int32, device=device)
     return buf
