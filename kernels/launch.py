@@ -52,7 +52,11 @@ def _bind(args) -> tuple[tuple, list]:
     The launcher is handed each tensor's address instead of the tensor: it would otherwise ask the tensor for
     it again and the driver whether it is a device pointer, per tensor and per launch. Whether the tensor is
     on a GPU is part of the key instead, so a CPU tensor misses and takes the JITFunction's checked path."""
-    return _binder(tuple([isinstance(a, Tensor) for a in args]))(*args)
+    return _binder_for(args)(*args)
+
+
+def _binder_for(args):
+    return _binder(tuple([isinstance(a, Tensor) for a in args]))
 
 
 _binders: dict = {}
@@ -135,7 +139,7 @@ class _Fast:
         except (AttributeError, TypeError):
             hit = None
         if hit is None:  # another pattern of tensors, or a signature not bound yet
-            self.bind = _binder(tuple([isinstance(a, Tensor) for a in args]))
+            self.bind = _binder_for(args)
             spec, at = self.bind(*args)
             key = (device, spec, *kwargs.items())
             hit = self.bound.get(key)
