@@ -30,7 +30,7 @@ from ..model.graphs import DecodeGraph
 from ..model.ops import FUSIONS, Trace
 from .launches import device_activity
 from .metrics import MB
-from .traffic import op_traffic
+from .traffic import traffic_at
 
 RUNGS = (*FUSIONS, "torch")  # "torch": the PyTorch backend, whatever the rung
 
@@ -86,7 +86,7 @@ def rung_row(model, rung: str, *, context: int, batch: int = 1, replays: int = 5
     lengths = (context + 1,) * batch  # each sequence attends over its cache and the new token
     total = None
     for op in trace.ops:
-        t = op_traffic(op, lengths if op.kernel in ("decode_attention", "decode_layer") else ())
+        t = traffic_at(op, lengths)
         total = t if total is None else total + t
     row = dict(
         rung=rung,

@@ -115,6 +115,14 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
     raise ValueError(f"no traffic model for kernel {op.kernel!r}")
 
 
+KEYED_BY_LENGTHS = ("decode_attention", "decode_layer")  # the kernels whose traffic depends on each length
+
+
+def traffic_at(op: Op, lengths: tuple[int, ...]) -> Traffic:
+    """op_traffic, given the lengths only where the kernel reads them (so alike calls share one cache entry)."""
+    return op_traffic(op, lengths if op.kernel in KEYED_BY_LENGTHS else ())
+
+
 def step_traffic(step) -> dict[str, Traffic]:
     """Modeled traffic of one Step, per chart category. In a decode step each sequence attends over
     as many keys as the new token's position (its length once the fed token is in the cache)."""
@@ -125,7 +133,7 @@ def step_traffic(step) -> dict[str, Traffic]:
 def _by_category(ops: tuple[Op, ...], lengths: tuple[int, ...]) -> dict[str, Traffic]:
     out: dict[str, Traffic] = {}
     for op in ops:
-        t = op_traffic(op, lengths if op.kernel in ("decode_attention", "decode_layer") else ())
+        t = traffic_at(op, lengths)
         kind = category(op)
         out[kind] = out[kind] + t if kind in out else t
     return out
