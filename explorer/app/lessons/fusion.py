@@ -85,7 +85,7 @@ def explain(r) -> str:
             "device memory where the other rungs wait at kernel boundaries; a waiting program's next weights are "
             f"already on their way: **{base.ms(f['persistent_ms'])}**."
         )
-        if f["persistent_ms"] > f["overlap_ms"]:
+        if f["persistent_ms"] > f["overlap_ms"] and r.device != "CPU":  # the reasons are a GPU's
             text += (
                 " Fewer launches did not make it faster: one program per SM keeps fewer bytes in flight than the "
                 "decode rung's hundreds of programs per kernel, and every stage ends at a barrier that each "
