@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune, launch, pdl
+from . import arrival, autotune, barrier, launch, pdl
 from .attention import LOG2E, check_qkv
 from .config import (
     SECTOR,
@@ -84,16 +84,16 @@ def _decode_chunk(
 
 @triton.jit
 def _decode_tile_prefetched(
-    Q, K, V, b, h, lo, length, PDL,
+    Q, K, V, b, h, lo, length, PDL, Sync, arrivals,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BARRIER: tl.constexpr,
 ):  # fmt: skip
-    """_decode_chunk for a chunk of one key tile, [lo, min(lo + BLOCK_N, length)), loaded around the PDL
-    wait: the keys and values written by earlier steps (positions below length - 1) before it, q and the
-    newest row (length - 1, which the kernel just before stores) after it."""
+    """_decode_chunk for a chunk of one key tile, [lo, min(lo + BLOCK_N, length)), loaded around the wait for
+    the work before (_wait): the keys and values written by earlier steps (positions below length - 1) before
+    it, q and the newest row (length - 1, which that work stores) after it."""
     dims = tl.arange(0, BLOCK_D)
     d_mask = dims < HEAD_DIM
     cols = lo + tl.arange(0, BLOCK_N)
@@ -104,7 +104,7 @@ def _decode_tile_prefetched(
     old = (cols < length - 1)[:, None] & d_mask[None, :]
     k = tl.load(k_ptrs, mask=old, other=0.0)
     v = tl.load(v_ptrs, mask=old, other=0.0)
-    pdl.wait(PDL)
+    _wait(PDL, Sync, arrivals, BARRIER)
     newest = (cols == length - 1)[:, None] & d_mask[None, :]
     k = tl.where(newest, tl.load(k_ptrs, mask=newest, other=0.0), k)
     v = tl.where(newest, tl.load(v_ptrs, mask=newest, other=0.0), v)
@@ -114,6 +114,16 @@ def _decode_tile_prefetched(
     m_i = tl.max(qk, axis=0)
     p = tl.where(cols < length, tl.exp2(qk - m_i), 0.0)  # an empty chunk: max -inf, sum 0, output 0
     return tl.sum(p[:, None] * v.to(tl.float32), axis=0), m_i, tl.sum(p, axis=0)
+
+
+@triton.jit
+def _wait(PDL: tl.constexpr, Sync, arrivals, BARRIER: tl.constexpr):
+    """Wait for the work that writes q and the newest cache rows: the kernel before under PDL, or with BARRIER
+    (the decode layer kernel) `arrivals` arrivals at stage counter 0 (kernels.barrier)."""
+    if BARRIER:
+        barrier.wait(Sync, 0, arrivals)
+    else:
+        pdl.wait(PDL)
 
 
 @triton.jit
@@ -158,9 +168,9 @@ def _decode_partial_kernel(
     lo = split * CHUNK
     if PREFETCH:  # a chunk of one key tile: its keys and values all requested at once
         acc, m_i, l_i = _decode_tile_prefetched(
-            Q, K, V, b, h, lo, length, False,
+            Q, K, V, b, h, lo, length, False, Lengths, 0,
             stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, False,
         )  # fmt: skip
     else:
         acc, m_i, l_i = _decode_chunk(
@@ -208,36 +218,38 @@ def _decode_one_launch_kernel(
     pdl.launch_dependents(PDL)
     attend_item(
         tl.program_id(0).to(tl.int64), tl.program_id(1), tl.num_programs(0), Q, K, V, Lengths, Part, Counters, Out,
+        Counters, 0,
         stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
         stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_od,
-        H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, PDL, PREFETCH,
+        H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, PDL, PREFETCH, False,
     )  # fmt: skip
 
 
 @triton.jit
 def attend_item(
-    bh, split, BH, Q, K, V, Lengths, Part, Counters, Out,
+    bh, split, BH, Q, K, V, Lengths, Part, Counters, Out, Sync, arrivals,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_od,
     H, SPLITS, CHUNK, qk_scale,
     SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, BARRIER: tl.constexpr,
 ):  # fmt: skip
     """Split `split` of (sequence, head) pair bh, of BH pairs: its partial, and the merge when it arrives last
-    (or the whole answer with one split). The decode layer kernel runs many per program."""
+    (or the whole answer with one split). The decode layer kernel runs many per program, waiting for its first
+    stage with BARRIER (at `arrivals` arrivals at Sync[0]) where the one-launch kernel waits under PDL."""
     b, h = bh // H, bh % H
     length = tl.load(Lengths + b).to(tl.int32)
     lo = split * CHUNK
     if PREFETCH:
         acc, m_i, l_i = _decode_tile_prefetched(
-            Q, K, V, b, h, lo, length, PDL,
+            Q, K, V, b, h, lo, length, PDL, Sync, arrivals,
             stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, BARRIER,
         )  # fmt: skip
     else:
-        pdl.wait(PDL)
+        _wait(PDL, Sync, arrivals, BARRIER)
         acc, m_i, l_i = _decode_chunk(
             Q, K, V, b, h, lo, min(lo + CHUNK, length),
             stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,

@@ -250,10 +250,11 @@ def _decode_prefetch_kernel(
     weight slice (HEAD_K columns of K, then TAIL_K more, both powers of two, TAIL_K possibly 0) before it
     reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
     pdl.launch_dependents(PDL)
-    prefetch_item(
-        tl.program_id(0), tl.program_id(1), X, W, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
-        M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
-        stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
+    pid_n, split = tl.program_id(0), tl.program_id(1)
+    w0, w1 = load_slice(pid_n, split, W, N, K, K_PER_SPLIT, stride_wn, stride_wk, BLOCK_N, HEAD_K, TAIL_K)
+    slice_item(
+        w0, w1, pid_n, split, X, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
+        M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM, stride_xm, stride_xk, stride_rm, stride_ym,
         stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
         Counters, 0, 0,
         HAS_NORM, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, ARRIVE, PDL, False, ROWS, BLOCK_N, HEAD_K, TAIL_K,
@@ -262,20 +263,9 @@ def _decode_prefetch_kernel(
 
 
 @triton.jit
-def prefetch_item(
-    pid_n, split, X, W, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
-    M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
-    stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
-    Sync, stage, arrivals,
-    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PDL: tl.constexpr, BARRIER: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr,
-    STATS_COLS: tl.constexpr,
-):  # fmt: skip
-    """One (column tile, split) of the prefetch form: its weight slice loaded, then the wait for what earlier
-    work writes (the kernel ahead under PDL; with BARRIER, `arrivals` arrivals at Sync[stage], kernels.barrier),
-    then the rows times the slice and the epilogue. The decode layer kernel runs many per program."""
+def load_slice(pid_n, split, W, N, K, K_PER_SPLIT, stride_wn, stride_wk,
+               BLOCK_N: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr):  # fmt: skip
+    """The weight slice of (column tile, split): HEAD_K rows of K, then TAIL_K more (w1 is w0 when TAIL_K is 0)."""
     cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     w_cols = W + (cols % N)[None, :] * stride_wn  # columns wrap, never masked, as the K loop's
     k_lo = split * K_PER_SPLIT
@@ -285,6 +275,30 @@ def prefetch_item(
     if TAIL_K > 0:
         ks1 = k_lo + HEAD_K + tl.arange(0, TAIL_K)
         w1 = tl.load(w_cols + ks1[:, None] * stride_wk, mask=(ks1 < k_hi)[:, None], other=0.0)
+    else:
+        w1 = w0
+    return w0, w1
+
+
+@triton.jit
+def slice_item(
+    w0, w1, pid_n, split, X, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
+    M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
+    stride_xm, stride_xk, stride_rm, stride_ym,
+    stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+    Sync, stage, arrivals,
+    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PDL: tl.constexpr, BARRIER: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+):  # fmt: skip
+    """The rest of a (column tile, split) once its slice (load_slice) is on its way: the wait for what earlier
+    work writes (the kernel ahead under PDL; with BARRIER, `arrivals` arrivals at Sync[stage], kernels.barrier),
+    then the rows times the slice and the epilogue."""
+    cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_lo = split * K_PER_SPLIT
+    k_hi = min(k_lo + K_PER_SPLIT, K)
+    ks0 = k_lo + tl.arange(0, HEAD_K)
     if BARRIER:
         barrier.wait(Sync, stage, arrivals)
     else:
@@ -295,6 +309,7 @@ def prefetch_item(
         mean, rstd = _row_stats(X, M, K, eps, stride_xm, stride_xk, ROWS, STATS_COLS)
     acc = _rows_times(X, w0, ks0, ks0 < k_hi, mean, rstd, LnW, LnB, M, stride_xm, stride_xk, HAS_NORM, ROWS, BLOCK_N)
     if TAIL_K > 0:
+        ks1 = k_lo + HEAD_K + tl.arange(0, TAIL_K)
         acc += _rows_times(X, w1, ks1, ks1 < k_hi, mean, rstd, LnW, LnB, M, stride_xm, stride_xk, HAS_NORM, ROWS,
                            BLOCK_N)  # fmt: skip
     _finish(acc, tl.arange(0, ROWS).to(tl.int64), cols, pid_n, split, Bias, R, Y, P, Counters, KC, VC, Lengths,
