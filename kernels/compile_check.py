@@ -106,13 +106,14 @@ def _cases(dtype, arch):
     DL = importlib.import_module("kernels.decode_layer")
     plan = DL.plan(1, 768, 12, 1024, tdt, limits)
     layer = dict.fromkeys(("X", "Ln1W", "Ln1B", "Wa", "Ba", "QKV", "KC", "VC", "Attn", "Wo", "Bo", "X1", "Ln2W", "Ln2B",
-                           "Wf", "Bf", "Hid", "Wp", "Bp", "Out"), t)  # fmt: skip
+                           "Wf", "Bf", "Hid", "Wp", "Bp", "Out", "Times"),
+                          t)  # fmt: skip
     layer |= dict(Lengths="*i32", NextLengths="*i32", Part="*fp32", Heads="*i32", Sync="*i32", eps1="fp32",
                   eps2="fp32", qk_scale="fp32", skd=1, svd=1)  # fmt: skip
     layer |= dict.fromkeys(
         ("M", "C", "H", "HEAD_DIM", "SPLITS", "CHUNK", "skb", "skh", "skt", "svb", "svh", "svt"), "i32"
     )
-    layer |= plan["constexprs"]  # as the launcher passes them for one sequence of GPT-2 small
+    layer |= plan["constexprs"] | dict(STAMPS=False)  # as launched for one sequence of GPT-2 small
     yield ("decode layer", DL._decode_layer_kernel, layer, DL.WARPS, 1, 0)
     yield ("decode merge", AD._decode_merge_kernel, dict(Part="*fp32", Out=t,
            stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,

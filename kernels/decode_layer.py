@@ -5,7 +5,7 @@ ln_2 + c_fc + GELU, c_proj + residual), each waiting at a kernel boundary for th
 launch of at most one program per SM runs the same five stages, and the programs wait for each other at
 counters in device memory instead (kernels.barrier):
 
-    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (fused_linear.prefetch_item)
+    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (fused_linear.load_slice, slice_item)
     stage 1   attention                  (sequence, head, split) items, the last split of each pair merging
                                          (attention_decode.attend_item)
     stage 2   c_proj + residual          column tiles of attn.c_proj
@@ -15,7 +15,13 @@ counters in device memory instead (kernels.barrier):
 Each program takes the items of a stage in turn (item = program, program + P, ...). Before an item reads
 what the stage before wrote it waits for every program's arrival at that stage; a projection's item loads
 its weight slice first, so while a program waits, its weights are already on their way (as under PDL, but
-at no kernel boundary). The tiles are chosen so that on a GPU each stage has about one item per program.
+at no kernel boundary); an attention item whose split is one key tile loads the cache rows of earlier steps
+before its wait too, and only q and the newest row after. The tiles are chosen so that on a GPU each stage
+has about one item per program.
+
+Where the GPU has it (Hopper on), each layer's launch uses PDL (kernels.pdl): the next layer's programs may
+start and load their first weight slices while this one finishes; they wait before reading its output or
+touching the stage counters, which the layers share.
 
 The arithmetic is the decode rung's, item by item (the same device functions), so both give the same
 result up to the order of fp32 sums where the tiles differ. In the interpreter the launch is one program
@@ -29,12 +35,12 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, barrier
+from . import arrival, barrier, pdl
 from .attention_decode import attend_item
 from .attention_decode import launch_plan as attention_plan
-from .config import SECTOR, TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2
+from .config import SECTOR, TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2, overlaps_launches
 from .fused_linear import _check as check_decode_linear
-from .fused_linear import prefetch_item
+from .fused_linear import load_slice, slice_item
 from .fused_linear_tiles import PREFETCH_BLOCK_K, prev_pow2, slice_tiles
 from .fused_linear_tiles import traffic as linear_traffic
 from .linear import DECODE_ROWS
@@ -43,63 +49,92 @@ NAME = "decode_layer"
 ELEMENTS = 24576  # the most weight elements one item holds: the decode rung's prefetch form at 8 x 3072
 STAGES = 5
 WARPS = 8
+PDL = True  # launch with programmatic dependent launch where the GPU has it
+ATTENTION_TILE = 128  # keys: a split of at most this many is loaded whole, before the wait for stage 0
 
 
 @triton.jit
 def _decode_layer_kernel(
     X, Ln1W, Ln1B, Wa, Ba, QKV, KC, VC, Lengths, NextLengths, Part, Heads, Attn,
-    Wo, Bo, X1, Ln2W, Ln2B, Wf, Bf, Hid, Wp, Bp, Out, Sync,
+    Wo, Bo, X1, Ln2W, Ln2B, Wf, Bf, Hid, Wp, Bp, Out, Sync, Times,
     M, C, H, HEAD_DIM, eps1, eps2, SPLITS, CHUNK, qk_scale,
     skb, skh, skt, skd, svb, svh, svt, svd,
     ROWS: tl.constexpr, BN_A: tl.constexpr, BN_O: tl.constexpr, BN_F: tl.constexpr, BN_P: tl.constexpr,
     HEAD_C: tl.constexpr, TAIL_C: tl.constexpr, HEAD_F: tl.constexpr, TAIL_F: tl.constexpr,
     STATS_COLS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
+    BLOCK_D: tl.constexpr, ATT_PREFETCH: tl.constexpr, PDL: tl.constexpr, STAMPS: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     F = 4 * C
+    n_a, n_o, n_f, n_p = tl.cdiv(3 * C, BN_A), tl.cdiv(C, BN_O), tl.cdiv(F, BN_F), tl.cdiv(C, BN_P)
+    pdl.launch_dependents(PDL)  # the next layer may start loading its weights; it waits before reading ours
+    _stamp(Times, pid, 0, STAMPS)
     # Every buffer is (M, width) and contiguous, every weight (out, in); the caches are (B, H, T_max, D) views.
-    for t in range(pid, tl.cdiv(3 * C, BN_A), P):  # x is the kernel before's output: no wait
-        prefetch_item(
-            t, 0, X, Wa, Ba, X, QKV, QKV, Sync, Ln1W, Ln1B, KC, VC, Lengths,
-            M, 3 * C, C, C, 1, eps1, HEAD_DIM, C, 1, C, 1, 0, 3 * C, skb, skh, skt, skd, svb, svh, svt, svd,
-            Sync, 0, 0,
-            True, True, False, False, True, False, False, False, ROWS, BN_A, HEAD_C, TAIL_C, STATS_COLS,
-        )  # fmt: skip
+    _stage(
+        n_a, pid, P, Wa, X, Ba, X, QKV, Ln1W, Ln1B, M, 3 * C, C, eps1, Sync, 0, KC, VC, Lengths, HEAD_DIM,
+        skb, skh, skt, skd, svb, svh, svt, svd, True, False, False, True, PDL, False, ROWS, BN_A, HEAD_C, TAIL_C,
+        STATS_COLS,
+    )  # fmt: skip
+    _stamp(Times, pid, 1, STAMPS)
+    # A program with no stage-0 item has not waited yet; under PDL it must, before it touches the counters
+    # (the layer before may still be using them). Waiting again is free.
+    pdl.wait(PDL)
+    _stamp(Times, pid, 2, STAMPS)
     barrier.arrive(Sync, 0)
-    for item in range(pid, M * H * SPLITS, P):
-        barrier.wait(Sync, 0, P)
+    for item in range(pid, M * H * SPLITS, P):  # with ATT_PREFETCH, the old cache rows are loaded before the wait
         attend_item(
             tl.cast(item // SPLITS, tl.int64), item % SPLITS, M * H, QKV, KC, VC, NextLengths, Part, Heads, Attn,
-            3 * C, HEAD_DIM, 1, skb, skh, skt, skd, svb, svh, svt, svd, C, HEAD_DIM, 1,
-            H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, False, False,
+            Sync, P, 3 * C, HEAD_DIM, 1, skb, skh, skt, skd, svb, svh, svt, svd, C, HEAD_DIM, 1,
+            H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, False, ATT_PREFETCH, True,
         )  # fmt: skip
+    _stamp(Times, pid, 3, STAMPS)
     barrier.arrive(Sync, 1)
-    for t in range(pid, tl.cdiv(C, BN_O), P):
-        prefetch_item(
-            t, 0, Attn, Wo, Bo, X, X1, X1, Sync, Ln1W, Ln1B, KC, VC, Lengths,
-            M, C, C, C, 1, eps1, HEAD_DIM, C, 1, C, 1, C, C, skb, skh, skt, skd, svb, svh, svt, svd,
-            Sync, 1, P,
-            False, True, False, True, False, False, False, True, ROWS, BN_O, HEAD_C, TAIL_C, STATS_COLS,
-        )  # fmt: skip
+    _stage(
+        n_o, pid, P, Wo, Attn, Bo, X, X1, Ln1W, Ln1B, M, C, C, eps1, Sync, 1, X1, X1, Sync, HEAD_DIM,
+        0, 0, 0, 0, 0, 0, 0, 0, False, False, True, False, False, True, ROWS, BN_O, HEAD_C, TAIL_C, STATS_COLS,
+    )  # fmt: skip
+    _stamp(Times, pid, 4, STAMPS)
     barrier.arrive(Sync, 2)
-    for t in range(pid, tl.cdiv(F, BN_F), P):
-        prefetch_item(
-            t, 0, X1, Wf, Bf, X1, Hid, Hid, Sync, Ln2W, Ln2B, KC, VC, Lengths,
-            M, F, C, C, 1, eps2, HEAD_DIM, C, 1, C, 1, 0, F, skb, skh, skt, skd, svb, svh, svt, svd,
-            Sync, 2, P,
-            True, True, True, False, False, False, False, True, ROWS, BN_F, HEAD_C, TAIL_C, STATS_COLS,
-        )  # fmt: skip
+    _stage(
+        n_f, pid, P, Wf, X1, Bf, X1, Hid, Ln2W, Ln2B, M, F, C, eps2, Sync, 2, Hid, Hid, Sync, HEAD_DIM,
+        0, 0, 0, 0, 0, 0, 0, 0, True, True, False, False, False, True, ROWS, BN_F, HEAD_C, TAIL_C, STATS_COLS,
+    )  # fmt: skip
+    _stamp(Times, pid, 5, STAMPS)
     barrier.arrive(Sync, 3)
-    for t in range(pid, tl.cdiv(C, BN_P), P):
-        prefetch_item(
-            t, 0, Hid, Wp, Bp, X1, Out, Out, Sync, Ln2W, Ln2B, KC, VC, Lengths,
-            M, C, F, F, 1, eps2, HEAD_DIM, F, 1, F, 1, C, C, skb, skh, skt, skd, svb, svh, svt, svd,
-            Sync, 3, P,
-            False, True, False, True, False, False, False, True, ROWS, BN_P, HEAD_F, TAIL_F, STATS_COLS,
-        )  # fmt: skip
+    _stage(
+        n_p, pid, P, Wp, Hid, Bp, X1, Out, Ln2W, Ln2B, M, C, F, eps2, Sync, 3, Out, Out, Sync, HEAD_DIM,
+        0, 0, 0, 0, 0, 0, 0, 0, False, False, True, False, False, True, ROWS, BN_P, HEAD_F, TAIL_F, STATS_COLS,
+    )  # fmt: skip
+    _stamp(Times, pid, 6, STAMPS)
     barrier.finish(Sync, 4, P)  # counters 0-3 after stages 0-3, 4 for the end
+
+
+@triton.jit
+def _stage(
+    items, pid, P, W, X, Bias, R, Y, LnW, LnB, M, N, K, eps, Sync, stage, KC, VC, Lengths, HEAD_DIM,
+    skb, skh, skt, skd, svb, svh, svt, svd,
+    NORM: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, KV: tl.constexpr, PDL: tl.constexpr,
+    BARRIER: tl.constexpr, ROWS: tl.constexpr, BN: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+):  # fmt: skip
+    """A projection stage: this program's column tiles of W (N, K), items pid, pid + P, ..., each one's weight
+    slice loaded before it waits for the stage's input. Rows of x are K wide, of y and the residual N."""
+    for t in range(pid, items, P):
+        w0, w1 = load_slice(t, 0, W, N, K, K, K, 1, BN, HEAD_K, TAIL_K)
+        slice_item(
+            w0, w1, t, 0, X, Bias, R, Y, Y, Sync, LnW, LnB, KC, VC, Lengths, M, N, K, K, 1, eps, HEAD_DIM,
+            K, 1, N if RESIDUAL else 0, N, skb, skh, skt, skd, svb, svh, svt, svd, Sync, stage, P,
+            NORM, True, GELU, RESIDUAL, KV, False, PDL, BARRIER, ROWS, BN, HEAD_K, TAIL_K, STATS_COLS,
+        )  # fmt: skip
+
+
+@triton.jit
+def _stamp(Times, pid, k, STAMPS: tl.constexpr):
+    """With STAMPS (scripts/persistent_profile.py), the GPU's global timer in ns at point k of program pid."""
+    if STAMPS:
+        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [pid], dtype=tl.int64, is_pure=False, pack=1)
+        tl.store(Times + pid * 8 + k, t)
 
 
 def programs(device, items: int) -> int:
@@ -129,10 +164,14 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
         "BN_P": (width, 4 * width),
     }
     tiles = {name: column_tile(out_f, in_f, count) for name, (out_f, in_f) in shapes.items()}
-    # Attention's items too: about one per program, in 64-key tiles (the default's would be many short
-    # splits of 32 keys, made for programs of 2 warps, not for one 8-warp program per SM).
-    split = None if limits.is_cpu else TileConfig(block_n=64, split_k=prev_pow2(max(1, count // (rows * heads))))
-    attention, chunk, splits, block_d, block_s, _, scale, _ = attention_plan(
+    # Attention's items too: about one per program (the default's would be many short splits of 32 keys, made
+    # for programs of 2 warps, not for one 8-warp program per SM), each one key tile where it fits registers.
+    split = None
+    if not limits.is_cpu:
+        split_k = prev_pow2(max(1, count // (rows * heads)))
+        block_n = min(ATTENTION_TILE, max(16, next_pow2(cdiv(max_len, split_k))))
+        split = TileConfig(block_n=block_n, split_k=split_k, num_warps=WARPS, num_stages=1)
+    attention, chunk, splits, block_d, block_s, att_prefetch, scale, _ = attention_plan(
         split, rows * heads, max_len, width // heads, dtype, device
     )
     items = max(rows * heads * splits, *(cdiv(out_f, tiles[name]) for name, (out_f, _) in shapes.items()))
@@ -140,19 +179,21 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
     constexprs = dict(
         ROWS=next_pow2(rows), **tiles, HEAD_C=head_c, TAIL_C=tail_c, HEAD_F=head_f, TAIL_F=tail_f,
         STATS_COLS=next_pow2(width), SPLIT=splits > 1, BLOCK_N=attention.block_n, BLOCK_S=block_s, BLOCK_D=block_d,
+        ATT_PREFETCH=att_prefetch, PDL=PDL and overlaps_launches(device),
     )  # fmt: skip
     return dict(programs=programs(device, items), tiles=tiles, attention=attention, chunk=chunk, splits=splits,
                 scale=scale, constexprs=constexprs)  # fmt: skip
 
 
-def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5):
+def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *, stamps=None):
     """One GPT-2 block on decode-shaped x (B, 1, C) or (B, C), B <= 16, in one launch; returns the block's
     output (x plus both residual branches) shaped like x.
 
     ln_1, ln_2: (weight, bias); c_attn, c_proj, c_fc, mlp_proj: (weight (out, in), bias), GPT-2's shapes.
     kv = (k_cache, v_cache, lengths, next_lengths): the layer's caches (B, H, T_max, D), each sequence's
     write position (the new token's K and V go there) and the keys it then attends over (lengths + 1), as
-    int32/int64 tensors on the device, which the caller keeps valid (the kernel cannot check them)."""
+    int32/int64 tensors on the device, which the caller keeps valid (the kernel cannot check them).
+    stamps: None, or an int64 (programs, 8) tensor for scripts/persistent_profile.py's timer stamps."""
     c_attn, c_proj, c_fc, mlp_proj = ((w.contiguous(), b.contiguous()) for w, b in (c_attn, c_proj, c_fc, mlp_proj))
     rows, heads = _check(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps)
     k_cache, v_cache, lengths, next_lengths = kv
@@ -162,16 +203,22 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5):
         return out
     head_dim, max_len = width // heads, k_cache.shape[2]
     p = plan(rows, width, heads, max_len, x.dtype, x.device)
+    if stamps is not None and (
+        x.device.type != "cuda" or stamps.shape != (p["programs"], 8) or stamps.dtype != torch.int64
+    ):  # the stamps read the GPU's global timer: the interpreter has none
+        raise ValueError(f"{NAME}: stamps must be an int64 ({p['programs']}, 8) tensor on the GPU, a row per program")
     x2 = x.reshape(rows, width).contiguous()
     qkv, attn, x1, hid = (new_output(x, (rows, n)) for n in (3 * width, width, width, 4 * width))
     part = new_output(x, (rows * heads * p["splits"] * (p["constexprs"]["BLOCK_D"] + 2),), torch.float32)
     _decode_layer_kernel[(p["programs"],)](
         x2, *ln_1, *c_attn, qkv, k_cache, v_cache, lengths, next_lengths, part,
         arrival.counters(x.device, rows * heads), attn, *c_proj, x1, *ln_2, *c_fc, hid, *mlp_proj, out,
-        arrival.stage_counters(x.device, STAGES),
+        arrival.stage_counters(x.device, STAGES), out if stamps is None else stamps,
         rows, width, heads, head_dim, float(eps), float(eps), p["splits"], p["chunk"], p["scale"],
         *k_cache.stride(), *v_cache.stride(),
-        **p["constexprs"], num_warps=WARPS, num_stages=1,
+        **p["constexprs"], STAMPS=stamps is not None,
+        num_warps=WARPS, num_stages=1,
+        launch_pdl=p["constexprs"]["PDL"],
     )  # fmt: skip
     return out
 
