@@ -49,6 +49,12 @@ def main():
     parser.add_argument("--keys", type=int, default=8192)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--tiles", action="store_true", help="also sweep the one-launch kernel's tiles")
+    parser.add_argument(
+        "--pdl",
+        action="store_true",
+        help="also time the one-launch kernel under PDL, as the decode "
+        "step launches it: each call may start reading K and V while the call before it finishes",
+    )
     args = parser.parse_args()
     heads, head_dim, dt = 12, 64, torch.bfloat16
     b, n = args.batch, args.keys
@@ -72,6 +78,14 @@ def main():
             cfg = TileConfig(block_n=block_n, split_k=splits, num_warps=warps)
             name = f"ours, one launch: {block_n}-key tiles, {splits} splits, {warps} warps"
             rows.append((name, lambda q, k, v, lens, c=cfg: decode_attention(q, k, v, lens, config=c, one_launch=True)))
+    for block_n, splits, warps in ((128, 64, 8), (64, 128, 4), (64, 128, 8), (32, 256, 2), (32, 256, 4)):
+        if not args.pdl:
+            break
+        cfg = TileConfig(block_n=block_n, split_k=splits, num_warps=warps)
+        for pdl in (False, True):
+            name = f"ours, one launch{', PDL' if pdl else ''}: {block_n}-key tiles, {splits} splits, {warps} warps"
+            fn = lambda q, k, v, lens, c=cfg, p=pdl: decode_attention(q, k, v, lens, config=c, one_launch=True, pdl=p)
+            rows.append((name, fn))
     for block in (1024, 2048, 4096, 8192):
         for per_program in (1, 2, 4):
             for warps in (4, 8):

@@ -1,0 +1,86 @@
+"""The persistent rung on a GPU: its launch (PDL or not), its attention tiles and its column tiles, one whole
+decode step each, next to the overlap rung.
+
+    python scripts/persistent_sweep.py [--context 1000] [--replays 100]
+
+GPT-2 small's shape, random weights, bf16, batch 1, one decode step at `context` keys, replayed from a CUDA
+graph (explorer.measure.ladder.rung_row: median of CUDA-event-timed replays). PDL does not change what is
+computed: variants with the same tiles must give the same logits exactly (eager, from one replay, and over
+48 greedy steps replayed from a graph). Other attention or column tiles sum in another order; every variant
+is also compared to the torch backend.
+"""
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+DL = importlib.import_module("kernels.decode_layer")
+from overlap_sweep import logits, steps  # noqa: E402
+
+from explorer.measure.ladder import rung_row  # noqa: E402
+from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
+
+COLUMN_TILE = DL.column_tile
+
+VARIANTS = {  # name: (PDL, attention's key tile, items per program): a tile of 128 keys holds a split of 128 keys
+    # whole, loaded before the wait for stage 0, where 64-key tiles loop after it
+    "plain launch, attention loop": (False, 64, 1),
+    "PDL, attention loop": (True, 64, 1),
+    "plain launch, attention held": (False, 128, 1),
+    "PDL, attention held (the default)": (True, 128, 1),
+    "PDL, attention held, 2 column tiles per program": (True, 128, 2),
+}
+
+
+def use(pdl, attention_tile, per_program):
+    DL.PDL, DL.ATTENTION_TILE = pdl, attention_tile
+    DL.column_tile = lambda out_f, in_f, count: COLUMN_TILE(out_f, in_f, count * per_program)
+    DL.plan.cache_clear()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--context", type=int, default=1000)
+    parser.add_argument("--replays", type=int, default=100)
+    args = parser.parse_args()
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)).eval()
+    model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device="cuda", dtype=torch.bfloat16)
+    ref = logits(model, "torch", args.context, graph=False)
+    o = rung_row(model, "overlap", context=args.context, replays=args.replays)
+    print(f"overlap rung: {o['step_ms']:.3f} ms, {o['kernels']} kernels", flush=True)
+    print(
+        "| persistent rung | ms | kernels | vs overlap | same as the first (eager, graph, 48 steps) "
+        "| max |Δ| vs torch |"
+    )
+    print("|---|---:|---:|---:|---|---:|")
+    first = None
+    for name, variant in VARIANTS.items():
+        use(*variant)
+        try:
+            r = rung_row(model, "persistent", context=args.context, replays=args.replays)
+            got = [logits(model, "persistent", args.context, g) for g in (False, True)]
+            got.append(steps(model, "persistent", args.context))
+            first = first or got
+            same = [torch.equal(a, b) for a, b in zip(got, first, strict=True)]
+            diff = (got[1] - ref).abs().max().item()
+            ratio = o["step_ms"] / r["step_ms"]
+            print(f"| {name} | {r['step_ms']:.3f} | {r['kernels']} | {ratio:.2f}x | {same} | {diff:.3f} |", flush=True)
+        except Exception as e:  # one failing variant must not hide the others' numbers
+            print(f"| {name} | failed: {type(e).__name__}: {str(e)[:300]} |", flush=True)
+    use(True, 128, 1)
+    o = rung_row(model, "overlap", context=args.context, replays=args.replays)
+    print(f"\noverlap rung again: {o['step_ms']:.3f} ms")
+    print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · context {args.context}")
+
+
+if __name__ == "__main__":
+    main()
