@@ -5,7 +5,7 @@ ln_2 + c_fc + GELU, c_proj + residual), each waiting at a kernel boundary for th
 launch of at most one program per SM runs the same five stages, and the programs wait for each other at
 counters in device memory instead (kernels.barrier):
 
-    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (fused_linear.load_slice, slice_item)
+    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (fused_linear_items.load_slice, slice_item)
     stage 1   attention                  (sequence, head, split) items, the last split of each pair merging
                                          (attention_decode.attend_item)
     stage 2   c_proj + residual          column tiles of attn.c_proj
@@ -40,7 +40,7 @@ from .attention_decode import attend_item
 from .attention_decode import launch_plan as attention_plan
 from .config import SECTOR, TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2, overlaps_launches
 from .fused_linear import _check as check_decode_linear
-from .fused_linear import load_slice, slice_item
+from .fused_linear_items import load_slice, slice_item
 from .fused_linear_tiles import PREFETCH_BLOCK_K, prev_pow2, slice_tiles
 from .fused_linear_tiles import traffic as linear_traffic
 from .linear import DECODE_ROWS
