@@ -15,33 +15,22 @@ atomic per program and one reset per (sequence, head), and one launch fewer. Wit
 there is nothing to merge: each program normalises its own partial and writes the output.
 """
 
-import functools
-import math
-
 import torch
 import triton
 import triton.language as tl
 
 from . import arrival, autotune, barrier, launch, pdl
-from .attention import LOG2E, check_qkv
-from .config import (
-    SECTOR,
-    TileConfig,
-    Traffic,
-    as_config,
-    cdiv,
-    check_fields,
-    check_shared_memory,
-    device_limits,
-    explain_resources,
-    fit_defaults,
-    l2_miss,
-    new_output,
-    next_pow2,
-    overlaps_launches,
-    pipeline_stages,
-    sectors,
+from .attention import check_qkv
+from .attention_decode_tiles import (  # noqa: F401 (the tiles, plan and traffic model, named beside the kernels)
+    PREFETCH_ELEMENTS_PER_WARP,
+    decode_shared_memory,
+    decode_split,
+    decode_traffic,
+    default_decode_config,
+    launch_plan,
+    resolve_decode_config,
 )
+from .config import explain_resources, new_output
 
 
 @triton.jit
@@ -279,50 +268,6 @@ def attend_item(
         tl.store(out, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
-def decode_shared_memory(cfg: TileConfig, head_dim: int, itemsize: int) -> int:
-    """No tl.dot in the decode kernel: K and V go to registers, and only the loads the pipeliner keeps
-    in flight (num_stages - 1 of them) are staged in shared memory."""
-    return 2 * max(1, cfg.num_stages - 1) * cfg.block_n * max(16, next_pow2(head_dim)) * itemsize
-
-
-def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
-    limits = device_limits(device)
-    if limits.is_cpu:  # one program per head: the interpreter's cost is per program
-        return TileConfig(block_n=128, split_k=1, num_warps=4, num_stages=1)
-    # About four programs per SM in all, but no chunk shorter than one key tile; 128-key tiles in 2
-    # warps were the fastest of 48 configs at B=1, H=12, 8192 keys on an H200 (benchmarks/RESULTS.md).
-    # Shorter caches take 64-key tiles in 4 warps, and caches too short for those 32-key tiles in 2 warps
-    # (at B=1 and 1001 keys, 32 splits of one 32-key tile: the fastest in a sweep of the whole decode step).
-    wanted = cdiv(4 * limits.num_sms, batch_heads)
-    if cdiv(max_len, 128) >= wanted:
-        block_n, warps = 128, 2
-    elif cdiv(max_len, 64) >= wanted:
-        block_n, warps = 64, 4
-    else:
-        block_n, warps = 32, 2
-    split_k = max(1, min(wanted, cdiv(max_len, block_n), 256))
-    return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=warps, num_stages=pipeline_stages(device))
-
-
-@functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
-def resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device) -> TileConfig:
-    user = as_config("decode_attention", config)
-    check_fields("decode_attention", user)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    cfg = user.merged(default_decode_config(batch_heads, max_len, device))
-    cfg = fit_defaults("decode_attention", cfg, user, lambda c: decode_shared_memory(c, head_dim, itemsize), device)
-    need = decode_shared_memory(cfg, head_dim, itemsize)
-    what = f"{max(1, cfg.num_stages - 1)} in-flight stages of {cfg.block_n}-key K and V tiles"
-    check_shared_memory("decode_attention", cfg, need, device, what)
-    return cfg
-
-
-def decode_split(max_len: int, cfg: TileConfig) -> tuple[int, int]:
-    """(keys per split, number of splits) for a cache of max_len positions: chunks are whole key tiles."""
-    chunk = cdiv(cdiv(max_len, cfg.split_k), cfg.block_n) * cfg.block_n
-    return chunk, cdiv(max_len, chunk)
-
-
 def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=False, pdl=False):
     """One query per sequence over its cache: q (B, H, 1, D), caches (B, H, T_max, D), keys [0, lengths[b]).
 
@@ -384,24 +329,6 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     return o
 
 
-PREFETCH_ELEMENTS_PER_WARP = 1024  # of K's tile (and as many of V's): 32 per thread
-
-
-@functools.lru_cache(maxsize=1024)  # called on every launch: plan each shape once
-def launch_plan(config, batch_heads, max_len, head_dim, dtype, device) -> tuple:
-    """(tiles, keys per split, splits, BLOCK_D, BLOCK_S, PREFETCH, the scores' scale in log2 units, whether
-    launches may overlap on this device)."""
-    cfg = resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device)
-    chunk, splits = decode_split(max_len, cfg)
-    block_d = max(16, next_pow2(head_dim))
-    # A chunk of one key tile small enough to hold K and V in registers is requested at once (around the PDL
-    # wait); larger tiles keep the loop, which loads V after the scores (at B=1, 8192 keys in 128-key tiles
-    # in 2 warps, holding both ran 0.69x of PyTorch's time where the loop ran 0.93x, on an H200).
-    prefetch = chunk <= cfg.block_n and cfg.block_n * block_d <= PREFETCH_ELEMENTS_PER_WARP * cfg.num_warps
-    scale = LOG2E / math.sqrt(head_dim)
-    return cfg, chunk, splits, block_d, max(2, next_pow2(splits)), prefetch, scale, overlaps_launches(device)
-
-
 def _arrival_counters(device, needed: int):
     """kernels.arrival's counters, with a refusal that names the kernel and the way out."""
     try:
@@ -419,44 +346,3 @@ def tuned_decode_config(q, k_cache, v_cache, lengths, *, one_launch=False):
     full = torch.full_like(lengths, k_cache.shape[2])
     key = (*q.shape, k_cache.shape[2], q.dtype) + (("one_launch",) if one_launch else ())
     return autotune.pick("decode_attention", key, run, q.device, inputs=(q, k_cache, v_cache, full))
-
-
-def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu",
-                   one_launch=False):  # fmt: skip
-    """Modeled traffic of one decode_attention call: each sequence's cache read up to its length
-    (never the whole allocation), plus the fp32 partials the merge reads back.
-
-    L2 -> SM: every split program loads q and its sequence's length (one sector) and stores its
-    partial output and its max and sum, one sector each: L2 moves whole 32-byte sectors, which is why
-    the H200 counted 0.25 MB written at B=1 H=12 N=8192 where 4-byte stores would make 0.20.
-    HBM: q, the lengths and the cache once; the partials are written (and reach HBM eventually, the
-    scalars packed into whole lines) and read back by the merge from L2 while they fit.
-
-    one_launch: no merge kernel; the last split of each (sequence, head) to arrive reads the same
-    partials. Each program's atomic on its counter and each last arriver's reset of it move one sector
-    each, counted with the writes (ncu files atomics under op_atom, neither its reads nor its writes);
-    at HBM the counters are read once and written back, in whole sectors. With one split there are no
-    partials and no counters: each program writes its output directly."""
-    batch = len(lengths)
-    cfg = resolve_decode_config(config, batch * heads, max_len, head_dim, dtype, device)
-    _, splits = decode_split(max_len, cfg)
-    pairs = batch * heads
-    programs = pairs * splits
-    block_d = max(16, next_pow2(head_dim))
-    q_row = head_dim * itemsize
-    kv = 2 * sum(lengths) * heads * q_row
-    o_bytes = pairs * q_row
-    flops = 4 * heads * head_dim * sum(lengths)
-    reads = programs * (q_row + SECTOR) + kv
-    hbm = o_bytes + batch * 8 + kv  # q, lengths (int64 at most), the cache
-    if one_launch and splits == 1:
-        return Traffic(reads, o_bytes, flops, kv + 2 * o_bytes, hbm, o_bytes)
-    partials = programs * (block_d + 2) * 4  # the output vectors, then the maxes and sums
-    reads += programs * block_d * 4 + 2 * pairs * sectors(splits * 4)  # the merge reads every partial back
-    writes = programs * (block_d * 4 + 2 * SECTOR) + o_bytes
-    hbm += round(partials * l2_miss(partials, device))
-    if not one_launch:
-        return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm, partials + o_bytes)
-    counters = sectors(pairs * 4)
-    writes += (programs + pairs) * SECTOR  # an atomic per program, a reset per (sequence, head)
-    return Traffic(reads, writes, flops, kv + 2 * o_bytes, hbm + counters, partials + o_bytes + counters)

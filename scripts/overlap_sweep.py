@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-attn = importlib.import_module("kernels.attention_decode")
+attn = importlib.import_module("kernels.attention_decode_tiles")  # the defaults resolve_decode_config reads
 import kernels.fused_linear_tiles as fl  # noqa: E402 (the tile rules resolve_config reads)
 from explorer.measure.ladder import random_cache, reset, rung_row  # noqa: E402
 from explorer.model.graphs import DecodeGraph  # noqa: E402
@@ -82,6 +82,7 @@ def use_attention(tiles):
         else (lambda bh, n, device: TileConfig(block_n=tiles[0], split_k=tiles[1], num_warps=tiles[2], num_stages=1))
     )
     attn.resolve_decode_config.cache_clear()
+    attn.launch_plan.cache_clear()
 
 
 def use(rule):
