@@ -128,6 +128,22 @@ def test_a_gpu_launch_fits_one_program_per_sm_with_about_one_item_each(sms, rows
             -(-out_f // block_n) <= p["programs"] or block_n * 2 * in_f > ELEMENTS
         )  # one item each, or as wide as fits
     assert rows * heads * p["splits"] <= max(p["programs"], rows * heads)
+    # An attention split is one key tile, held whole (its old rows loaded before the stage barrier), where
+    # that tile fits the program's registers: 128 keys of 64 dims in 8 warps.
+    c = p["constexprs"]
+    held = p["chunk"] <= c["BLOCK_N"] and c["BLOCK_N"] * c["BLOCK_D"] <= 1024 * 8
+    assert c["ATT_PREFETCH"] == held
+    if max_len <= 128 * p["splits"] and width // heads == 64:
+        assert c["ATT_PREFETCH"]
+
+
+def test_stamps_are_refused_off_the_gpu_and_in_the_wrong_shape(device):
+    lengths, t_max, heads, head_dim = [2], 5, 2, 16
+    block = _block(device, torch.float32, 1, heads * head_dim)
+    caches, lens = _caches(device, torch.float32, 1, heads, t_max, head_dim, lengths)
+    kv = (caches[0], caches[1], lens, lens + 1)
+    with pytest.raises(ValueError, match=r"stamps must be an int64 \(\d+, 8\) tensor on the GPU"):
+        decode_layer(*block, kv, stamps=torch.zeros(1, 7, dtype=torch.int64, device=device))
 
 
 def test_the_interpreter_runs_one_program(device):
