@@ -23,7 +23,7 @@ from .config import (
     next_pow2,
     sectors,
 )
-from .linear import shared_memory
+from .linear import operand_bytes, shared_memory
 
 NAME = "decode_linear"
 
@@ -166,13 +166,9 @@ def traffic(
     _, splits = splits_of(cfg, in_features)
     tiles_n = cdiv(out_features, cfg.block_n)
     programs = tiles_n * splits
-    x_bytes, w_bytes, y_bytes = (
-        rows * in_features * itemsize,
-        out_features * in_features * itemsize,
-        rows * out_features * itemsize,
+    x_bytes, w_bytes, y_bytes, b_bytes, r_bytes = operand_bytes(
+        rows, out_features, in_features, itemsize, bias, residual
     )
-    b_bytes = out_features * itemsize if bias else 0
-    r_bytes = y_bytes if residual else 0
     ln_bytes = 2 * in_features * itemsize if norm else 0
     x_loaded = x_bytes * tiles_n + (x_bytes * programs if norm else 0)
     w_loaded = tiles_n * min(cfg.block_n, out_features) * in_features * itemsize

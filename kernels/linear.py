@@ -387,13 +387,9 @@ def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=
     cfg = resolve_config(
         config, rows, out_features, in_features, dtype, device, persistent_form(rows, dtype, device), residual
     )
-    x_bytes, w_bytes, y_bytes = (
-        rows * in_features * itemsize,
-        out_features * in_features * itemsize,
-        rows * out_features * itemsize,
+    x_bytes, w_bytes, y_bytes, b_bytes, r_bytes = operand_bytes(
+        rows, out_features, in_features, itemsize, bias, residual
     )
-    b_bytes = out_features * itemsize if bias else 0
-    r_bytes = y_bytes if residual else 0
     flops = 2 * rows * out_features * in_features + rows * out_features * (
         (1 if bias else 0) + (1 if residual else 0) + (10 if activation else 0)
     )
@@ -417,18 +413,26 @@ def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=
     return Traffic(reads, partial + y_bytes, flops, floor, hbm, partial + y_bytes)
 
 
+def operand_bytes(rows, out_features, in_features, itemsize, bias, residual) -> tuple[int, int, int, int, int]:
+    """Bytes of a linear's operands, each counted once: x, the weight, y, the bias (0 without) and the residual
+    (0 without): the traffic models' floors start from these."""
+    y_bytes = rows * out_features * itemsize
+    return (
+        rows * in_features * itemsize,
+        out_features * in_features * itemsize,
+        y_bytes,
+        out_features * itemsize if bias else 0,
+        y_bytes if residual else 0,
+    )
+
+
 def traffic_unfused(
     rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False, device="cpu"
 ) -> Traffic:
     """F.linear (at its floor: inputs read once, output written once), then F.gelu and the residual
     add as separate launches, each reading and writing the whole activation. At the HBM level each
     launch reads the activation the previous one wrote from L2 when it fits there."""
-    x_bytes, w_bytes, y_bytes = (
-        rows * in_features * itemsize,
-        out_features * in_features * itemsize,
-        rows * out_features * itemsize,
-    )
-    b_bytes = out_features * itemsize if bias else 0
+    x_bytes, w_bytes, y_bytes, b_bytes, _ = operand_bytes(rows, out_features, in_features, itemsize, bias, False)
     mm = 2 * rows * out_features * in_features + (rows * out_features if bias else 0)
     total = Traffic(x_bytes + w_bytes + b_bytes, y_bytes, mm, x_bytes + w_bytes + b_bytes + y_bytes)
     reread = round(y_bytes * l2_miss(y_bytes, device))  # the activation, as the next launch reads it
