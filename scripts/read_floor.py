@@ -78,9 +78,8 @@ def main():
             cfg = TileConfig(block_n=block_n, split_k=splits, num_warps=warps)
             name = f"ours, one launch: {block_n}-key tiles, {splits} splits, {warps} warps"
             rows.append((name, lambda q, k, v, lens, c=cfg: decode_attention(q, k, v, lens, config=c, one_launch=True)))
-    for block_n, splits, warps in ((128, 64, 8), (64, 128, 4), (64, 128, 8), (32, 256, 2), (32, 256, 4)):
-        if not args.pdl:
-            break
+    held = ((128, 64, 8), (64, 128, 4), (64, 128, 8), (32, 256, 2), (32, 256, 4))  # a split is one key tile
+    for block_n, splits, warps in held if args.pdl else ():
         cfg = TileConfig(block_n=block_n, split_k=splits, num_warps=warps)
         for pdl in (False, True):
             name = f"ours, one launch{', PDL' if pdl else ''}: {block_n}-key tiles, {splits} splits, {warps} warps"
