@@ -5,6 +5,10 @@ sequence has only H query rows, too few programs to fill a GPU, so the cache is 
 keys into SPLIT_K chunks that run in parallel, each writing a partial (max, sum, unnormalised
 output), and a second kernel merges the partials. The grid depends on the cache size only, never
 on the lengths' values: no host synchronisation, and the launch can be captured in a CUDA graph.
+A split of one key tile scores its keys on the vector units (one query row: a dot product per key). A split
+of several tiles loops with tl.dot on q repeated over the 16 rows a dot needs: the compiler software-pipelines
+a loop of dots (num_stages - 1 tiles of K and V in flight), not a loop of plain loads, and long splits need
+those bytes in flight.
 With one_launch=True the merge moves into the split kernel (kernels.arrival): each program stores
 its partial, waits at a barrier for all its threads' stores, then adds 1 to its (sequence, head)'s
 counter with an acquire-release atomic at GPU scope; the program that reads SPLITS - 1 arrived last,
@@ -40,34 +44,69 @@ def _decode_chunk(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr,
 ):  # fmt: skip
     """One split's share of a (sequence, head): the unnormalised output, the max score and the sum of
-    exponentials over keys [lo, hi), all fp32 (max -inf, sum 0 and output 0 when the range is empty)."""
+    exponentials over keys [lo, hi), all fp32 (max -inf, sum 0 and output 0 when the range is empty).
+    With DOT (a split of several key tiles), scores and output are tl.dot products."""
     dims = tl.arange(0, BLOCK_D)
     d_mask = dims < HEAD_DIM
-    q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0).to(tl.float32)
-    q = q * qk_scale
+    q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0)
     K += b * stride_kb + h * stride_kh
     V += b * stride_vb + h * stride_vh
-
-    m_i = tl.full((), float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros((), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (cols < hi)[:, None] & d_mask[None, :]
-        # One query row: a dot product per key on the vector units; tl.dot would need 16 rows.
-        k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
-        qk = tl.sum(q[None, :] * k.to(tl.float32), axis=1)
-        qk = tl.where(cols < hi, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=0))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=0)
-        v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
-        m_i = m_new
+    if DOT:
+        # q repeated on the 16 rows tl.dot needs (every row the same; row 0 is the answer). The compiler
+        # software-pipelines a loop of dots, keeping num_stages - 1 tiles of K and V in flight, which it does
+        # not for plain loads. As in the prefill kernel, the probabilities are rounded to the input dtype
+        # before the product with V.
+        q_rows = tl.broadcast_to(q[None, :], (16, BLOCK_D))
+        m_i = tl.full((16,), float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros((16,), dtype=tl.float32)
+        acc = tl.zeros((16, BLOCK_D), dtype=tl.float32)
+        for start_n in range(lo, hi, BLOCK_N):
+            cols = start_n + tl.arange(0, BLOCK_N)
+            kv_mask = (cols < hi)[:, None] & d_mask[None, :]
+            k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
+            v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
+            if k.dtype == tl.float32:  # fp32 stays fp32 (tl.dot would round it to tf32)
+                qk = tl.dot(q_rows, tl.trans(k), input_precision="ieee")
+            else:
+                qk = tl.dot(q_rows, tl.trans(k))
+            qk = tl.where((cols < hi)[None, :], qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            if v.dtype == tl.float32:
+                acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        first = tl.arange(0, 16) == 0
+        acc, m_i, l_i = (
+            tl.sum(tl.where(first[:, None], acc, 0.0), axis=0),
+            tl.max(tl.where(first, m_i, float("-inf")), axis=0),
+            tl.sum(tl.where(first, l_i, 0.0), axis=0),
+        )
+    else:
+        q = q.to(tl.float32) * qk_scale
+        m_i = tl.full((), float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros((), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        for start_n in range(lo, hi, BLOCK_N):
+            cols = start_n + tl.arange(0, BLOCK_N)
+            kv_mask = (cols < hi)[:, None] & d_mask[None, :]
+            # One query row: a dot product per key on the vector units (DOT repeats q on the 16 rows tl.dot needs).
+            k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
+            qk = tl.sum(q[None, :] * k.to(tl.float32), axis=1)
+            qk = tl.where(cols < hi, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, axis=0))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new)
+            l_i = l_i * alpha + tl.sum(p, axis=0)
+            v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
+            acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+            m_i = m_new
     return acc, m_i, l_i
 
 
@@ -149,6 +188,7 @@ def _decode_partial_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     H, SPLITS, CHUNK, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREFETCH: tl.constexpr,
+    DOT: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
@@ -165,7 +205,7 @@ def _decode_partial_kernel(
         acc, m_i, l_i = _decode_chunk(
             Q, K, V, b, h, lo, min(lo + CHUNK, length),
             stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, DOT,
         )  # fmt: skip
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
@@ -199,7 +239,7 @@ def _decode_one_launch_kernel(
     stride_ob, stride_oh, stride_od,
     H, SPLITS, CHUNK, qk_scale,
     SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, DOT: tl.constexpr,
 ):  # fmt: skip
     # Under PDL (kernels.pdl) the next kernel may start loading its weights now. This one reads the lengths
     # before its wait, and with PREFETCH (a chunk of one key tile) the cache rows of earlier steps too; the
@@ -210,7 +250,7 @@ def _decode_one_launch_kernel(
         Counters, 0,
         stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
         stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_od,
-        H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, PDL, PREFETCH, False,
+        H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, PDL, PREFETCH, False, DOT,
     )  # fmt: skip
 
 
@@ -223,7 +263,7 @@ def attend_item(
     stride_ob, stride_oh, stride_od,
     H, SPLITS, CHUNK, qk_scale,
     SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, BARRIER: tl.constexpr,
+    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, BARRIER: tl.constexpr, DOT: tl.constexpr,
 ):  # fmt: skip
     """Split `split` of (sequence, head) pair bh, of BH pairs: its partial, and the merge when it arrives last
     (or the whole answer with one split). The decode layer kernel runs many per program, waiting for its first
@@ -242,7 +282,7 @@ def attend_item(
         acc, m_i, l_i = _decode_chunk(
             Q, K, V, b, h, lo, min(lo + CHUNK, length),
             stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D,
+            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, DOT,
         )  # fmt: skip
     dims = tl.arange(0, BLOCK_D)
     out = Out + b * stride_ob + h * stride_oh + dims * stride_od
@@ -291,7 +331,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     if config == "autotune":
         config = tuned_decode_config(q, k_cache, v_cache, lengths, one_launch=one_launch)
     plan = launch_plan(config, batch * heads, max_len, head_dim, q.dtype, device)
-    cfg, chunk, splits, block_d, block_s, prefetch, scale, overlaps = plan
+    cfg, chunk, splits, block_d, block_s, prefetch, dot, scale, overlaps = plan
     pdl = bool(pdl) and one_launch and overlaps
     o = new_output(q)
     if o.numel() == 0:
@@ -310,14 +350,14 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
                 *inputs, so[0], so[1], so[3],
                 heads, splits, chunk, scale,
                 SPLIT=splits > 1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl,
-                PREFETCH=prefetch,
+                PREFETCH=prefetch, DOT=dot,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
             )  # fmt: skip
             return o
         launch.fast(_decode_partial_kernel)[(batch * heads, splits)](
             q, k_cache, v_cache, lengths, part,
             *inputs, heads, splits, chunk, scale,
-            HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d, PREFETCH=prefetch,
+            HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d, PREFETCH=prefetch, DOT=dot,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
         launch.fast(_decode_merge_kernel)[(batch * heads,)](

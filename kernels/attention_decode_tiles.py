@@ -22,14 +22,17 @@ from .config import (
     next_pow2,
     overlaps_launches,
     pipeline_stages,
+    prev_pow2,
     sectors,
 )
 
 
 def decode_shared_memory(cfg: TileConfig, head_dim: int, itemsize: int) -> int:
-    """No tl.dot in the decode kernel: K and V go to registers, and only the loads the pipeliner keeps
-    in flight (num_stages - 1 of them) are staged in shared memory."""
-    return 2 * max(1, cfg.num_stages - 1) * cfg.block_n * max(16, next_pow2(head_dim)) * itemsize
+    """The K and V tiles the pipeliner keeps in flight (num_stages - 1 of each), and the dot form's 16-row tile
+    of probabilities, which passes through shared memory on its way to the product with V (counted for either
+    form: a few KB)."""
+    stages = 2 * max(1, cfg.num_stages - 1) * cfg.block_n * max(16, next_pow2(head_dim)) * itemsize
+    return stages + 16 * cfg.block_n * itemsize
 
 
 def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
@@ -47,8 +50,14 @@ def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
         block_n, warps = 64, 4
     else:
         block_n, warps = 32, 2
-    split_k = max(1, min(wanted, cdiv(max_len, block_n), 256))
-    return TileConfig(block_n=block_n, split_k=next_pow2(split_k), num_warps=warps, num_stages=pipeline_stages(device))
+    split_k = next_pow2(max(1, min(wanted, cdiv(max_len, block_n), 256)))
+    if decode_split(max_len, TileConfig(block_n=block_n, split_k=split_k))[0] > block_n:
+        # Splits of several key tiles loop in the dot form (launch_plan), which the compiler pipelines: 64-key
+        # tiles in 4 warps, about three programs per SM. On an H200 that ran 1.17-1.23x the vector loop at B=1 and
+        # 32768 keys, B=8 and 8192, B=32 and 2048 (benchmarks/RESULTS.md).
+        split_k = prev_pow2(max(1, min(3 * limits.num_sms // batch_heads, 256)))
+        block_n, warps = 64, 4
+    return TileConfig(block_n=block_n, split_k=split_k, num_warps=warps, num_stages=pipeline_stages(device))
 
 
 @functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
@@ -75,7 +84,7 @@ PREFETCH_ELEMENTS_PER_WARP = 1024  # of K's tile (and as many of V's): 32 per th
 
 @functools.lru_cache(maxsize=1024)  # called on every launch: plan each shape once
 def launch_plan(config, batch_heads, max_len, head_dim, dtype, device) -> tuple:
-    """(tiles, keys per split, splits, BLOCK_D, BLOCK_S, PREFETCH, the scores' scale in log2 units, whether
+    """(tiles, keys per split, splits, BLOCK_D, BLOCK_S, PREFETCH, DOT, the scores' scale in log2 units, whether
     launches may overlap on this device)."""
     cfg = resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device)
     chunk, splits = decode_split(max_len, cfg)
@@ -84,8 +93,10 @@ def launch_plan(config, batch_heads, max_len, head_dim, dtype, device) -> tuple:
     # wait); larger tiles keep the loop, which loads V after the scores (at B=1, 8192 keys in 128-key tiles
     # in 2 warps, holding both ran 0.69x of PyTorch's time where the loop ran 0.93x, on an H200).
     prefetch = chunk <= cfg.block_n and cfg.block_n * block_d <= PREFETCH_ELEMENTS_PER_WARP * cfg.num_warps
+    # A chunk of several key tiles loops in the dot form (kernels.attention_decode._decode_chunk_dot).
+    dot = chunk > cfg.block_n
     scale = LOG2E / math.sqrt(head_dim)
-    return cfg, chunk, splits, block_d, max(2, next_pow2(splits)), prefetch, scale, overlaps_launches(device)
+    return cfg, chunk, splits, block_d, max(2, next_pow2(splits)), prefetch, dot, scale, overlaps_launches(device)
 
 
 def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu",

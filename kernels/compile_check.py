@@ -90,19 +90,25 @@ def _cases(dtype, arch):
     yield ("attention", A._attention_kernel, dict(Q=t, K=t, V=t, Out=t, **strides, H="i32", TQ="i32", TK="i32",
            qk_scale="fp32", CAUSAL=True, HEAD_DIM=64, PRECISION=prec, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
            BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
-    cfg = AD.resolve_decode_config(TileConfig(split_k=8), 12, 8192, 64, tdt, limits)
-    est = AD.decode_shared_memory(cfg, 64, item)
     dstrides = {k: v for k, v in strides.items() if not k.startswith("stride_o") and k != "stride_qm"}
-    yield ("decode attention", AD._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32", Part="*fp32",
-           **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
-           BLOCK_N=cfg.block_n, BLOCK_D=64, PREFETCH=False), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
     ostrides = dict(stride_ob="i32", stride_oh="i32", stride_od=1)
-    for prefetch in (False, True):  # chunks of several key tiles, and of one loaded around the PDL wait
-        yield (f"decode one launch{' 1 tile' if prefetch else ''}", AD._decode_one_launch_kernel, dict(Q=t, K=t, V=t,
-               Lengths="*i32", Part="*fp32", Counters="*i32", Out=t, **dstrides,
-               **ostrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64,
-               BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64, PDL=pdl, PREFETCH=prefetch), cfg.num_warps, cfg.num_stages,
+    # A chunk of one key tile in the vector loop (B=1, 8192 keys: 64 splits) or loaded around the PDL wait, and
+    # chunks of several tiles in the dot form (8 splits of 8192 keys, and the default at B=8).
+    for form, split_k, batch_heads in (("1 tile", None, 12), ("dot", 8, 12), ("dot default", None, 96)):
+        cfg = AD.resolve_decode_config(TileConfig(split_k=split_k), batch_heads, 8192, 64, tdt, limits)
+        est = AD.decode_shared_memory(cfg, 64, item)
+        dot = AD.decode_split(8192, cfg)[0] > cfg.block_n
+        assert dot == form.startswith("dot"), (form, cfg)
+        yield (f"decode attention {form}", AD._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32",
+               Part="*fp32", **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
+               BLOCK_N=cfg.block_n, BLOCK_D=64, PREFETCH=False, DOT=dot), cfg.num_warps, cfg.num_stages,
                est)  # fmt: skip
+        for prefetch in (False, True) if not dot else (False,):
+            yield (f"decode one launch {form}{' held' if prefetch else ''}", AD._decode_one_launch_kernel,
+                   dict(Q=t, K=t, V=t, Lengths="*i32", Part="*fp32", Counters="*i32", Out=t, **dstrides,
+                   **ostrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64,
+                   BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64, PDL=pdl, PREFETCH=prefetch, DOT=dot), cfg.num_warps,
+                   cfg.num_stages, est)  # fmt: skip
     DL = importlib.import_module("kernels.decode_layer")
     plan = DL.plan(1, 768, 12, 1024, tdt, limits)
     layer = dict.fromkeys(("X", "Ln1W", "Ln1B", "Wa", "Ba", "QKV", "KC", "VC", "Attn", "Wo", "Bo", "X1", "Ln2W", "Ln2B",

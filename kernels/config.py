@@ -265,6 +265,10 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+def prev_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

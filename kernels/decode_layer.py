@@ -38,10 +38,20 @@ import triton.language as tl
 from . import arrival, barrier, pdl
 from .attention_decode import attend_item
 from .attention_decode import launch_plan as attention_plan
-from .config import SECTOR, TileConfig, Traffic, cdiv, device_limits, new_output, next_pow2, overlaps_launches
+from .config import (
+    SECTOR,
+    TileConfig,
+    Traffic,
+    cdiv,
+    device_limits,
+    new_output,
+    next_pow2,
+    overlaps_launches,
+    prev_pow2,
+)
 from .fused_linear import _check as check_decode_linear
 from .fused_linear_items import load_slice, slice_item
-from .fused_linear_tiles import PREFETCH_BLOCK_K, prev_pow2, slice_tiles
+from .fused_linear_tiles import PREFETCH_BLOCK_K, slice_tiles
 from .fused_linear_tiles import traffic as linear_traffic
 from .linear import DECODE_ROWS
 
@@ -82,11 +92,13 @@ def _decode_layer_kernel(
     pdl.wait(PDL)
     _stamp(Times, pid, 2, STAMPS)
     barrier.arrive(Sync, 0)
-    for item in range(pid, M * H * SPLITS, P):  # with ATT_PREFETCH, the old cache rows are loaded before the wait
+    # With ATT_PREFETCH the old cache rows are loaded before the wait. Longer splits loop in the vector form (DOT
+    # False): one stage deep, a pipelined dot would want registers and shared memory the projections use.
+    for item in range(pid, M * H * SPLITS, P):
         attend_item(
             tl.cast(item // SPLITS, tl.int64), item % SPLITS, M * H, QKV, KC, VC, NextLengths, Part, Heads, Attn,
             Sync, P, 3 * C, HEAD_DIM, 1, skb, skh, skt, skd, svb, svh, svt, svd, C, HEAD_DIM, 1,
-            H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, False, ATT_PREFETCH, True,
+            H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, False, ATT_PREFETCH, True, False,
         )  # fmt: skip
     _stamp(Times, pid, 3, STAMPS)
     barrier.arrive(Sync, 1)
@@ -171,7 +183,7 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
         split_k = prev_pow2(max(1, count // (rows * heads)))
         block_n = min(ATTENTION_TILE, max(16, next_pow2(cdiv(max_len, split_k))))
         split = TileConfig(block_n=block_n, split_k=split_k, num_warps=WARPS, num_stages=1)
-    attention, chunk, splits, block_d, block_s, att_prefetch, scale, _ = attention_plan(
+    attention, chunk, splits, block_d, block_s, att_prefetch, _, scale, _ = attention_plan(
         split, rows * heads, max_len, width // heads, dtype, device
     )
     items = max(rows * heads * splits, *(cdiv(out_f, tiles[name]) for name, (out_f, _) in shapes.items()))

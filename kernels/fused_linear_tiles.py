@@ -21,6 +21,7 @@ from .config import (
     fit_defaults,
     l2_miss,
     next_pow2,
+    prev_pow2,
     sectors,
 )
 from .linear import operand_bytes, shared_memory
@@ -45,10 +46,6 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
 
 
 PREFETCH_SLICE = 3072  # the longest K slice the default prefetch form holds in registers (8 x 3072 elements)
-
-
-def prev_pow2(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
 
 
 def _check_fields(user: TileConfig) -> None:

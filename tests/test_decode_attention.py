@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from kernels import TileConfig, arrival, decode_attention, reference
-from kernels.attention_decode import decode_split, resolve_decode_config
+from kernels.attention_decode import decode_split, launch_plan, resolve_decode_config
+from kernels.config import DeviceLimits
 from tests.tolerances import DTYPES, assert_close, f64
 
 CONFIGS = [
@@ -12,6 +13,7 @@ CONFIGS = [
     TileConfig(block_n=32, split_k=16, num_warps=2),
     TileConfig(block_n=128, split_k=2),
 ]
+SHAPES = [(130, [1, 17, 127]), (17, [17, 1]), (1000, [1000, 513]), (64, [64])]  # (max_len, lengths)
 
 
 def _cache(device, dtype, batch, heads, max_len, head_dim, lengths):
@@ -37,7 +39,7 @@ def _reference(q, k, v, lengths):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("max_len,lengths", [(130, [1, 17, 127]), (17, [17, 1]), (1000, [1000, 513]), (64, [64])])
+@pytest.mark.parametrize("max_len,lengths", SHAPES)
 @pytest.mark.parametrize("cfg", CONFIGS, ids=str)
 def test_decode_attention_unequal_lengths(device, dtype, max_len, lengths, cfg):
     q, k, v, lens = _cache(device, dtype, len(lengths), 3, max_len, 64, lengths)
@@ -164,3 +166,28 @@ def test_one_launch_replays_in_a_cuda_graph(device):
     four = TileConfig(split_k=64, num_warps=4)
     two_launches = decode_attention(q, k, v, lens, config=four)
     assert torch.equal(decode_attention(q, k, v, lens, config=four, one_launch=True), two_launches)
+
+
+def _forms(batch_heads, max_len, head_dim, cfg, device="cpu"):
+    """The loop form a launch takes (kernels.attention_decode): 'held' (one key tile at once), 'vector', 'dot'."""
+    plan = launch_plan(cfg, batch_heads, max_len, head_dim, torch.float16, device)
+    return "held" if plan[5] else "dot" if plan[6] else "vector"
+
+
+def test_the_cases_cover_every_loop_form():
+    """The interpreter runs all three forms in the tests above: one key tile held, one tile in the vector loop,
+    several tiles in the dot form."""
+    seen = {_forms(3 * len(lengths), n, 64, cfg) for n, lengths in SHAPES for cfg in CONFIGS}
+    assert seen == {"held", "vector", "dot"}
+
+
+def test_default_tiles_take_the_dot_form_for_long_splits_on_an_h200():
+    """At B=1 the splits of 1000 and 8192 keys are one tile each (held, vector); longer caches and larger
+    batches give splits of several tiles, which loop in the dot form with about three programs per SM."""
+    h200 = DeviceLimits("H100/H200", 232448, 132, (9, 0), True)
+    assert _forms(12, 1001, 64, None, h200) == "held"
+    assert _forms(12, 8192, 64, None, h200) == "vector"
+    for batch, keys, splits in ((1, 32768, 32), (8, 8192, 4), (32, 2048, 1)):
+        assert _forms(12 * batch, keys, 64, None, h200) == "dot"
+        cfg = launch_plan(None, 12 * batch, keys, 64, torch.bfloat16, h200)[0]
+        assert (cfg.block_n, cfg.num_warps, cfg.split_k) == (64, 4, splits)
