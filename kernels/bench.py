@@ -73,22 +73,22 @@ def attention_cases(device, dtype):
 
 def decode_cases(device, dtype):
     heads, head_dim = 12, 64
-    for batch in (1, 8):
-        for n in (1024, 8192):
+    # Splits of one key tile (B=1 up to 8192 keys), and of several that loop (longer caches, larger batches).
+    for batch, n in ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 8192), (32, 2048)):
 
-            def make(b=batch, n=n):
-                q = torch.randn(b, heads, 1, head_dim, device=device, dtype=dtype)
-                k, v = (torch.randn(b, heads, n, head_dim, device=device, dtype=dtype) for _ in range(2))
-                return q, k, v, torch.full((b,), n, device=device, dtype=torch.int32)
+        def make(b=batch, n=n):
+            q = torch.randn(b, heads, 1, head_dim, device=device, dtype=dtype)
+            k, v = (torch.randn(b, heads, n, head_dim, device=device, dtype=dtype) for _ in range(2))
+            return q, k, v, torch.full((b,), n, device=device, dtype=torch.int32)
 
-            kv_bytes = 2 * batch * heads * n * head_dim * 2
-            row = _time_pair(
-                lambda q, k, v, lens: decode_attention(q, k, v, lens),
-                lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v),
-                make,
-                kv_bytes,
-            )
-            yield dict(kernel="decode attention", shape=f"B={batch} cache={n}", unit="GB/s", work=kv_bytes / 1e9, **row)
+        kv_bytes = 2 * batch * heads * n * head_dim * 2
+        row = _time_pair(
+            lambda q, k, v, lens: decode_attention(q, k, v, lens),
+            lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v),
+            make,
+            kv_bytes,
+        )
+        yield dict(kernel="decode attention", shape=f"B={batch} cache={n}", unit="GB/s", work=kv_bytes / 1e9, **row)
 
 
 def layer_norm_cases(device, dtype):
