@@ -51,8 +51,8 @@ def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
     else:
         block_n, warps = 32, 2
     split_k = next_pow2(max(1, min(wanted, cdiv(max_len, block_n), 256)))
-    if decode_split(max_len, TileConfig(block_n=block_n, split_k=split_k))[0] > block_n:
-        # Splits of several key tiles loop in the dot form (launch_plan), which the compiler pipelines: 64-key
+    if loops_in_dot_form(max_len, TileConfig(block_n=block_n, split_k=split_k)):
+        # Splits of several key tiles loop in the dot form, which the compiler pipelines: 64-key
         # tiles in 4 warps, about three programs per SM. On an H200 that ran 1.17-1.23x the vector loop at B=1 and
         # 32768 keys, B=8 and 8192, B=32 and 2048 (benchmarks/RESULTS.md).
         split_k = prev_pow2(max(1, min(3 * limits.num_sms // batch_heads, 256)))
@@ -79,6 +79,12 @@ def decode_split(max_len: int, cfg: TileConfig) -> tuple[int, int]:
     return chunk, cdiv(max_len, chunk)
 
 
+def loops_in_dot_form(max_len: int, cfg: TileConfig) -> bool:
+    """Whether a split spans several key tiles, which loop in the dot form (kernels.attention_decode._decode_chunk
+    with DOT); a split of one tile is scored on the vector units, or held whole."""
+    return decode_split(max_len, cfg)[0] > cfg.block_n
+
+
 PREFETCH_ELEMENTS_PER_WARP = 1024  # of K's tile (and as many of V's): 32 per thread
 
 
@@ -93,8 +99,7 @@ def launch_plan(config, batch_heads, max_len, head_dim, dtype, device) -> tuple:
     # wait); larger tiles keep the loop, which loads V after the scores (at B=1, 8192 keys in 128-key tiles
     # in 2 warps, holding both ran 0.69x of PyTorch's time where the loop ran 0.93x, on an H200).
     prefetch = chunk <= cfg.block_n and cfg.block_n * block_d <= PREFETCH_ELEMENTS_PER_WARP * cfg.num_warps
-    # A chunk of several key tiles loops in the dot form (kernels.attention_decode._decode_chunk_dot).
-    dot = chunk > cfg.block_n
+    dot = loops_in_dot_form(max_len, cfg)
     scale = LOG2E / math.sqrt(head_dim)
     return cfg, chunk, splits, block_d, max(2, next_pow2(splits)), prefetch, dot, scale, overlaps_launches(device)
 

@@ -95,9 +95,8 @@ def _cases(dtype, arch):
     # A chunk of one key tile in the vector loop (B=1, 8192 keys: 64 splits) or loaded around the PDL wait, and
     # chunks of several tiles in the dot form (8 splits of 8192 keys, and the default at B=8).
     for form, split_k, batch_heads in (("1 tile", None, 12), ("dot", 8, 12), ("dot default", None, 96)):
-        cfg = AD.resolve_decode_config(TileConfig(split_k=split_k), batch_heads, 8192, 64, tdt, limits)
+        cfg, *_, dot, _, _ = AD.launch_plan(TileConfig(split_k=split_k), batch_heads, 8192, 64, tdt, limits)
         est = AD.decode_shared_memory(cfg, 64, item)
-        dot = AD.decode_split(8192, cfg)[0] > cfg.block_n
         assert dot == form.startswith("dot"), (form, cfg)
         yield (f"decode attention {form}", AD._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32",
                Part="*fp32", **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
