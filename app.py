@@ -3,10 +3,16 @@
 Flags fall back to environment variables (HOST, PORT, SHARE, EXPLORER_MODEL, QUEUE_SIZE), so the
 same file serves a laptop (127.0.0.1), a Docker image and a Hugging Face Space (0.0.0.0). Without a
 GPU the kernels run in Triton's interpreter, which must be chosen before triton is first imported.
+
+Before it serves, the app starts its job worker and warms what the default controls use (on a GPU:
+compiles the kernels, captures the graph), logging the seconds of each stage, so the first click
+waits only for its own tokens. Under ZeroGPU nothing may touch CUDA at start: the first GPU call
+compiles, and says so on the page.
 """
 
 import argparse
 import os
+import time
 
 
 def parse_args():
@@ -33,26 +39,34 @@ def parse_args():
     return parser.parse_args()
 
 
+def triton_cache_dir() -> str | None:
+    """On a Space with persistent storage (/data), compiled kernels kept there survive restarts and
+    ZeroGPU's per-call processes; elsewhere Triton's own default (~/.triton/cache)."""
+    if os.path.isdir("/data") and os.access("/data", os.W_OK):
+        return "/data/triton-cache"
+    return None
+
+
 def main():
     args = parse_args()
-    from explorer.app import gpu
+    from explorer.app.runner import zero_gpu
 
-    if gpu.zero_gpu():
+    if zero_gpu():
         import spaces  # noqa: F401  before torch, which it patches for ZeroGPU (its documented order)
-
+    if cache := triton_cache_dir():
+        os.environ.setdefault("TRITON_CACHE_DIR", cache)
     import torch
 
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from explorer.app import actions, ui
+    from explorer.app import serve
 
-    actions.set_default_model(args.model)
-    actions.set_model_policy(args.models.split(","), args.allow_downloads)
-    demo = ui.build()
+    t0 = time.monotonic()
+    demo, launch, _ = serve.app(args.model, args.models.split(","), args.allow_downloads, log=print)
+    print(f"ready to serve in {time.monotonic() - t0:.1f} s")
     demo.queue(default_concurrency_limit=1, max_size=args.queue_size)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=ui.THEME, css=ui.CSS,
-                footer_links=["api", "gradio", "settings"])  # fmt: skip
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Start the app in this process on a free port, for tests that drive it like a visitor would."""
+"""Start the app in this process on a free port, for tests that drive it like a visitor would: the same
+page, runner and job worker as app.py, without the warm-up."""
 
 import contextlib
 import os
@@ -12,14 +13,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_app(queue_size: int = 8):
+def running_app(queue_size: int = 8, models=("distilgpt2", "gpt2"), with_runner: bool = False):
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-    from explorer.app import ui
+    from explorer.app import serve
 
-    demo = ui.build()
+    demo, launch, runner = serve.app("bundled", models, False, warm=False, log=lambda line: None)
     demo.queue(default_concurrency_limit=1, max_size=queue_size)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_port=free_port(), quiet=True, theme=ui.THEME, css=ui.CSS)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_port=free_port(), quiet=True, **launch)
     try:
-        yield url
+        yield (url, runner) if with_runner else url
     finally:
         demo.close()
+        runner.close()

@@ -9,7 +9,7 @@ import plotly.io as pio
 import pytest
 import torch
 
-from explorer.app import actions, lessons
+from explorer.app import lessons, models
 from kernels import timing
 from tests.serve import running_app
 
@@ -41,8 +41,8 @@ def test_generation_streams_text_and_growing_charts(client):
     final = job.result()
     outputs = job.outputs()
     assert len(outputs) >= 3, "the text should arrive token by token"
-    texts = [o[0] for o in outputs]
-    assert all(t.startswith("def add(a, b):") for t in texts)
+    texts = [o[0] for o in outputs if isinstance(o[0], str)]  # a status before the first token leaves it as it is
+    assert texts and all(t.startswith("def add(a, b):") for t in texts)
     assert len(texts[-1]) > len("def add(a, b):")
     points = [_points(o[2]) for o in outputs if _points(o[2]) >= 0]
     assert points[0] < points[-1] == 5, "the latency chart gains a point per token"
@@ -83,7 +83,7 @@ def test_export_of_the_last_run(client):
 
 def test_tile_sweep_endpoint(client):
     heat, table, best, *_ = client.predict(
-        "layer_norm", "M=8,C=64", actions.default_dtype(), "block_m", "num_warps", "ms", api_name="/sweep"
+        "layer_norm", "M=8,C=64", models.default_dtype(), "block_m", "num_warps", "ms", api_name="/sweep"
     )
     rows = pd.DataFrame(table["data"], columns=table["headers"])
     assert len(rows) == 20 and "Fastest valid" in best
@@ -94,12 +94,14 @@ def test_tile_sweep_endpoint(client):
     regimes = {timing.COLD_REGIME, timing.WARM_REGIME} if torch.cuda.is_available() else {timing.CPU_REGIME}
     assert any(r in figure.layout.title.text for r in regimes) and any(r in best for r in regimes)
     # The table a person reads: marks, not booleans; microseconds, rounded; the best config as fields.
-    assert set(rows.runs) <= {"✓", "✗"} and "µs" in rows.columns and "TileConfig(" not in best
+    assert set(rows.runs) <= {"✓", "✗"} and "ms" in rows.columns and "TileConfig(" not in best
 
 
 def test_named_endpoints(client):
     api = client.view_api(print_info=False, return_format="dict")
-    assert {"/generate", "/sweep", "/compare", "/export", "/lesson"} <= set(api["named_endpoints"])
+    assert {"/generate", "/sweep", "/compare", "/ladder", "/export", "/lesson"} <= set(api["named_endpoints"])
+    names = [p["parameter_name"] for p in api["named_endpoints"]["/generate"]["parameters"]]
+    assert names[:3] == ["model", "prompt", "prompt_tokens"] and "attention_block_m" in names
     (choice,) = api["named_endpoints"]["/lesson"]["parameters"]
     assert choice["parameter_name"] == "lesson" and "kv-cache" in choice["type"]["enum"]
 

@@ -59,6 +59,46 @@ def test_generate_in_a_browser(browser):
         assert (ARTIFACTS / "generate.png").stat().st_size > 10_000
 
 
+WATCH_TEXT = """() => {
+    window.textChanges = [];
+    let last = null;
+    setInterval(() => {
+        const t = document.querySelector('#out textarea');
+        if (t && t.value !== last) { last = t.value; window.textChanges.push([performance.now(), t.value]); }
+    }, 20);
+}"""
+
+
+def test_the_text_streams_token_by_token_and_stop_stops_it(browser):
+    """On CPU a token takes a good part of a second: a run of N tokens shows at least N/2 distinct texts as
+    they are made, not all at the end; and Stop ends the run within 2 s, the summary saying so."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app() as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url, wait_until="load")
+        tokens = page.get_by_label("number input for new tokens")
+        tokens.fill("12")
+        tokens.press("Enter")
+        page.evaluate(WATCH_TEXT)
+        page.get_by_role("button", name="Generate", exact=True).click()
+        page.get_by_text("reached max new tokens (12)").first.wait_for(timeout=240_000)
+        texts = [v for _, v in page.evaluate("window.textChanges") if v.startswith("def fibonacci(n):")]
+        assert len(set(texts)) >= 12 / 2, texts
+        # A long run, stopped once its text is streaming.
+        tokens.fill("400")
+        tokens.press("Enter")
+        page.evaluate("window.textChanges = []")
+        page.get_by_role("button", name="Generate", exact=True).click()
+        page.wait_for_function("() => window.textChanges.length >= 3", timeout=240_000)
+        clicked = page.evaluate("performance.now()")
+        page.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_role("cell", name="by you, before the end").wait_for(timeout=30_000)
+        page.wait_for_timeout(3000)
+        later = [t for t, _ in page.evaluate("window.textChanges") if t > clicked + 2000]
+        assert later == [], "the text still changed more than 2 s after Stop"
+        page.screenshot(path=str(ARTIFACTS / "stopped.png"), full_page=True)
+
+
 def test_a_finished_run_and_the_memory_hierarchy_tab(browser):
     """A short run to its end: the summary names each clock, and the hierarchy tab shows both levels of
     traffic next to the hardware counters recorded on a GPU."""

@@ -1,15 +1,21 @@
-"""The estimate shown before a long job: grows with the job, labelled as an estimate, timed by the last
-run on this device once there is one."""
+"""The estimate shown before a job: grows with the job, labelled as an estimate, timed by the last run on
+this device once there is one, and the measure by which a job is admitted or refused."""
 
 import pytest
 
-from explorer.app import actions, estimate, ui
+from explorer.app import estimate, settings
 
 
 @pytest.fixture(autouse=True)
-def fresh(monkeypatch):
-    monkeypatch.setattr(estimate, "_measured", {})
-    monkeypatch.setattr(estimate, "_compiled", set())
+def fresh():
+    saved = dict(estimate._measured), set(estimate._compiled)
+    estimate._measured.clear()
+    estimate._compiled.clear()
+    yield
+    estimate._measured.clear()
+    estimate._measured.update(saved[0])
+    estimate._compiled.clear()
+    estimate._compiled.update(saved[1])
 
 
 def test_cost_grows_with_the_job():
@@ -23,26 +29,33 @@ def test_cost_grows_with_the_job():
 def test_the_note_says_it_is_an_estimate_and_where_its_rate_comes_from():
     units = estimate.layer_steps("bundled", 8, 200, True)
     note = estimate.note(estimate.seconds("cpu", "triton", units), "cpu")
-    assert note.startswith("*Estimate: about ") and "on this CPU (a conservative guess" in note
-    estimate.record("cpu", "triton", units, wall_s=units * 0.01)
-    assert estimate.seconds("cpu", "triton", units) == pytest.approx(units * 0.01)
+    assert note.startswith("*Estimate: about ") and "on this CPU (before any run here: a rough guess" in note
+    estimate.record("cpu", "triton", units, wall_s=estimate.FIXED_S["cpu"] + units * 0.01)
+    assert estimate.seconds("cpu", "triton", units) == pytest.approx(estimate.FIXED_S["cpu"] + units * 0.01)
     assert "from the last run here" in estimate.note(estimate.seconds("cpu", "triton", units), "cpu")
     assert estimate.note(0.2, "cpu") == "*Estimate: under a second on this CPU.*"
     assert "min on this GPU" in estimate.note(600, "cuda")
 
 
 def test_generate_and_compare_notes_follow_their_controls():
-    note = lambda tokens: ui.generate_estimate("bundled", "def f(x):", 0, tokens, 1, "triton", True)
-    assert note(8).startswith("*Estimate: about ")
-    if actions.device().type == "cpu":
-        assert "min on this CPU" in note(400)
-        seconds = lambda text: float(text.split("about ")[1].split(" s ")[0])
-        assert seconds(note(60)) > 3 * seconds(note(8))
-    assert ui.generate_estimate("bundled", "x", 0, "many", 1, "triton", True) == ""  # a bad value: no note
-    assert ui.compare_estimate("bundled", 8, True, "8") != ui.compare_estimate("bundled", 8, True, "8, 64, 256")
-    assert ui.compare_estimate("bundled", 8, True, "eight") == ""
+    s = lambda **kw: settings.RunSettings(**{"prompt": "def f(x):", "new_tokens": 8} | kw)
+    note = lambda **kw: estimate.generation_note(s(**kw), "cpu")
+    seconds = lambda text: float(text.split("about ")[1].split(" ")[0])
+    assert note().startswith("*Estimate: about ")
+    assert "min on this CPU" in note(new_tokens=2000, prompt_tokens=1000)
+    assert seconds(note(new_tokens=100)) > 3 * seconds(note(new_tokens=8))
+    assert estimate.compare_note(s(), [8], "cpu") != estimate.compare_note(s(), [8, 64, 256], "cpu")
 
 
-def test_a_finished_generation_times_the_next_estimate():
-    list(actions.run_generation(actions.RunSettings(prompt="x = 1", new_tokens=2, backend="torch")))
-    assert estimate._measured[(actions.device().type, "torch")] > 0
+def test_a_sweep_is_costed_by_the_programs_it_runs():
+    small = estimate.sweep_s("layer_norm", {"M": 8, "C": 64}, "cpu")
+    huge = estimate.sweep_s("layer_norm", {"M": 349525, "C": 1}, "cpu")  # a few MB, hundreds of thousands of programs
+    assert small < 10 < 600 < huge
+    with pytest.raises(estimate.UserError, match="a sweep here takes at most 4 MB"):
+        estimate.check_sweep_inputs("attention", dict(B=1, H=1, T=1_000_000, D=512), 4, "cpu")
+
+
+def test_compare_lengths_must_fit_the_models_positions():
+    estimate.check_lengths("bundled", [8, 1000], 24)
+    with pytest.raises(estimate.UserError, match="need 1048 positions; the model has 1024"):
+        estimate.check_lengths("bundled", [8, 1000], 48)

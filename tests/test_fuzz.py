@@ -5,16 +5,17 @@ wrong, and the server answers a normal request afterwards."""
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from explorer.app import actions, ui
+from explorer.app import estimate, settings
 from tests.serve import running_app
 
 gradio_client = pytest.importorskip("gradio_client")
 
 GENERIC = "has not enabled verbose error reporting"
-ANSWER_S = 60  # the slowest allowed answer: a value that happens to be valid runs a short job on CPU
+ANSWER_S = 300  # the slowest allowed answer, 5x what a value that happens to be valid takes on CPU (a short job)
 
 # A cheap valid request per endpoint; each example spoils one parameter.
 GENERATE = dict(
@@ -33,7 +34,7 @@ GENERATE = dict(
     seed=0,
     overlay=True,
 )
-GENERATE |= {name: (False if name.endswith("autotune") else "default") for name in ui.TILE_NAMES}
+GENERATE |= {name: (False if name.endswith("autotune") else "default") for name in settings.TILES}
 COMPARE = {k: v for k, v in GENERATE.items() if k != "overlay"} | dict(lengths="2")
 SWEEP = dict(kernel="layer_norm", shape="M=4,C=32", dtype="float32", x="block_m", y="num_warps", value="ms")
 EXPORT = dict(which="last run: steps", fmt="csv")
@@ -96,7 +97,8 @@ def requests(draw):
     return endpoint, name, params
 
 
-@settings(max_examples=320, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.slow
+@hsettings(max_examples=320, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(request=requests())
 def test_every_endpoint_answers_bad_values_clearly_and_in_time(client, request):
     endpoint, name, params = request
@@ -112,4 +114,4 @@ def test_every_endpoint_answers_bad_values_clearly_and_in_time(client, request):
 def test_the_server_answers_normally_after_the_fuzz(client):
     text = client.predict(**GENERATE, api_name="/generate")[0]
     assert text.startswith("x = 1") and len(text) > len("x = 1")
-    assert actions.JOB_SECONDS > 0
+    assert estimate.budget_s() > 0

@@ -1,86 +1,210 @@
-"""Work a request starts is bounded: a time budget ends it cleanly, and cancelling it (Stop, or the
-API's cancel) stops it after the step, config or run in progress, freeing the GPU slot."""
+"""The page's jobs called directly (explorer.app.jobs) and through their handlers with the jobs run in this
+process: what each yields and in what order, when it stops, and what a handler refuses before any work."""
 
-import threading
+import asyncio
 import time
 
+import gradio as gr
+import pandas as pd
 import pytest
+import torch
 
-from explorer.app import actions
-from kernels import timing
+from explorer.app import handlers, jobs, models, settings, views
+from explorer.app.runner import InlineRunner
+from explorer.measure.ladder import RUNGS
+from kernels import TileConfig
 
-
-def test_a_sweep_stops_at_the_time_budget(monkeypatch):
-    monkeypatch.setattr(actions, "JOB_SECONDS", 0.0)
-    results = list(actions.run_sweep("layer_norm", {"M": 4, "C": 32}, actions.default_dtype()))
-    frame, _, status = results[-1]
-    assert len(results) == 1 and len(frame) == 1  # one config timed, then the budget was spent
-    assert status.startswith("stopped at the time budget (0 s): 1 of ")
+NEVER = jobs.Control(lambda: False, float("inf"))
 
 
-def test_a_generation_stops_at_the_time_budget_and_says_so(monkeypatch):
-    monkeypatch.setattr(actions, "JOB_SECONDS", 0.0)
-    updates = list(actions.run_generation(actions.RunSettings(prompt="x = 1", new_tokens=50)))
+def collect(agen) -> list:
+    async def go():
+        return [x async for x in agen]
+
+    return asyncio.run(go())
+
+
+def values(**change) -> dict:
+    """Every field of Generate at its default on this device, with `change`."""
+    d = settings.defaults(models.device().type, {"dtype": models.default_dtype()})
+    return {n: d[n] for n in [*settings.RUN, "overlay", "lengths", *settings.TILES]} | change
+
+
+def context() -> handlers.Context:
+    return handlers.Context(InlineRunner(), device=models.device().type)
+
+
+def test_generate_sends_text_first_then_charts_then_the_profiled_run():
+    s = settings.RunSettings(prompt="import os", new_tokens=3, dtype=models.default_dtype())
+    updates = list(jobs.JOBS["generate"]({"settings": s}, NEVER))
+    texts = [u for u in updates if "text" in u]
+    assert texts[0]["text"].startswith("import os") and len(texts[-1]["text"]) > len("import os")
+    assert set(texts[0]) == {"text", "summary", "status"}  # no figure holds back the first text
+    first_chart = next(i for i, u in enumerate(updates) if "latency" in u)
+    assert first_chart > updates.index(texts[0])
+    assert "profiling the kernels at" in updates[-2]["summary"]
     last = updates[-1]
-    assert last.done and len(last.steps) == 1
-    assert "| stopped | the time budget (0 s) |" in actions.summary_markdown(last.summary)
+    assert "| kernel times | timed at decode positions" in last["summary"]
+    assert list(last["state"]["steps"].step) == [0, 1, 2]
+    assert {"latency", "traffic", "kv", "share", "bandwidth", "hierarchy", "roofline"} <= set(last)
+    assert "time to first token (waited, from the click)" in last["summary"]
 
 
-def test_cancelling_a_sweep_stops_its_work_and_the_server_serves_the_next_request(monkeypatch):
-    gradio_client = pytest.importorskip("gradio_client")
-    from tests.serve import running_app
+def test_a_generation_asked_to_stop_stops_at_the_next_token_and_says_so():
+    s = settings.RunSettings(prompt="x = 1", new_tokens=50, backend="torch")
+    asked = {"n": 0}
 
-    timed = []
+    def stopping():
+        asked["n"] += 1
+        return asked["n"] > 2  # the third look says stop
 
-    def slow(fn, inputs, device, **kwargs):  # each config takes 0.3 s, and is counted
-        timed.append(time.monotonic())
-        time.sleep(0.3)
-        return timing.Timing(0.3, timing.CPU_REGIME)
-
-    monkeypatch.setattr(timing, "measure", slow)
-    with running_app() as url:
-        client = gradio_client.Client(url, verbose=False)
-        job = client.submit(
-            "layer_norm", "M=4,C=32", actions.default_dtype(), "block_m", "num_warps", "ms", api_name="/sweep"
-        )
-        deadline = time.monotonic() + 60
-        while len(timed) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(timed) >= 3, "the sweep did not start"
-        job.cancel()
-        time.sleep(0.5)
-        at_cancel = len(timed)
-        time.sleep(2.0)
-        assert len(timed) <= at_cancel + 1, (at_cancel, len(timed))  # at most the config in progress
-        assert len(timed) < 20  # the grid has 20 configs: it did not run to the end
-        assert threading.active_count() < 200
-        # The slot is free: the next request runs to its end.
-        done = client.predict(
-            "layer_norm", "M=4,C=32", actions.default_dtype(), "block_m", "num_warps", "ms", api_name="/sweep"
-        )
-        assert "all 20 configs" in done[2]
+    updates = list(jobs.JOBS["generate"]({"settings": s}, jobs.Control(stopping, float("inf"))))
+    last = updates[-1]
+    assert len(last["state"]["steps"]) == 3  # two tokens, and the one made when it looked the third time
+    assert "| stopped | by you, before the end |" in last["summary"] and "Stopped" in last["status"]
 
 
-def test_closing_the_page_stops_its_sweep(monkeypatch):
-    """A visitor who closes the tab closes the event stream; the server stops the job behind it."""
-    httpx = pytest.importorskip("httpx")
-    from tests.serve import running_app
+def test_a_generation_past_its_budget_stops_and_says_so():
+    s = settings.RunSettings(prompt="x = 1", new_tokens=50, backend="torch")
+    last = list(jobs.JOBS["generate"]({"settings": s}, jobs.Control(lambda: False, time.monotonic())))[-1]
+    assert len(last["state"]["steps"]) == 1
+    assert "| stopped | at the time budget |" in last["summary"]
 
-    timed = []
 
-    def slow(fn, inputs, device, **kwargs):
-        timed.append(time.monotonic())
-        time.sleep(0.3)
-        return timing.Timing(0.3, timing.CPU_REGIME)
+def test_tiles_that_cannot_run_are_refused_before_any_launch(monkeypatch):
+    import kernels
 
-    monkeypatch.setattr(timing, "measure", slow)
-    with running_app() as url:
-        data = ["layer_norm", "M=4,C=32", actions.default_dtype(), "block_m", "num_warps", "ms"]
-        event = httpx.post(url + "gradio_api/call/sweep", json={"data": data}).json()["event_id"]
-        with httpx.stream("GET", url + f"gradio_api/call/sweep/{event}", timeout=60) as stream:
-            for _ in stream.iter_lines():
-                if len(timed) >= 3:
-                    break  # the tab closes
-        at_close = len(timed)
-        time.sleep(2.0)
-        assert len(timed) <= at_close + 1, (at_close, len(timed))
+    launched = []
+    monkeypatch.setattr(kernels, "layer_norm", lambda *a, **k: launched.append(1))
+    # Too large for any GPU's shared memory, the H200's 227 KB included.
+    tiles = settings.Tiles(linear_decode=TileConfig(block_n=256, block_k=256, num_stages=8))
+    s = settings.RunSettings(new_tokens=2, tiles=tiles)
+    with pytest.raises(ValueError, match="linear: .* shared memory"):
+        list(jobs.JOBS["generate"]({"settings": s}, NEVER))
+    assert launched == []
+
+
+def test_out_of_memory_and_bad_tiles_become_advice():
+    err = jobs.friendly(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert "ran out of memory" in str(err) and "lower the batch" in str(err)
+    assert str(jobs.friendly(ValueError("linear: block_k=512 is not allowed"))) == "linear: block_k=512 is not allowed"
+
+    class OutOfResources(Exception):  # Triton's, by name: the compiler's own exception type
+        pass
+
+    assert "do not fit this GPU" in str(jobs.friendly(OutOfResources("shared memory, Required: 300000")))
+
+
+def test_a_sweep_stops_between_configs_when_asked():
+    payload = dict(kernel="layer_norm", shape={"M": 4, "C": 32}, dtype="float32", x="block_m", y="num_warps")
+    updates = list(jobs.JOBS["sweep"](payload | {"value": "ms"}, jobs.Control(lambda: True, float("inf"))))
+    assert len(updates) == 1 and "stopped by you, before the end: 1 of 20 configs" in updates[0]["best"]
+    everything = list(jobs.JOBS["sweep"](payload | {"value": "ms"}, NEVER))
+    assert len(everything) == 20 and "all 20 configs" in everything[-1]["best"]
+    table = everything[-1]["table"]
+    assert set(table.runs) <= {"✓", "✗"} and "ms" in table and "µs" not in table
+
+
+def test_the_ladder_shows_each_rung_as_it_is_measured():
+    s = settings.RunSettings(dtype="float32")
+    updates = list(jobs.JOBS["ladder"]({"settings": s}, NEVER))
+    assert len(updates) == len(RUNGS)
+    table = updates[-1]["table"]
+    assert list(table.rung) == list(RUNGS) and (table["ms per step"] > 0).all() and "× torch" in table
+    counted = table["kernels (counted)"]
+    assert counted.notna().all() if torch.cuda.is_available() else counted.isna().all()
+
+
+def test_summary_names_each_rate_by_its_clock_and_counts_kernels_only_where_counted():
+    base = dict(
+        timer="cuda events around each step (device clock)",
+        ttft_ms=1.0,
+        waited_s=0.25,
+        wall_tokens_per_s=679.0,
+        step_ms_p50=0.607,
+        step_ms_p90=0.7,
+        warmup_ms=3.0,
+        mb_per_token=1.0,
+        achieved_gbs=1.0,
+        kv_cache_mb=0.0,
+        peak_memory_mb=1.0,
+        operations_per_step=171,
+    )
+    graphed = views.summary_markdown({**base, "cuda_graph": True, "kernels_per_step": 163, "memory_ops_per_step": 1})
+    assert "| tokens/s delivered (wall clock, first to last token) | 679.0 tokens/s |" in graphed
+    assert "| time to first token (waited, from the click) | 0.25 s |" in graphed
+    assert "| decode step p50 / p90 (device clock, CUDA events) | 0.607 / 0.700 ms |" in graphed
+    assert "163 GPU kernels + 1 memory operations (counted by torch.profiler)" in graphed
+    eager = views.summary_markdown({**base, "cuda_graph": False})
+    assert "171 named operations, each launched from Python (counting after the run)" in eager
+    cpu = views.summary_markdown({**base, "timer": "cpu perf_counter (Triton interpreter)", "cuda_graph": False})
+    assert "kernels are counted on a GPU" in cpu and "(CPU clock)" in cpu
+
+
+def test_compare_table_keeps_eager_and_graph_runs_apart():
+    rows = []
+    for mode, ms in (("eager", 8.0), ("CUDA graph", 0.5)):
+        run = dict(backend="triton", cache="on", launch_mode=mode, prompt_tokens=4)
+        rows.append(run | dict(phase="prefill", latency_ms=3.0, modeled_mb=1.0))
+        rows += [run | dict(phase="decode", latency_ms=ms + i, modeled_mb=2.0) for i in range(3)]
+    table = views.compare_table(pd.DataFrame(rows)).set_index("launch_mode")
+    assert table.loc["eager", "decode_ms_p50"] == 9.0 and table.loc["CUDA graph", "decode_ms_p50"] == 1.5
+    assert table.loc["CUDA graph", "last_step_ms"] == 2.5 and set(table.ttft_ms) == {3.0}
+
+
+def test_the_generate_handler_streams_and_keeps_the_run_in_state():
+    job = handlers.make(context())["generate"]
+    outputs = collect(job(values(prompt="import os", new_tokens=3, fusion="decode"), handlers.NEW_STATE))
+    assert all(len(o) == len(handlers.GENERATE_OUT) + 1 for o in outputs)
+    final = dict(zip([*handlers.GENERATE_OUT, "state"], outputs[-1], strict=True))
+    assert final["text"].startswith("import os") and "fusion rung | decode:" in final["summary"]
+    assert final["state"]["previous"] is None and list(final["state"]["steps"].step) == [0, 1, 2]
+    # Every output has its value by the end: an API client's result is the whole run.
+    assert not any(v == gr.skip() for v in outputs[-1])
+    if torch.cuda.is_available():  # decode steps replay a graph, and kernels are counted
+        assert "replayed as one CUDA graph" in final["summary"] and "counted by torch.profiler" in final["summary"]
+    else:  # on CPU the box is ignored and the summary says the steps launched from Python
+        assert "each launched from Python" in final["summary"] and "kernels are counted on a GPU" in final["summary"]
+
+
+def test_a_job_estimated_past_the_budget_is_refused_at_once(monkeypatch):
+    monkeypatch.setenv("EXPLORER_JOB_SECONDS", "5")
+    job = handlers.make(context())["generate"]
+    t0 = time.monotonic()
+    with pytest.raises(gr.Error, match=r"would take about .* one run may take at most 5 s\. Lower the new tokens"):
+        collect(job(values(new_tokens=2048, prompt_tokens=900, batch=16), handlers.NEW_STATE))
+    assert time.monotonic() - t0 < 5
+
+
+def test_use_best_sends_the_sweep_winner_to_the_tile_controls():
+    from explorer.app import ui
+
+    best = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
+    updates = ui._use_best({"best": ("attention", best)})
+    named = dict(zip(settings.TILES, updates, strict=True))
+    assert named["attention_block_m"]["value"] == "64" and named["attention_num_stages"]["value"] == "2"
+    assert named["attention_autotune"]["value"] is False
+    assert named["linear_block_m"] == gr.skip()
+
+
+def test_export_without_a_run_is_a_clear_error():
+    export = handlers.make(context())["export"]
+    with pytest.raises(gr.Error, match="Nothing to export yet"):
+        export({"which": "last run: steps", "fmt": "csv"}, handlers.NEW_STATE)
+
+
+def test_a_refused_value_names_the_field_and_runs_nothing(monkeypatch):
+    ran = []
+    monkeypatch.setitem(jobs.JOBS, "generate", lambda *a: ran.append(1) or iter(()))
+    job = handlers.make(context())["generate"]
+    with pytest.raises(gr.Error, match="new tokens must be a whole number"):
+        collect(job(values(new_tokens=1.5), handlers.NEW_STATE))
+    with pytest.raises(gr.Error, match="attention block_m must be one of 'default', '16'"):
+        collect(job(values(attention_block_m="48"), handlers.NEW_STATE))
+    assert ran == []
+
+
+def test_compare_refuses_lengths_past_the_models_positions_before_any_work():
+    job = handlers.make(context())["compare"]
+    with pytest.raises(gr.Error, match=r"A prompt of 1000 tokens and 64 new tokens need 1064 positions; the model"):
+        collect(job(values(lengths="8, 1000", new_tokens=64), handlers.NEW_STATE))

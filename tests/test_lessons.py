@@ -12,7 +12,7 @@ import gradio as gr
 import pytest
 import torch
 
-from explorer.app import lessons, ui
+from explorer.app import handlers, lessons
 from explorer.app.lessons import base, recorded
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,32 +164,45 @@ def test_the_explanation_quotes_this_runs_measurements(runs, name):
 
 
 def test_an_unknown_lesson_is_refused_with_the_allowed_names():
+    import asyncio
+
+    from explorer.app.runner import InlineRunner
+
+    lesson = handlers.make(handlers.Context(InlineRunner()))["lesson"]
     for bad in ("nope", 5, None):
         with pytest.raises(gr.Error, match=r"lesson must be one of 'memory', 'decode-step', .*; got "):
-            list(ui.lesson(bad))
+            asyncio.run(lesson({"lesson": bad}).__anext__())
     with pytest.raises(gr.Error, match="got 'fused'"):
-        ui.pick_lesson("fused")
+        handlers.pick_lesson("fused")
+    # "Run the lesson again" with none picked says what to do, in the introduction's place.
+    assert handlers.pick_lesson(None)[0] == "Pick a lesson above."
 
 
 def test_picking_a_lesson_sets_the_controls_to_its_job():
-    intro, *updates = ui.pick_lesson("kv-cache")
+    intro, *updates = handlers.pick_lesson("kv-cache")
     assert intro.startswith("### The KV cache on and off") and "Estimate: " in intro
-    named = dict(zip(ui.LESSON_CONTROLS, updates, strict=True))
+    named = dict(zip(handlers.LESSON_CONTROLS, updates, strict=True))
     s = lessons.LESSONS["kv-cache"].settings(lessons.size())
     assert named["new_tokens"]["value"] == s["new_tokens"] and named["cache"]["value"] is False
     assert named["backend"]["value"] == s["backend"]
-    assert isinstance(named["kernel"], type(gr.skip()))  # a Generate lesson leaves the sweep tab alone
-    _, *updates = ui.pick_lesson("tiling")
-    assert dict(zip(ui.LESSON_CONTROLS, updates, strict=True))["kernel"]["value"] == "linear"
+    assert named["kernel"] == gr.skip()  # a Generate lesson leaves the sweep tab alone
+    _, *updates = handlers.pick_lesson("tiling")
+    assert dict(zip(handlers.LESSON_CONTROLS, updates, strict=True))["kernel"]["value"] == "linear"
 
 
 def test_a_link_with_a_lesson_opens_the_lessons_tab_with_it_picked():
-    tab, pick = ui.open_link(types.SimpleNamespace(query_params={"lesson": "kv-cache"}))
+    tab, pick = handlers.open_link(types.SimpleNamespace(query_params={"lesson": "kv-cache"}))
     assert tab.selected == "lessons" and pick["value"] == "kv-cache"
-    assert all(isinstance(v, type(gr.skip())) for v in ui.open_link(types.SimpleNamespace(query_params={})))
+    assert all(v == gr.skip() for v in handlers.open_link(types.SimpleNamespace(query_params={})))
     with pytest.warns(UserWarning, match="There is no lesson 'nope'; the lessons are memory, decode-step"):
-        tab, pick = ui.open_link(types.SimpleNamespace(query_params={"lesson": "nope"}))
-    assert tab.selected == "lessons" and isinstance(pick, type(gr.skip()))
+        tab, pick = handlers.open_link(types.SimpleNamespace(query_params={"lesson": "nope"}))
+    assert tab.selected == "lessons" and pick == gr.skip()
+    # A visitor's text in the link is shown as text, never as markup, and cut short.
+    link = "<h1>Session expired</h1><form action=x><input name=pw></form>" + "x" * 200
+    with pytest.warns(UserWarning) as warned:
+        handlers.open_link(types.SimpleNamespace(query_params={"lesson": link}))
+    message = str(warned[0].message)
+    assert "<h1>" not in message and "<form" not in message and "&lt;h1&gt;" in message and len(message) < 300
 
 
 @without_a_gpu

@@ -1,13 +1,11 @@
 """Every value an endpoint takes is checked before any work, and a refusal names the field, the value
-and what is allowed; nothing is converted silently."""
+(at most 80 characters of it) and what is allowed; nothing is converted silently."""
 
 import math
 
-import gradio as gr
 import pytest
-import torch
 
-from explorer.app import actions, ui, validate
+from explorer.app import settings, validate
 from explorer.app.errors import UserError
 
 
@@ -54,81 +52,80 @@ def test_good_values_come_back_typed():
     assert validate.whole("n", 3.0, 1, 5) == 3 and isinstance(validate.whole("n", 3.0, 1, 5), int)
     assert validate.number("t", 1, 0, 2) == 1.0 and validate.flag("f", False) is False
     assert validate.choice("c", "csv", ["csv"]) == "csv" and validate.text("p", "héllo") == "héllo"
-
-
-def _generate_args(**change):
-    args = dict(
-        model="bundled",
-        prompt="x = 1",
-        prompt_tokens=0,
-        new_tokens=2,
-        batch=1,
-        dtype=actions.default_dtype(),
-        backend="triton",
-        fusion="decode",
-        cache=True,
-        cuda_graph=True,
-        temperature=0.0,
-        top_k=0,
-        seed=0,
-        overlay=True,
-        state=ui.NEW_STATE,
-    )
-    args.update(change)
-    tiles = ["default" if not name.endswith("autotune") else False for name in ui.TILE_NAMES]
-    return list(args.values()), tiles
+    assert validate.lengths("lengths", "16, 64 256", 1, 1023, 6) == [16, 64, 256]
+    assert validate.shape("shape", "B=1, H=12,T=1024,D=64", "BHTD") == dict(B=1, H=12, T=1024, D=64)
 
 
 @pytest.mark.parametrize(
-    "change,message",
+    "text,message",
     [
-        (dict(new_tokens=1.5), "new tokens must be a whole number"),
-        (dict(cache="false"), "KV cache must be true or false"),
-        (dict(model=["gpt2"]), "model must be one of"),
-        (dict(temperature=math.nan), "temperature must be a number"),
-        (dict(seed=2**70), "seed must be from 0 to"),
-        (dict(prompt="p" * (validate.MAX_PROMPT_CHARS + 1)), "prompt is 20001 characters long"),
-        (dict(batch=None), "batch must be a whole number"),
-        (dict(overlay="yes"), "overlay previous run must be true or false"),
-        (
-            dict(fusion="fused"),
-            "fusion must be one of 'none', 'epilogue', 'decode', 'overlap', 'persistent'; got 'fused'",
-        ),
+        ("٣", "digits 0-9"),  # an Arabic-Indic three: int() takes it, the page does not
+        ("1_0", "digits 0-9"),
+        ("+1", "digits 0-9"),
+        ("-1", "digits 0-9"),
+        ("1 ,, 1", "an empty item is not one"),
+        ("8,", "an empty item is not one"),
+        ("", "is empty"),
+        ("8, 2000", "must each be from 1 to 1023, got 2000"),
+        ("1 2 3 4 5 6 7", "at most 6 numbers"),
+        ("eight", "'eight' is not one"),
     ],
 )
-def test_generate_refuses_before_any_work(monkeypatch, change, message):
-    monkeypatch.setattr(actions, "run_generation", lambda s: pytest.fail("ran with bad settings"))
-    args, tiles = _generate_args(**change)
-    with pytest.raises(gr.Error, match=message):
-        list(ui.generate(*args, *tiles))
+def test_lengths_are_plain_numbers_or_refused(text, message):
+    with pytest.raises(UserError, match=message):
+        validate.lengths("prompt lengths", text, 1, 1023, 6)
 
 
-def test_a_tile_value_outside_the_controls_is_refused(monkeypatch):
-    monkeypatch.setattr(actions, "run_generation", lambda s: pytest.fail("ran with bad tiles"))
-    args, tiles = _generate_args()
-    tiles[ui.TILE_NAMES.index("attention_block_m")] = "48"
-    with pytest.raises(gr.Error, match="attention block_m must be one of 'default', '16'"):
-        list(ui.generate(*args, *tiles))
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("M=1_0,C=8", "digits 0-9"),
+        ("M=٣,C=8", "digits 0-9"),
+        ("M=4,M=8,C=8", "gives M twice"),
+        ("", "must give every size of this kernel \\(M=...,C=...\\); missing M, C"),
+        ("M=4", "missing C"),
+        ("M=4,,C=8", "an empty item is not one"),
+        ("M=4,Q=3,C=8", "Q is not a size of this kernel; it takes M, C"),
+        ("M=0,C=8", "at least 1"),
+        ("M 4, C=8", "'M 4' is not one"),
+    ],
+)
+def test_shapes_name_every_size_once_or_are_refused(text, message):
+    with pytest.raises(UserError, match=message):
+        validate.shape("shape", text, ["M", "C"])
 
 
-def test_sweep_shapes_are_bounded_and_filled_from_this_devices_defaults(monkeypatch):
-    dtype = actions.default_dtype()
-    defaults = actions.DEFAULT_SHAPES if torch.cuda.is_available() else actions.CPU_SHAPES
-    assert actions.sweep_shape("attention", {"H": 1}, dtype) == {**defaults["attention"], "H": 1}
-    with pytest.raises(UserError, match=r"needs \d+ MB of inputs; a sweep here takes at most (4|1024) MB"):
-        actions.sweep_shape("attention", dict(B=1, H=1, T=1_000_000, D=512), dtype)
-    with pytest.raises(UserError, match="Shape sizes Q are not attention's; it takes B, H, T, D"):
-        actions.sweep_shape("attention", {"Q": 3}, dtype)
-    monkeypatch.setattr(actions.sweeps, "tile_sweep", lambda *a, **k: pytest.fail("swept a refused shape"))
-    with pytest.raises(gr.Error, match="x must be one of"):
-        list(ui.sweep("layer_norm", "M=8,C=64", dtype, "block_q", "num_warps", "ms", ui.NEW_STATE))
+def test_a_refusal_echoes_at_most_80_characters_and_names_a_file_for_what_it_is():
+    with pytest.raises(UserError) as e:
+        validate.choice("model", "x" * 1_000_000, ["bundled"])
+    assert len(str(e.value)) < 200 and "model must be one of 'bundled'" in str(e.value)
+    file = {"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}
+    for check in (lambda v: validate.choice("dtype", v, ["float32"]), lambda v: validate.text("prompt", v)):
+        with pytest.raises(UserError, match="got a file reference \\(this app takes no files\\)"):
+            check(file)
 
 
-def test_compare_and_export_refuse_what_their_controls_could_not_send(monkeypatch):
-    monkeypatch.setattr(actions, "run_compare", lambda *a, **k: pytest.fail("compared with bad lengths"))
-    args, tiles = _generate_args()
-    lengths = ", ".join(["8"] * (actions.MAX_COMPARE_LENGTHS + 1))
-    with pytest.raises(gr.Error, match=f"at most {actions.MAX_COMPARE_LENGTHS} prompt lengths"):
-        list(ui.compare(*args[:13], lengths, ui.NEW_STATE, *tiles))
-    with pytest.raises(gr.Error, match="format must be one of 'csv', 'json'; got None"):
-        ui.export("last run: steps", None, ui.NEW_STATE)
+def test_every_run_field_is_checked_by_the_table():
+    dynamic = {"model": [("bundled", "bundled")], "dtype": ["float32"]}
+    good = settings.defaults("cpu", {"dtype": "float32"})
+    s = settings.parse(good, dynamic)
+    assert s.model == "bundled" and s.new_tokens == good["new_tokens"] and s.tiles == settings.Tiles()
+    for name, bad, message in [
+        ("new_tokens", 1.5, "new tokens must be a whole number"),
+        ("cache", "false", "KV cache must be true or false"),
+        ("model", ["gpt2"], "model must be one of 'bundled'"),
+        ("temperature", math.nan, "temperature \\(0: greedy\\) must be a number"),
+        ("seed", 2**70, "seed must be from 0 to"),
+        ("prompt", "p" * (validate.MAX_PROMPT_CHARS + 1), "prompt is 20001 characters long"),
+        ("batch", None, "batch \\(copies of the prompt\\) must be a whole number"),
+        (
+            "fusion",
+            "fused",
+            "fusion \\(Triton backend\\) must be one of 'none', 'epilogue', 'decode', 'overlap', "
+            "'persistent'; got 'fused'",
+        ),
+        ("attention_block_m", "48", "attention block_m must be one of 'default', '16'"),
+        ("linear_autotune", "yes", "linear autotune must be true or false"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            settings.parse(good | {name: bad}, dynamic)

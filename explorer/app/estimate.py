@@ -1,29 +1,70 @@
-"""How long a job will take, said before it starts: a small cost model, labelled as an estimate.
+"""What a job will cost, said before it starts, and the job refused when that is more than the budget.
 
-Cost is counted in layer-steps: one layer of one step over a few tokens of a model 256 wide. A step over
-more tokens (a prefill; every step with the cache off) counts 1 + tokens / 64 of them, and a wider model
-width / 256 times as many: the interpreter runs one program per tile, and tiles are 64 rows or so.
-Seconds per layer-step come from the last job on this device and backend when there was one, else from
-a conservative constant. It is rough (good to a factor of two), and says so.
+Generations are counted in layer-steps: one layer of one step over a few tokens of a model 256 wide. A
+step over more tokens (a prefill; every step with the cache off) counts 1 + tokens / 64 of them, and a
+wider model width / 256 times as many: the interpreter runs one program per tile, and tiles are 64 rows
+or so; a GPU's step time grows the same way once it is past its launch overhead. Seconds per
+layer-step come from the last generation on this device and backend when there was one, else from a
+constant measured on the machines named below. A sweep is counted in interpreter programs on CPU
+(every program of every config's grid runs in Python) and in configs on a GPU. Rough, and labelled so.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 
-# Conservative seconds per layer-step (measured on a 2-core CI machine: the interpreter takes 0.13 s for
-# one layer of the bundled model's decode step, PyTorch on CPU 0.3 ms; a GPU's eager launches about 0.1
-# ms) and seconds to compile Triton's kernels before a GPU job.
-RATES = {("cpu", "triton"): 0.2, ("cpu", "torch"): 0.001, ("cuda", "triton"): 0.0005, ("cuda", "torch"): 0.0005}
-COMPILE_S = {"cpu": 0.0, "cuda": 30.0}
+from ..measure.sweeps import DEFAULT_SHAPES, GRIDS
+from .errors import UserError
+
+# Seconds per layer-step before any run here (the interpreter: a 2-core CPU machine; GPU: an H200 with its
+# eager launches, about 0.1 ms a layer-step), and seconds a job costs whatever its size (loading, figures,
+# the profiling pass's set-up), per device.
+RATES = {("cpu", "triton"): 0.05, ("cpu", "torch"): 0.001, ("cuda", "triton"): 0.0005, ("cuda", "torch"): 0.0005}
+FIXED_S = {"cpu": 1.0, "cuda": 0.5}
+COMPILE_S = {"cpu": 0.0, "cuda": 30.0}  # Triton's compilation before a GPU's first job
 TOKENS_PER_UNIT = 64
 # (layers, width) of the models the app offers; others count as GPT-2 small.
 SHAPES = {"bundled": (6, 256), "distilgpt2": (6, 768), "gpt2": (12, 768), "gpt2-shape": (12, 768)}
 SHAPES |= {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 1600)}
+POSITIONS = {"bundled": 1024}  # positions of each model; GPT-2's 1024 for the others
+# A tile sweep: seconds per interpreter program on CPU, per config on a GPU (graph capture and replays).
+SWEEP_PROGRAM_S = 0.002
+SWEEP_CONFIG_S = {"cpu": 0.05, "cuda": 0.3}
+# One input set of a sweep may hold at most this many bytes: the interpreter runs every program in Python,
+# and on a GPU the sweep makes up to 64 rotated copies.
+SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
+PROFILED = {"cpu": 2, "cuda": 6}  # steps Generate's profiling pass times (jobs.generate.PROFILED + prefill)
 
 _measured: dict[tuple[str, str], float] = {}  # the device's speed, not a visitor's data: shared
 _compiled: set[str] = set()  # device types whose kernels a job has compiled in this process
 _lock = threading.Lock()
+
+
+def budget_s() -> float:
+    """Seconds one job may run (the operator's EXPLORER_JOB_SECONDS): longer estimates are refused, and a
+    job still running at the budget is stopped."""
+    return float(os.environ.get("EXPLORER_JOB_SECONDS", "600"))
+
+
+def shown(seconds: float) -> str:
+    if seconds < 1:
+        return "under a second"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+ADVICE = {
+    "generate": "Lower the new tokens, the prompt length or the batch.",
+    "compare": "Give fewer or shorter prompt lengths, or fewer new tokens.",
+    "ladder": "Pick a smaller model or batch.",
+    "sweep": "Use smaller sizes in the shape.",
+    "lesson": "",
+}
+
+
+def advice(kind: str) -> str:
+    return ADVICE.get(kind, "")
 
 
 def layer_steps(
@@ -44,22 +85,24 @@ def layer_steps(
 
 
 def seconds(device: str, backend: str, units: float, compile: bool = True) -> float:
-    """Seconds for `units` layer-steps; with `compile`, Triton's compilation before the first GPU job too."""
+    """Seconds for `units` layer-steps and a job's fixed cost; with `compile`, Triton's compilation before
+    the first GPU job too."""
     rate = _measured.get((device, backend), RATES[(device, backend)])
-    return units * rate + (COMPILE_S[device] if compile and device not in _compiled else 0.0)
+    first = COMPILE_S[device] if compile and device not in _compiled and backend == "triton" else 0.0
+    return FIXED_S[device] + units * rate + first
 
 
 def record(device: str, backend: str, units: float, wall_s: float) -> None:
     """A finished job's speed, for the next estimate on this device and backend."""
     if units > 0 and wall_s > 0:
         with _lock:
-            _measured[(device, backend)] = wall_s / units
+            _measured[(device, backend)] = max(wall_s - FIXED_S[device], 0.1 * wall_s) / units
             _compiled.add(device)
 
 
 def source(device: str, backends) -> str:
     measured = all((device, b) in _measured for b in backends)
-    return "from the last run here" if measured else "a conservative guess until a run here is timed"
+    return "from the last run here" if measured else "before any run here: a rough guess"
 
 
 def note(total_s: float, device: str, backends=("triton",)) -> str:
@@ -67,28 +110,112 @@ def note(total_s: float, device: str, backends=("triton",)) -> str:
     where = "this CPU" if device == "cpu" else "this GPU"
     if total_s < 1:
         return f"*Estimate: under a second on {where}.*"
-    shown = f"{total_s:.0f} s" if total_s < 120 else f"{total_s / 60:.0f} min"
-    return f"*Estimate: about {shown} on {where} ({source(device, backends)}).*"
+    return f"*Estimate: about {shown(total_s)} on {where} ({source(device, backends)}).*"
 
 
-def profiled_steps(device: str) -> int:
-    """Steps Generate's profiling pass times after a run (actions.run_generation: the prefill and 2 or 5
-    decode positions)."""
-    return 3 if device == "cpu" else 6
+def generation_units(s, device: str) -> float:
+    tokens = s.prompt_tokens or max(1, len(s.prompt) // 3)
+    warm = device == "cuda"
+    return layer_steps(s.model, tokens, s.new_tokens, s.cache, s.batch, profiled=PROFILED[device], warmup=warm)
 
 
-def generation_note(
-    model: str, prompt: int, new_tokens: int, cache: bool, batch: int, backend: str, device: str
-) -> str:
-    units = layer_steps(model, prompt, new_tokens, cache, batch, profiled=profiled_steps(device))
-    return note(seconds(device, backend, units), device, [backend])
-
-
-def compare_note(model: str, lengths: list[int], new_tokens: int, graphs: bool, device: str) -> str:
+def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
     """Compare runs both backends, the cache on and off, each cache-on run twice with graphs, per length."""
-    total = 0.0
+    graphs = s.cuda_graph and device == "cuda"
+    out = {}
     for backend in ("triton", "torch"):
+        out[backend] = 0.0
         for cache, runs in ((True, 2 if graphs else 1), (False, 1)):
-            units = sum(layer_steps(model, n, new_tokens, cache) for n in lengths) * runs
-            total += seconds(device, backend, units, compile=False)
-    return note(total + seconds(device, "triton", 0), device, ["triton", "torch"])
+            out[backend] += sum(layer_steps(s.model, n, s.new_tokens, cache) for n in lengths) * runs
+    return out
+
+
+def compare_seconds(s, lengths: list[int], device: str) -> float:
+    units = compare_units(s, lengths, device)
+    return (
+        sum(seconds(device, b, u, compile=b == "triton") - FIXED_S[device] for b, u in units.items()) + FIXED_S[device]
+    )
+
+
+def ladder_seconds(s, device: str, rungs: int = 6) -> float:
+    """One decode step per rung at the ladder's context, each run twice (compile or warm, then timed)."""
+    context = 1000 if device == "cuda" else 16
+    layers, width = SHAPES.get(s.model, SHAPES["gpt2"])
+    units = rungs * 3 * (1 + s.batch * context / TOKENS_PER_UNIT / 16) * layers * width / 256
+    return seconds(device, "triton", units)
+
+
+def check_lengths(model: str, lengths: list[int], new_tokens: int) -> None:
+    """Compare's prompts and new tokens must fit the model's positions, before any work."""
+    positions = POSITIONS.get(model, 1024)
+    longest = max(lengths)
+    if longest + new_tokens > positions:
+        raise UserError(
+            f"A prompt of {longest} tokens and {new_tokens} new tokens need {longest + new_tokens} positions; "
+            f"the model has {positions}. Give shorter prompt lengths or fewer new tokens."
+        )
+
+
+def sweep_keys(kernel: str) -> list[str]:
+    return list(DEFAULT_SHAPES[kernel])
+
+
+def sweep_axes(kernel: str) -> list[str]:
+    return list(GRIDS[kernel])
+
+
+def sweep_elements(kernel: str, g: dict) -> int:
+    return {
+        "attention": lambda: 3 * g["B"] * g["H"] * g["T"] * g["D"],
+        "decode_attention": lambda: 2 * g["B"] * g["H"] * g["T"] * g["D"],
+        "linear": lambda: g["M"] * g["K"] + g["N"] * g["K"] + g["M"] * g["N"],
+        "layer_norm": lambda: 3 * g["M"] * g["C"],
+    }[kernel]()
+
+
+def check_sweep_inputs(kernel: str, shape: dict, itemsize: int, device: str) -> None:
+    """Refuse a sweep whose inputs would not fit what can be timed here."""
+    need, limit = sweep_elements(kernel, shape) * itemsize, SWEEP_BYTES[device]
+    if need > limit:
+        sizes = ", ".join(f"{k}={v}" for k, v in shape.items())
+        raise UserError(
+            f"Shape {sizes} needs {need / 2**20:.0f} MB of inputs; a sweep here takes at most "
+            f"{limit / 2**20:.0f} MB. Use smaller sizes."
+        )
+
+
+def sweep_programs(kernel: str, g: dict, cfg: dict) -> int:
+    """Programs (and loop iterations inside them) one config of a sweep runs: what the interpreter pays."""
+    cdiv = lambda a, b: -(-a // b)
+    bm, bn = cfg.get("block_m", 64), cfg.get("block_n", 64)
+    if kernel == "layer_norm":
+        return cdiv(g["M"], bm)
+    if kernel == "linear":
+        return cdiv(g["M"], bm) * cdiv(g["N"], bn) * cdiv(g["K"], cfg.get("block_k", 32))
+    if kernel == "attention":
+        return g["B"] * g["H"] * cdiv(g["T"], bm) * cdiv(g["T"], bn)
+    splits = cfg.get("split_k", 1)
+    return g["B"] * g["H"] * splits * max(1, cdiv(cdiv(g["T"], splits), bn))
+
+
+def sweep_s(kernel: str, shape: dict, device: str) -> float:
+    import itertools
+
+    grid = GRIDS[kernel]
+    configs = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+    if device == "cuda":
+        return FIXED_S[device] + len(configs) * SWEEP_CONFIG_S[device]
+    programs = sum(sweep_programs(kernel, shape, c) for c in configs)
+    return FIXED_S[device] + len(configs) * SWEEP_CONFIG_S[device] + programs * SWEEP_PROGRAM_S
+
+
+def generation_note(s, device: str) -> str:
+    return note(seconds(device, s.backend, generation_units(s, device)), device, [s.backend])
+
+
+def compare_note(s, lengths: list[int], device: str) -> str:
+    return note(compare_seconds(s, lengths, device), device, ["triton", "torch"])
+
+
+def finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0

@@ -9,6 +9,7 @@ value and what is allowed. Nothing is converted silently: 1.5 tokens is an error
 from __future__ import annotations
 
 import math
+import re
 from numbers import Integral, Real
 
 from .errors import UserError
@@ -18,9 +19,19 @@ MAX_TEXT_CHARS = 200  # shapes, length lists: a few numbers
 MAX_SEED = 2**63 - 1  # what torch.Generator.manual_seed takes
 
 
+SHOWN_CHARS = 80  # a refusal echoes at most this much of the value it refuses
+
+
 def _shown(value) -> str:
+    if is_file_reference(value):
+        return "a file reference (this app takes no files)"
     text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def is_file_reference(value) -> bool:
+    """What Gradio's clients send for a file: {"path": ..., "meta": {"_type": "gradio.FileData"}}."""
+    return isinstance(value, dict) and ("path" in value or "url" in value) and "meta" in value
 
 
 def whole(name: str, value, lo: int, hi: int) -> int:
@@ -61,6 +72,58 @@ def choice(name: str, value, allowed) -> str:
         shown = ", ".join(map(repr, allowed[:12])) + (", ..." if len(allowed) > 12 else "")
         raise UserError(f"{name} must be one of {shown}; got {_shown(value)}.")
     return value
+
+
+_NUMBER = re.compile(r"[0-9]+")  # ASCII digits only: no signs, no underscores, no other scripts' digits
+_SIZE = re.compile(r"\s*([A-Za-z]+)\s*=\s*([0-9]+)\s*")
+
+
+def lengths(name: str, value: str, lo: int, hi: int, most: int) -> list[int]:
+    """Whole numbers separated by commas or spaces ("16, 64, 256"), each in [lo, hi], at most `most`."""
+    items = re.split(r"\s*,\s*|\s+", value.strip()) if value.strip() else []
+    if not items:
+        raise UserError(f"{name} is empty: give one to {most} whole numbers from {lo} to {hi}, e.g. 16, 64, 256.")
+    for item in items:
+        if not _NUMBER.fullmatch(item):
+            what = "an empty item" if not item else _shown(item)
+            raise UserError(
+                f"{name} must be whole numbers written with the digits 0-9 and separated by commas, e.g. 16, 64, "
+                f"256; {what} is not one."
+            )
+    if len(items) > most:
+        raise UserError(f"{name}: give at most {most} numbers (got {len(items)}).")
+    numbers = [int(i) for i in items]
+    for n in numbers:
+        if not lo <= n <= hi:
+            raise UserError(f"{name} must each be from {lo} to {hi}, got {n}.")
+    return numbers
+
+
+def shape(name: str, value: str, keys) -> dict[str, int]:
+    """KEY=NUMBER pairs separated by commas, every key of `keys` exactly once ("B=1,H=12,T=1024,D=64")."""
+    keys = list(keys)
+    example = ",".join(f"{k}=..." for k in keys)
+    parts = value.split(",") if value.strip() else []
+    sizes: dict[str, int] = {}
+    for part in parts:
+        m = _SIZE.fullmatch(part)
+        if m is None:
+            raise UserError(
+                f"{name} must be KEY=NUMBER pairs separated by commas ({example}), numbers written with the digits "
+                f"0-9; {_shown(part.strip()) if part.strip() else 'an empty item'} is not one."
+            )
+        key, number = m.group(1), int(m.group(2))
+        if key not in keys:
+            raise UserError(f"{name}: {key} is not a size of this kernel; it takes {', '.join(keys)}.")
+        if key in sizes:
+            raise UserError(f"{name} gives {key} twice.")
+        if number < 1:
+            raise UserError(f"{name}: every size must be at least 1 ({key}=0).")
+        sizes[key] = number
+    missing = [k for k in keys if k not in sizes]
+    if missing:
+        raise UserError(f"{name} must give every size of this kernel ({example}); missing {', '.join(missing)}.")
+    return sizes
 
 
 def text(name: str, value, max_chars: int = MAX_TEXT_CHARS) -> str:

@@ -16,9 +16,9 @@ measured at, or next to, that step's position.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import pandas as pd
 import torch
@@ -99,6 +99,12 @@ _SHRINK_BELOW = 0.2  # a launch this much shorter halves the spin: one slow laun
 _MIN_SPIN_CYCLES = 100_000
 _MAX_RESPINS = 6
 _MAX_SPIN_CYCLES = 1 << 27  # about 70 ms at 2 GHz
+_FLOOR_SANE_MS = 0.02  # two events back to back take a few µs; more means the GPU was shared while measured
+
+
+class NoKernelTime(RuntimeError):
+    """A profiled step whose operations read no device time at all: what a GPU shared with other work
+    at the same moment gives. Reported as such, never passed on as zeros for something to divide by."""
 
 
 class _Spin:
@@ -123,7 +129,11 @@ class _Spin:
                 end.record()
                 pairs.append((start, end))
             torch.cuda.synchronize(index)
-            self._floor[index] = statistics.median(s.elapsed_time(e) for s, e in pairs)
+            # The least of the pairs: another process's kernels running in between can only lengthen one.
+            floor = min(s.elapsed_time(e) for s, e in pairs)
+            if floor > _FLOOR_SANE_MS:  # the GPU was busy throughout: measure again next time
+                return floor
+            self._floor[index] = floor
         return self._floor[index]
 
     def ms(self, cycles: int, device: torch.device) -> float:
@@ -159,20 +169,32 @@ def sample_positions(decode_indices: list[int], samples: int) -> list[int]:
 
 
 def profile_run(
-    model, prompts: list[list[int]], steps, *, cache: bool, tiles=None, backend=None, samples: int = 5, progress=None
+    model,
+    prompts: list[list[int]],
+    steps,
+    *,
+    cache: bool,
+    tiles=None,
+    backend=None,
+    samples: int = 5,
+    progress=None,
+    stop: Callable[[], bool] | None = None,
 ) -> pd.DataFrame:
     """Device time per operation at decode positions spread over a finished run (`steps`, its Steps;
     `prompts`, its prompt ids), and at its prefill. Each sampled decode step is rebuilt exactly:
     the prompt and the tokens generated before it, fed as a prompt, then that step profiled.
 
     One row per (profiled step, operation): step (the run's step index), phase, position, op, kind,
-    kernel_ms, launch_ms, calls."""
+    kernel_ms, launch_ms, calls. `stop()` true ends the pass early, with the steps profiled so far.
+    Raises NoKernelTime when a step's operations read no device time at all."""
     generated = [[s.token_ids[b] for s in steps] for b in range(len(prompts))]
     picks = [0, *sample_positions([s.index for s in steps if s.phase == "decode"], samples)]
     rows = []
     profiler = Profiler()
     kw = dict(cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False, eos_token_id=-1)
     for n, index in enumerate(picks):
+        if stop is not None and stop():
+            break
         if progress:
             progress(n, len(picks), f"profiling step {index}")
         # The step's input is the prompt and the `index` tokens generated before it. With the cache on,
@@ -183,6 +205,11 @@ def profile_run(
             list(generate(model, prompt, max_new_tokens=steps_run, **kw))
         gen = generate(model, prompt, max_new_tokens=steps_run, observer=profiler, **kw)
         observed = _last_step(gen, steps_run, profiler)
+        if model.device.type == "cuda" and not any(r["kernel_ms"] > 0 for r in observed):
+            raise NoKernelTime(
+                f"every operation of step {index} read zero device time: the GPU was busy with other work while "
+                "it was profiled; run it again"
+            )
         step = steps[index]
         rows += [dict(step=index, phase=step.phase, position=step.position, **r) for r in observed]
     if progress:

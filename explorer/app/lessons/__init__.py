@@ -7,8 +7,9 @@ scripts/record_lessons.py all read this registry, so a new lesson is a module an
 
 from __future__ import annotations
 
-from .. import actions
 from .. import estimate as cost
+from .. import models
+from ..jobs.base import friendly
 from . import base, decode_step, fusion, kv_cache, launches, memory, prefill_decode, recorded, tiling
 from .base import Lesson, Result, size
 
@@ -32,7 +33,13 @@ def run(name: str, size_: str | None = None) -> Result:
     try:
         return base.run(lesson, lesson.settings(size_ or size()))
     except Exception as e:
-        raise actions._friendly(e) from None
+        raise friendly(e) from None
+
+
+def estimate(name: str) -> float:
+    """Seconds the lesson's job should take on this device, before it runs."""
+    lesson = LESSONS[name]
+    return lesson.estimate(lesson.settings(size()))
 
 
 def describe(s: dict) -> str:
@@ -57,7 +64,7 @@ def intro(name: str) -> str:
     lesson = LESSONS[name]
     s = lesson.settings(size())
     backends = [s.get("backend", "triton")]
-    note = cost.note(lesson.estimate(s), actions.device().type, backends)
+    note = cost.note(lesson.estimate(s), models.device().type, backends)
     return f"### {lesson.title}\n{lesson.summary}\n\nRuns {describe(s)}. {note}"
 
 
@@ -91,4 +98,16 @@ def recorded_view(name: str):
         )
 
 
-__all__ = ["LESSONS", "Lesson", "Result", "choices", "intro", "live_markdown", "names", "recorded_view", "run", "size"]
+__all__ = [
+    "LESSONS",
+    "Lesson",
+    "Result",
+    "choices",
+    "estimate",
+    "intro",
+    "live_markdown",
+    "names",
+    "recorded_view",
+    "run",
+    "size",
+]

@@ -25,7 +25,7 @@ from ...measure import metrics
 from ...model.generate import generate
 from ...model.gpt import GPT, GPTConfig
 from ...model.weights import load_model
-from .. import actions, estimate
+from .. import estimate, models
 
 # The models a lesson may run: the bundled one, or random weights of GPT-2 small's shape (built here,
 # nothing downloaded), whose decode steps move as many bytes as GPT-2's do.
@@ -62,7 +62,7 @@ class Lesson:
 
 def size() -> str:
     """The job size for the device at hand."""
-    return "gpu" if actions.device().type == "cuda" else "cpu"
+    return "gpu" if models.device().type == "cuda" else "cpu"
 
 
 def device_name() -> str:
@@ -96,10 +96,10 @@ def _one_thread_on_cpu():
 
 def model(settings: dict):
     """The lesson's model on this device, with its backend."""
-    dtype = actions.DTYPES[settings["dtype"]]
+    dtype = models.DTYPES[settings["dtype"]]
     if settings["model"] == GPT2_SHAPE:
-        return _gpt2_shape(str(actions.device()), dtype).with_backend(settings["backend"])
-    return load_model(settings["model"], device=actions.device(), dtype=dtype, backend=settings["backend"])[0]
+        return _gpt2_shape(str(models.device()), dtype).with_backend(settings["backend"])
+    return load_model(settings["model"], device=models.device(), dtype=dtype, backend=settings["backend"])[0]
 
 
 @functools.lru_cache(maxsize=1)
@@ -149,7 +149,7 @@ def generation_estimate(s: dict, runs=(True,), profiled: int = 0) -> float:
         )
         for cache in runs
     )
-    return estimate.seconds(actions.device().type, s["backend"], units)
+    return estimate.seconds(models.device().type, s["backend"], units)
 
 
 def generate_controls(s: dict) -> dict:
@@ -162,7 +162,7 @@ def generate_controls(s: dict) -> dict:
 
 def peaks():
     """The GPU's measured ceilings (None on CPU)."""
-    return metrics.device_peaks(str(actions.device()), actions.DTYPES[actions.default_dtype()])
+    return metrics.device_peaks(str(models.device()), models.DTYPES[models.default_dtype()])
 
 
 def weights_mb(model) -> float:

@@ -127,7 +127,7 @@ def _estimate(s: dict) -> float:
     # A decode step per rung and one on the torch backend, each run once to trace and a few times to time:
     # about a generation of that many decode steps.
     units = estimate.layer_steps(s["model"], 1, 1 + len(RUNG_NAMES) * (2 + min(s["replays"], 3)), True, warmup=False)
-    return estimate.seconds(base.actions.device().type, s["backend"], units)
+    return estimate.seconds(base.models.device().type, s["backend"], units)
 
 
 def _controls(s: dict) -> dict:

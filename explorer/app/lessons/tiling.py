@@ -11,7 +11,7 @@ from kernels.config import TileConfig
 from kernels.linear import traffic as linear_traffic
 
 from ...measure import metrics, sweeps
-from .. import actions, estimate
+from .. import estimate, models
 from . import base
 
 
@@ -24,7 +24,7 @@ def settings(size: str) -> dict:
 
 
 def measure(s: dict) -> tuple[dict, dict]:
-    dtype, device = actions.DTYPES[s["dtype"]], actions.device()
+    dtype, device = models.DTYPES[s["dtype"]], models.device()
     M, K, N = (s["shape"][k] for k in "MKN")
     rows = [
         row for _, _, row in sweeps.tile_sweep_rows("linear", s["shape"], dtype=dtype, device=device, grid=s["grid"])

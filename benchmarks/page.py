@@ -1,0 +1,198 @@
+"""What a visitor waits for, timed as a client sees it: python benchmarks/page.py [--out page.json]
+
+Starts `python app.py` as a user would (its log's warm-up stages shown), then drives it through
+gradio_client, stamping every streamed update from the moment of submit: when the first generated text
+arrives, when the text stops changing, when the job is done, how many updates came and how they were
+spread (the longest gap between two). Rows: the first Generate after the start (default controls), the
+same warm, Generate with GPT-2 small's shape (random weights, the bundled tokenizer) at 64 and 256 new
+tokens, a lesson, the ladder and a sweep. Beside each, the same job's own timeline run in this process
+after the server is stopped (the handler's side: no server, no client), so the gap between the two is
+the server's and the page's share; and the estimate the page showed before the job, next to its time.
+On CPU the rows are the interpreter's, smaller, and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gpt2_shaped(folder: Path) -> str:
+    """Random weights of GPT-2 small's shape with the bundled tokenizer: GPT-2's bytes per step, offline."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=4096, bos_token_id=0, eos_token_id=0
+    )
+    GPT2LMHeadModel(cfg).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ROOT / "assets" / "tiny-gpt2" / name, folder / name)
+    return str(folder)
+
+
+def stamps(job, t0: float, text_at: int | None, prompt: str = "") -> dict:
+    """Iterate a submitted job, stamping each update: the first generated text (the text output, at
+    `text_at`, longer than the prompt), its last change, done, count, and the longest gap between two
+    updates."""
+    times, texts = [], []
+    for out in job:
+        times.append(time.monotonic() - t0)
+        if text_at is not None:
+            texts.append(out[text_at] if isinstance(out[text_at], str) else None)
+    job.result()  # raises what the job raised
+    done = time.monotonic() - t0
+    row = dict(done_s=done, updates=len(times), longest_gap_s=max(b - a for a, b in zip([0.0, *times], times)))
+    if text_at is not None:
+        generated = [(t, x) for t, x in zip(times, texts, strict=True) if x is not None and len(x) > len(prompt)]
+        last_change = max((t for (t, x), (_, y) in zip(generated[1:], generated) if x != y), default=None)
+        first = generated[0][0] if generated else None
+        row |= dict(first_text_s=first, all_text_s=last_change if last_change is not None else first)
+    return row
+
+
+def through_server(port: int, gpt2: str, device: str) -> tuple[list[dict], str]:
+    from gradio_client import Client
+
+    env = dict(os.environ, PORT=str(port), EXPLORER_MODELS=f"distilgpt2,gpt2,{gpt2}", GRADIO_ANALYTICS_ENABLED="False")
+    t0 = time.monotonic()
+    server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    log = []
+    try:
+        serving = threading.Event()
+
+        def read():  # the warm-up, stage by stage, then whatever the server says while it serves
+            for line in server.stdout:
+                log.append(f"{time.monotonic() - t0:7.1f} s  {line.rstrip()}")
+                if "Running on local URL" in line:
+                    serving.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not serving.wait(900):
+            raise RuntimeError("the app did not start serving:\n" + "\n".join(log))
+        started = time.monotonic() - t0
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        rows = []
+        gpu = device == "cuda"
+        generate = dict(prompt="def fibonacci(n):", cache=True)
+        jobs = [
+            ("Generate, first after start (default controls)", "/generate", dict(generate), 0),
+            ("Generate, warm (default controls)", "/generate", dict(generate), 0),
+            ("Generate, bundled, 256 tokens", "/generate", generate | dict(new_tokens=256 if gpu else 32), 0),
+            ("Generate, GPT-2 small shape, 64 tokens", "/generate", generate | dict(model=gpt2, new_tokens=64 if gpu else 8), 0),
+            ("Generate, GPT-2 small shape, 256 tokens", "/generate", generate | dict(model=gpt2, new_tokens=256 if gpu else 16), 0),
+            ("Generate, GPT-2 small shape, 256 tokens, again", "/generate", generate | dict(model=gpt2, new_tokens=256 if gpu else 16), 0),
+            ("a lesson (kv-cache)", "/lesson", dict(lesson="kv-cache"), None),
+            ("the ladder (bundled)", "/ladder", dict(model="bundled"), None),
+            ("a sweep (layer_norm)", "/sweep", dict(kernel="layer_norm", shape="M=4096,C=768" if gpu else "M=64,C=256",
+                                                    x="block_m", y="num_warps"), None),
+        ]  # fmt: skip
+        for name, endpoint, params, text_at in jobs:
+            t1 = time.monotonic()
+            row = stamps(client.submit(**params, api_name=endpoint), t1, text_at, params.get("prompt", ""))
+            rows.append(dict(job=name, endpoint=endpoint, params=params) | row)
+            print(f"{name}: {row}", flush=True)
+        log.append(f"served after {started:.1f} s")
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    return rows, "\n".join(log)
+
+
+def in_process(rows: list[dict], device: str) -> None:
+    """The same jobs run directly (explorer.app.jobs), each timed from its start: the handler's own side."""
+    if device != "cuda":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from explorer.app import jobs, models, settings
+
+    never = jobs.Control(lambda: False, float("inf"))
+    d = settings.defaults(device, {"dtype": models.default_dtype()})
+    for row in rows:
+        p = row["params"]
+        if row["endpoint"] == "/generate":
+            s = settings.RunSettings(**{k: p.get(k, d[k]) for k in settings.RUN if k != "tiles"})
+            payload, text_at = {"settings": s}, "text"
+        elif row["endpoint"] == "/lesson":
+            payload, text_at = dict(lesson=p["lesson"]), None
+        elif row["endpoint"] == "/ladder":
+            payload, text_at = {"settings": settings.RunSettings(model=p["model"], dtype=d["dtype"])}, None
+        else:
+            shape = dict(kv.split("=") for kv in p["shape"].split(","))
+            payload = dict(p, shape={k: int(v) for k, v in shape.items()}, dtype=d["dtype"], value="ms")
+            text_at = None
+        t0 = time.monotonic()
+        first = last = None
+        previous = None
+        for update in jobs.JOBS[row["endpoint"][1:]](payload, never):
+            if text_at in update and update[text_at] != previous:
+                now = time.monotonic() - t0
+                if previous is not None:
+                    first = first or now
+                last, previous = now, update[text_at]
+        row |= dict(handler_done_s=time.monotonic() - t0, handler_first_text_s=first, handler_all_text_s=last)
+
+
+def table(rows: list[dict]) -> str:
+    def s(x):
+        return "" if x is None else f"{x:.2f}"
+
+    lines = [
+        "| job | first text | all text | done | updates | longest gap | handler: first text | all text | done | gap at done |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        gap = r["done_s"] - r["handler_done_s"] if "handler_done_s" in r else None
+        lines.append(
+            f"| {r['job']} | {s(r.get('first_text_s'))} | {s(r.get('all_text_s'))} | {s(r['done_s'])} | {r['updates']} "
+            f"| {s(r['longest_gap_s'])} | {s(r.get('handler_first_text_s'))} | {s(r.get('handler_all_text_s'))} "
+            f"| {s(r.get('handler_done_s'))} | {s(gap)} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the rows and the server's log as JSON")
+    parser.add_argument("--no-handler", action="store_true", help="skip the in-process timelines")
+    args = parser.parse_args()
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    folder = Path(tempfile.mkdtemp(prefix="gpt2-shaped-"))
+    gpt2 = gpt2_shaped(folder)
+    rows, log = through_server(free_port(), gpt2, device)
+    if not args.no_handler:
+        in_process(rows, device)
+    print(log)
+    where = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter)"
+    print(f"\n{where}, torch {torch.__version__}; seconds from submit (through the server) or from the job's start")
+    print(table(rows))
+    if args.out:
+        Path(args.out).write_text(json.dumps(dict(device=where, rows=rows, log=log), indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

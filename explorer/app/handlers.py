@@ -1,0 +1,248 @@
+"""What the page's events do: check what was sent (settings.py, validate.py), refuse a job whose estimate
+exceeds the time budget (estimate.py), then pass the job's updates from the runner to the page.
+
+A handler runs in the server; the job runs in the worker (runner.py). Handlers are async generators, so
+that Stop, a closed tab or the API's cancel reaches the job at once: the runner asks it to stop and, if
+it does not within a few seconds, ends its worker; the event ends only when the work has.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import inspect
+import time
+from dataclasses import dataclass, field
+
+import gradio as gr
+from gradio.components.plot import PlotData
+
+from . import estimate, exports, lessons, settings, validate
+from .errors import UserError
+from .models import Policy, dtype_choices
+from .runner import Job
+
+NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None, "best": None}
+GENERATE_OUT = ["text", "summary", "latency", "traffic", "kv", "share", "bandwidth", "hierarchy", "roofline", "status"]
+SWEEP_OUT = ["heat", "table", "best"]
+COMPARE_OUT = ["plot", "fusion", "table", "status"]
+LADDER_OUT = ["plot", "table", "status"]
+PLOTS = {"latency", "traffic", "kv", "share", "bandwidth", "roofline", "heat", "plot", "fusion"}
+EXPORTS = {"last run: steps": "steps", "last run: kernels": "kernels", "tile sweep": "sweep", "compare": "compare"}
+
+
+@dataclass
+class Context:
+    """What the handlers share for one server: the runner, the operator's policy, the device."""
+
+    runner: object
+    policy: Policy = field(default_factory=Policy)
+    device: str = "cpu"  # "cuda" | "cpu"
+
+    def dynamic(self) -> dict:
+        """The choices that depend on the operator or the device."""
+        return {"model": self.policy.choices(), "dtype": dtype_choices()}
+
+
+def api(names: list[str], fn):
+    """fn(values: dict, *rest) as a Gradio handler whose first parameters are `names`, so that API clients
+    pass them by name, followed by fn's own other parameters (the page's state)."""
+    rest = list(inspect.signature(fn).parameters.values())[1:]
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+
+    if inspect.isasyncgenfunction(fn):  # Gradio streams only what it sees as a generator function
+
+        @functools.wraps(fn)
+        async def handler(*args):
+            async for out in fn(dict(zip(names, args, strict=False)), *args[len(names) :]):
+                yield out
+    else:
+
+        @functools.wraps(fn)
+        def handler(*args):
+            return fn(dict(zip(names, args, strict=False)), *args[len(names) :])
+
+    handler.__signature__ = inspect.Signature([*params, *rest])
+    return handler
+
+
+def fail(e: UserError):
+    return gr.Error(str(e), print_exception=False)
+
+
+def outputs(view: dict, names: list[str]) -> tuple:
+    """The job's view so far (every update merged, by output name) as the event's outputs, in order; those
+    it has not shown yet stay as they are. Every later yield repeats the values already shown: Gradio sends
+    the page only what changed, and the last yield is the whole result an API client gets. Figures arrive
+    as plotly JSON and go to the page as they are."""
+    out = []
+    for n in names:
+        if n not in view:
+            out.append(gr.skip())
+        elif n in PLOTS and isinstance(view[n], str):
+            out.append(PlotData(type="plotly", plot=view[n]))
+        else:
+            out.append(view[n])
+    return tuple(out)
+
+
+async def run_job(ctx: Context, kind: str, payload: dict, seconds: float):
+    """The job's updates through the runner, once its estimate is within the time budget."""
+    budget = estimate.budget_s()
+    if seconds > budget:
+        raise UserError(
+            f"This would take about {estimate.shown(seconds)} here, and one run may take at most "
+            f"{estimate.shown(budget)}. {estimate.advice(kind)}"
+        )
+    view: dict = {}
+    async for update in ctx.runner.run(Job(kind, payload, budget)):
+        view |= update
+        yield view
+
+
+def make(ctx: Context) -> dict:
+    """The handlers of the page's jobs, bound to this server's context, by endpoint name."""
+
+    async def generate(values: dict, state):
+        try:
+            s = settings.parse(values, ctx.dynamic())
+            overlay = settings.check("overlay", values["overlay"])
+            ctx.policy.check(s.model)
+            units = estimate.generation_units(s, ctx.device)
+            seconds = estimate.seconds(ctx.device, s.backend, units)
+            state = dict(state or NEW_STATE)
+            payload = dict(settings=s, previous=state.get("steps") if overlay else None, started=time.time())
+            t0 = time.monotonic()
+            async for view in run_job(ctx, "generate", payload, seconds):
+                if "state" in view:
+                    state = {**state, "previous": state.get("steps"), **view.pop("state")}
+                yield (*outputs(view, GENERATE_OUT), state)
+            estimate.record(ctx.device, s.backend, units, time.monotonic() - t0)
+        except UserError as e:
+            raise fail(e) from None
+
+    async def sweep(values: dict, state):
+        try:
+            kernel = settings.check("kernel", values["kernel"])
+            dtype = settings.check("dtype", values["dtype"], ctx.dynamic())
+            shape = validate.shape("shape", validate.text("shape", values["shape"]), estimate.sweep_keys(kernel))
+            axes = estimate.sweep_axes(kernel)
+            x, y = validate.choice("x", values["x"], axes), validate.choice("y", values["y"], axes)
+            if x == y:
+                raise UserError(f"x and y are both {x}: pick two different tile fields to lay the sweep out.")
+            value = settings.check("value", values["value"])
+            estimate.check_sweep_inputs(kernel, shape, settings.ITEMSIZE[dtype], ctx.device)
+            payload = dict(kernel=kernel, shape=shape, dtype=dtype, x=x, y=y, value=value)
+            state = dict(state or NEW_STATE)
+            async for view in run_job(ctx, "sweep", payload, estimate.sweep_s(kernel, shape, ctx.device)):
+                if "state" in view:
+                    state = {**state, **view.pop("state")}
+                yield (*outputs(view, SWEEP_OUT), state)
+        except UserError as e:
+            raise fail(e) from None
+
+    async def compare(values: dict, state):
+        try:
+            s = settings.parse(values, ctx.dynamic())
+            lengths = settings.check("lengths", values["lengths"])
+            ctx.policy.check(s.model)
+            estimate.check_lengths(s.model, lengths, s.new_tokens)
+            seconds = estimate.compare_seconds(s, lengths, ctx.device)
+            state = dict(state or NEW_STATE)
+            async for view in run_job(ctx, "compare", dict(settings=s, lengths=lengths), seconds):
+                if "state" in view:
+                    state = {**state, **view.pop("state")}
+                yield (*outputs(view, COMPARE_OUT), state)
+        except UserError as e:
+            raise fail(e) from None
+
+    async def ladder(values: dict):
+        try:
+            dynamic = ctx.dynamic()
+            s = settings.RunSettings(
+                model=settings.check("model", values["model"], dynamic),
+                dtype=settings.check("dtype", values["dtype"], dynamic),
+                batch=settings.check("batch", values["batch"]),
+            )
+            ctx.policy.check(s.model)
+            async for view in run_job(ctx, "ladder", dict(settings=s), estimate.ladder_seconds(s, ctx.device)):
+                yield outputs(view, LADDER_OUT)
+        except UserError as e:
+            raise fail(e) from None
+
+    async def lesson(values: dict):
+        try:
+            name = validate.choice("lesson", values["lesson"], lessons.names())
+            text, figure = lessons.recorded_view(name)
+            recorded = (text, gr.update(value=figure, visible=figure is not None))
+            yield f"*Running {lessons.LESSONS[name].title.lower()}…*", None, *recorded
+            async for view in run_job(ctx, "lesson", dict(lesson=name), lessons.estimate(name)):
+                yield (*outputs(view, ["text", "plot"]), *recorded)
+        except UserError as e:
+            raise fail(e) from None
+
+    def export(values: dict, state):
+        try:
+            which = validate.choice("table", values["which"], EXPORTS)
+            fmt = validate.choice("format", values["fmt"], ["csv", "json"])
+            return exports.export((state or {}).get(EXPORTS[which]), EXPORTS[which], fmt)
+        except UserError as e:
+            raise fail(e) from None
+
+    return dict(generate=generate, sweep=sweep, compare=compare, ladder=ladder, lesson=lesson, export=export)
+
+
+# --- events that run no job --------------------------------------------------------------------------
+
+# The controls a lesson may set, in the order pick_lesson returns them.
+LESSON_CONTROLS = ["model", "prompt_tokens", "new_tokens", "dtype", "backend", "cache", "cuda_graph", "kernel"]
+
+
+def stopped(summary: str) -> str:
+    """The summary after Stop: the run did not reach its end, and the table says so."""
+    return summary.replace("| stopped | running |", "| stopped | by you, before the end |")
+
+
+def pick_lesson(name):
+    """A lesson picked: its introduction, and the app's controls set to its job."""
+    if name is None:
+        return "Pick a lesson above.", *(gr.skip() for _ in LESSON_CONTROLS)
+    try:
+        name = validate.choice("lesson", name, lessons.names())
+    except UserError as e:
+        raise fail(e) from None
+    chosen = lessons.LESSONS[name]
+    values = chosen.controls(chosen.settings(lessons.size()))
+    return lessons.intro(name), *(gr.update(value=values[c]) if c in values else gr.skip() for c in LESSON_CONTROLS)
+
+
+def open_link(request: gr.Request):
+    """/?lesson=kv-cache: the Lessons tab, with that lesson picked (which runs it). The name is a visitor's
+    text: shown escaped and cut short, never as markup."""
+    name = request.query_params.get("lesson") if request is not None else None
+    if name is None:
+        return gr.skip(), gr.skip()
+    if name not in lessons.LESSONS:
+        shown = html.escape(name if len(name) <= 80 else name[:77] + "...")
+        gr.Warning(f"There is no lesson '{shown}'; the lessons are {', '.join(lessons.names())}.")
+        return gr.Tabs(selected="lessons"), gr.skip()
+    return gr.Tabs(selected="lessons"), gr.update(value=name)
+
+
+def generate_estimate(ctx: Context, values: dict) -> str:
+    """The note under Generate: about how long these settings take here (nothing while a value is invalid)."""
+    try:
+        s = settings.parse(values, ctx.dynamic())
+    except UserError:
+        return ""
+    return estimate.generation_note(s, ctx.device)
+
+
+def compare_estimate(ctx: Context, values: dict) -> str:
+    """The note under Compare: about how long its runs take here."""
+    try:
+        s = settings.parse(values, ctx.dynamic())
+        lengths = settings.check("lengths", values["lengths"])
+    except UserError:
+        return ""
+    return estimate.compare_note(s, lengths, ctx.device)

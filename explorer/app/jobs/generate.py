@@ -1,0 +1,162 @@
+"""The Generate job: tokens as they come, charts as the run grows, then the kernels profiled.
+
+Text goes out first and alone: an update with new text never waits for a figure to be drawn. On a GPU a
+token takes a fraction of a millisecond, so tokens go out in groups (TEXT_INTERVAL_S); on CPU each token
+goes out as it is made. Charts follow at most every CHART_INTERVAL_S while the run goes on, and once at
+its end. After the run a profiling pass times each operation at decode positions spread over the run,
+and on a GPU torch.profiler counts the kernels one decode step runs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+
+from ...measure import launches, metrics
+from ...measure.profile import NoKernelTime, profile_run
+from ...model.generate import generate
+from ...model.ops import Tiles
+from ...model.weights import load_model
+from .. import models, views
+from ..settings import RunSettings
+from .base import Control
+from .warm import compile_note, peaks, remember_warm
+
+TEXT_INTERVAL_S = {"cuda": 0.04, "cpu": 0.0}  # at least this long between two text updates
+CHART_INTERVAL_S = 1.0  # charts at most this often while tokens stream
+PROFILED = {"cuda": 5, "cpu": 1}  # decode positions the profiling pass times (besides the prefill)
+
+
+def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int) -> None:
+    """Resolve every kernel's tiles for this run's shapes up front, so a config the device cannot run
+    is refused before the first launch rather than in the middle of a step."""
+    from kernels.attention import resolve_config as attention_tiles
+    from kernels.attention_decode import resolve_decode_config
+    from kernels.layer_norm import resolve_config as layer_norm_tiles
+    from kernels.linear import resolve_config as linear_tiles
+
+    cfg, dev, dt = model.config, model.device, model.dtype
+    layer_norm_tiles(tiles.fixed("layer_norm"), batch * prompt_len, cfg.n_embd)
+    for out_f, in_f in ((3 * cfg.n_embd, cfg.n_embd), (4 * cfg.n_embd, cfg.n_embd), (cfg.n_embd, 4 * cfg.n_embd)):
+        if batch * prompt_len > 16:
+            linear_tiles(tiles.fixed("linear"), batch * prompt_len, out_f, in_f, dt, dev)
+        linear_tiles(tiles.fixed("linear_decode"), batch, out_f, in_f, dt, dev)
+    attention_tiles(tiles.fixed("attention"), prompt_len, cfg.head_dim, dt, dev)
+    resolve_decode_config(tiles.fixed("decode_attention"), batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)
+
+
+def prepare(s: RunSettings):
+    """The model at the run's rung and the prompt's ids, every refusal made before anything runs."""
+    models.check_fits(s.model)
+    model, tok = load_model(s.model, device=models.device(), dtype=models.dtype_of(s.dtype), backend=s.backend)
+    model = model.with_fusion(s.fusion)
+    ids = models.prompt_ids(tok, s.prompt, s.prompt_tokens, model.config.n_positions)
+    positions = min(len(ids) + s.new_tokens, model.config.n_positions)
+    models.check_memory(model, s.batch, positions, s.cache)
+    if s.backend == "triton":
+        check_tiles(model, s.tiles, s.batch, len(ids), positions)
+    return model, tok, ids
+
+
+def _text(texts: list[str]) -> str:
+    return "\n\n".join(t if len(texts) == 1 else f"[{i + 1}] {t}" for i, t in enumerate(texts))
+
+
+def run(payload: dict, control: Control):
+    s: RunSettings = payload["settings"]
+    previous: pd.DataFrame | None = payload.get("previous")
+    started = payload.get("started", time.time())  # wall clock: when the page's request began
+    model, tok, ids = prepare(s)
+    device = model.device.type
+    rung = {"fusion": views.fusion_label(s.backend, s.fusion)}
+    key = ("generate", s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache, s.cuda_graph)
+    if note := compile_note(key, device):
+        yield {"status": note}
+    kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok, seed=s.seed)
+    # On a GPU the first two steps run once untimed first, so Triton's compilation is reported apart; the
+    # interpreter compiles nothing, and that warm-up would only double the wait for the first token.
+    tokens = generate(
+        model,
+        [ids] * s.batch,
+        max_new_tokens=s.new_tokens,
+        graph=None if s.cuda_graph else False,  # None: a graph wherever one applies
+        warmup=device == "cuda",
+        **kw,
+    )
+    steps, texts, waited, stopped = [], [tok.decode(ids)] * s.batch, None, None
+    last_text, last_chart = 0.0, time.monotonic()
+    p = peaks()
+
+    def summary(**extra):
+        return views.summary_markdown(metrics.summary(steps, p) | rung | {"waited_s": waited} | extra)
+
+    for step in tokens:
+        steps.append(step)
+        texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
+        waited = waited if waited is not None else time.time() - started
+        final = bool(step.stop_reason)
+        stopped = None if final else control.why()
+        if stopped:
+            break
+        now = time.monotonic()
+        if not final and now - last_text < TEXT_INTERVAL_S[device]:
+            continue
+        yield {"text": _text(texts), "summary": summary(), "status": f"{len(steps)} of {s.new_tokens} tokens"}
+        last_text = time.monotonic()
+        if final or last_text - last_chart >= CHART_INTERVAL_S:
+            yield views.generation_figures(metrics.step_frame(steps), metrics.kernel_frame(steps), p, previous)
+            last_chart = time.monotonic()
+    tokens.close()
+    remember_warm(key)
+    frame = metrics.step_frame(steps)
+    if stopped:  # no profiling pass either: the visitor or the budget ended the job
+        kernels = metrics.kernel_frame(steps)
+        fusion = metrics.fusion_lessons(
+            model.config, max(1, len(ids)), model.dtype.itemsize, s.tiles, model.dtype, model.device
+        )
+        yield {
+            "hierarchy": views.hierarchy(kernels, p, fusion),
+            "roofline": views.roofline(kernels, p),
+            "text": _text(texts),
+            "summary": summary(stop_reason=stopped),
+            "status": f"Stopped {stopped}: {len(steps)} of {s.new_tokens} tokens.",
+            **views.generation_figures(frame, kernels, p, previous),
+            "state": {"steps": frame, "kernels": kernels},
+        }
+        return
+    samples = PROFILED[device]
+    yield {"summary": summary(after_run=f"profiling the kernels at {samples + 1} steps…"), "status": "Profiling…"}
+    counted = None
+    if device == "cuda":
+        counted = launches.decode_step_launches(
+            model,
+            [ids] * s.batch,
+            cache=s.cache,
+            graph=None if s.cuda_graph else False,
+            tiles=s.tiles,
+            backend=s.backend,
+        )
+    try:
+        profiled = profile_run(
+            model, [ids] * s.batch, steps, cache=s.cache, tiles=s.tiles, backend=s.backend, samples=samples,
+            stop=control.stopped,
+        )  # fmt: skip
+        where = metrics.profiled_note(profiled)
+    except NoKernelTime as e:
+        profiled, where = None, f"not measured: {e}"
+    if control.why():
+        profiled, where = None, f"not measured: stopped {control.why()}"
+    kernels = metrics.kernel_frame(steps, profiled)
+    fusion = metrics.fusion_lessons(model.config, max(1, len(ids)), model.dtype.itemsize, s.tiles, model.dtype,
+                                    model.device)  # fmt: skip
+    yield {
+        "summary": views.summary_markdown(
+            metrics.summary(steps, p, counted) | rung | {"waited_s": waited} | {"after_run": where}
+        ),  # fmt: skip
+        "status": f"Done: {len(steps)} tokens.",
+        **views.generation_figures(frame, kernels, p, previous, where if profiled is not None else ""),
+        "hierarchy": views.hierarchy(kernels, p, fusion),
+        "roofline": views.roofline(kernels, p, where if profiled is not None else ""),
+        "state": {"steps": frame, "kernels": kernels},
+    }

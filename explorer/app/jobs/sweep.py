@@ -1,0 +1,40 @@
+"""The tile sweep job: every config of a grid timed for one kernel at one shape, a row at a time, by the
+one timing method (kernels.timing): CUDA-graph replays over inputs rotated past the L2 on a GPU, one
+interpreter call on CPU."""
+
+from __future__ import annotations
+
+from ...measure import sweeps
+from .. import models, plots, views
+from .base import Control
+
+
+def run(payload: dict, control: Control):
+    kernel, shape, dtype = payload["kernel"], payload["shape"], payload["dtype"]
+    x, y, value = payload["x"], payload["y"], payload["value"]
+    timed = sweeps.tile_sweep_rows(kernel, shape, dtype=models.dtype_of(dtype), device=models.device())
+    rows = []
+    for i, n, row in timed:
+        rows.append(row)
+        frame = sweeps.sweep_frame(kernel, shape, rows)
+        best = _best(frame)
+        why = control.why()
+        status = f"{i + 1} of {n} configs" if i + 1 < n else f"all {n} configs"
+        if why and i + 1 < n:
+            status = f"stopped {why}: {i + 1} of {n} configs"
+        yield {
+            "heat": views.figure_json(plots.sweep_heatmap(frame, x, y, value, note=views.sweep_note(frame))),
+            "table": views.sweep_view(frame),
+            "best": f"{views.best_text(frame, best)} Timed: {status}.",
+            "state": {"sweep": frame, "best": (kernel, best)},
+        }
+        if why:
+            timed.close()
+            return
+
+
+def _best(frame):
+    try:
+        return sweeps.best_config(frame)
+    except ValueError:
+        return None

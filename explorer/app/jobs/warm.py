@@ -1,0 +1,89 @@
+"""The worker's start: what it says about its device, and the warm-up that makes the first click fast.
+
+On a GPU, Triton compiles each kernel the first time it meets a new combination of tiles, dtypes and
+shapes: tens of seconds for a whole decoder. The warm-up runs the default Generate (and, on a GPU, the
+default ladder step) once before the worker takes jobs, so the first visitor's click waits only for its
+own tokens; it reports the seconds of each stage to the server's log. A job whose settings this worker
+has not run before says on the page that kernels are compiling, and about how long that takes.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+import torch
+
+from ...measure import metrics
+from .. import models
+from ..settings import RunSettings
+
+COMPILE_S = 30.0  # a whole decoder's kernels compiled from nothing on a GPU, before one was timed here
+_state = {"compile_s": None, "warm": set()}
+
+
+@functools.cache
+def peaks():
+    """The GPU's measured ceilings (copy bandwidth, matmul rate), once per worker; None on CPU."""
+    return metrics.device_peaks(str(models.device()), models.dtype_of(""))
+
+
+def device_info() -> dict:
+    dev = models.device()
+    if dev.type != "cuda":
+        return {
+            "device": "cpu",
+            "header": "**No GPU here: the kernels run in Triton's CPU interpreter.** Results are exact; every "
+            "timing is a CPU timing and says so, with the same job as measured on a GPU beside it.",
+        }
+    p = peaks()
+    return {"device": "cuda", "gpu": torch.cuda.get_device_name(dev), "header": f"**{p.label}**"}
+
+
+def compile_note(key, device: str) -> str | None:
+    """On a GPU, the first run of `key`'s settings in this worker compiles kernels: say so, and how long."""
+    if device != "cuda" or key in _state["warm"]:
+        return None
+    seconds = _state["compile_s"] or COMPILE_S
+    return (
+        f"Compiling Triton kernels for this GPU and these settings (first run here; about {seconds:.0f} s at most, "
+        "often less: kernels compiled before are read from Triton's cache)…"
+    )
+
+
+def remember_warm(key) -> None:
+    _state["warm"].add(key)
+
+
+def triton_cache_dir() -> str | None:
+    """Where Triton keeps compiled kernels: on a Space with persistent storage (/data), there, so they
+    survive restarts and ZeroGPU's per-call processes; elsewhere Triton's default (~/.triton/cache)."""
+    if os.path.isdir("/data") and os.access("/data", os.W_OK):
+        return "/data/triton-cache"
+    return None
+
+
+def warm_up(settings: dict):
+    """Run what the default controls run, once; yield a line per stage with its seconds."""
+    from . import compare, generate
+    from .base import Control
+
+    s: RunSettings = settings["settings"]
+    never = Control(lambda: False, float("inf"))
+    t0 = time.monotonic()
+    generate.prepare(s)
+    yield f"loaded {s.model} in {time.monotonic() - t0:.1f} s"
+    t1 = time.monotonic()
+    for _ in generate.run({"settings": s}, never):
+        pass
+    took = time.monotonic() - t1
+    if models.device().type == "cuda":
+        _state["compile_s"] = max(took, 1.0)
+    yield f"default Generate ({s.new_tokens} tokens, {s.fusion}, compile and profile included) in {took:.1f} s"
+    if settings.get("ladder") and models.device().type == "cuda":
+        t2 = time.monotonic()
+        for _ in compare.ladder({"settings": s}, never):
+            pass
+        yield f"default ladder in {time.monotonic() - t2:.1f} s"
+    yield f"warm in {time.monotonic() - t0:.1f} s"

@@ -1,0 +1,229 @@
+"""What the page shows of a job's results: markdown, tables and figures, from tidy frames and summaries.
+
+Pure functions (plots.py draws the figures); the job worker calls them and sends the page what they
+return, figures as plotly JSON, so the server only passes them on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from kernels.config import TileConfig
+
+from ..measure import metrics
+from ..measure.counters import recorded
+from . import plots
+
+FUSION_INFO = {
+    "none": "none: every operation its own kernel (bias, GELU, residual add apart), as eager PyTorch",
+    "epilogue": "epilogue: bias, GELU and residual add in the matmul's epilogue",
+    "decode": "decode: LayerNorm in the next matmul's prologue, the cache write in c_attn's epilogue, "
+    "split-K and decode attention in one launch each (decode steps)",
+    "overlap": "overlap: the decode rung's kernels, each launched to start while the one before finishes and "
+    "load its weights meanwhile (programmatic dependent launch; on GPUs before Hopper, as decode)",
+    "persistent": "persistent: each block of a decode step in one launch, one program per SM running the decode "
+    "rung's five stages, which wait for each other at counters in device memory instead of kernel boundaries",
+}
+
+
+def fusion_label(backend: str, fusion: str) -> str:
+    """The summary's row naming the rung the run used."""
+    if backend != "triton":
+        return "n/a: the torch backend launches PyTorch's own kernels"
+    return FUSION_INFO[fusion]
+
+
+def figure_json(fig) -> str:
+    return fig.to_json()
+
+
+# --- Generate ----------------------------------------------------------------------------------------
+
+
+def summary_markdown(summary: dict) -> str:
+    if not summary:
+        return ""
+    timer = summary.get("timer", "")
+    cpu = timer.startswith("cpu")
+    bandwidth = f"{summary['achieved_gbs']:.3g} GB/s"
+    if "bandwidth_fraction" in summary:
+        bandwidth += f" ({summary['bandwidth_fraction']:.0%} of measured peak)"
+    memory = summary["peak_memory_mb"]
+    clock = "CPU clock" if cpu else "device clock, CUDA events"
+    rows = [
+        ("time to first token (waited, from the click)", _seconds(summary.get("waited_s"))),
+        ("first step (prefill)", f"{summary['ttft_ms']:.1f} ms ({clock})"),
+        ("tokens/s delivered (wall clock, first to last token)", _rate(summary.get("wall_tokens_per_s"))),
+        (f"decode step p50 / p90 ({clock})", f"{summary['step_ms_p50']:.3f} / {summary['step_ms_p90']:.3f} ms"),
+        ("warm-up (compile, first run, graph capture)", f"{summary['warmup_ms']:.0f} ms, not counted above"),
+        ("fusion rung", summary.get("fusion", "")),
+        ("decode step launches", _launches(summary)),
+        ("bytes per token (modeled): HBM / L2 → SMs", _per_token(summary)),
+        ("achieved bandwidth (modeled HBM bytes / step time)", bandwidth),
+        ("KV cache", f"{summary['kv_cache_mb']:.2f} MB"),
+        ("peak GPU memory (max allocated)", "n/a on CPU" if math.isnan(memory) else f"{memory:.0f} MB"),
+        ("stopped", summary.get("stop_reason") or "running"),
+    ]
+    if summary.get("after_run"):
+        rows.append(("kernel times", summary["after_run"]))
+    head = f"CPU timings ({cpu_clock(timer)}), not GPU timings\n\n" if cpu else ""
+    return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def cpu_clock(timer: str) -> str:
+    """What ran on CPU, from a Step's timer ("cpu perf_counter (Triton interpreter)" -> "Triton
+    interpreter"); "" for a GPU timer."""
+    return timer[timer.find("(") + 1 : -1] if timer.startswith("cpu") else ""
+
+
+def _seconds(value) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"
+
+
+def _per_token(summary: dict) -> str:
+    return f"{summary['mb_per_token']:.2f} MB / {summary.get('l2_mb_per_token', math.nan):.2f} MB"
+
+
+def _rate(value) -> str:
+    return "needs two tokens" if value is None or math.isnan(value) else f"{value:.1f} tokens/s"
+
+
+def _launches(summary: dict) -> str:
+    n = summary.get("operations_per_step", math.nan)
+    if math.isnan(n):
+        return "no decode step yet"
+    how = "replayed as one CUDA graph" if summary.get("cuda_graph") else "each launched from Python"
+    if "kernels_per_step" in summary:
+        return (
+            f"{summary['kernels_per_step']} GPU kernels + {summary['memory_ops_per_step']} memory operations "
+            f"(counted by torch.profiler), from {n:.0f} named operations, {how}"
+        )
+    counted = "kernels are counted on a GPU" if summary.get("timer", "").startswith("cpu") else "counting after the run"
+    return f"{n:.0f} named operations, {how} ({counted})"
+
+
+def generation_figures(
+    steps: pd.DataFrame, kernels: pd.DataFrame, peaks, previous: pd.DataFrame | None = None, profiled: str = ""
+) -> dict:
+    """The live charts, as JSON by output name; with `previous`, the last run overlaid on latency and KV
+    growth; `profiled` says at which positions the kernel times were measured."""
+    on_cpu = cpu_clock(steps.timer.iloc[0]) if len(steps) else ""
+    note = f"CPU timings ({on_cpu})" if on_cpu else ""
+    share_note = "; ".join(n for n in (note, profiled) if n)
+    both = steps
+    if previous is not None and not previous.empty:
+        both = pd.concat([previous.assign(run="previous"), steps.assign(run="this run")], ignore_index=True)
+    figures = dict(
+        latency=plots.latency_figure(both, note),
+        traffic=plots.traffic_figure(kernels, "bytes from each kernel's traffic model at the chosen tiles"),
+        kv=plots.kv_figure(both),  # bytes and tokens: no timings in it
+        share=plots.kernel_share_figure(kernels, share_note, "device time" if peaks else "CPU time"),
+        bandwidth=plots.bandwidth_figure(both, peaks.bandwidth_gbs if peaks else None, note),
+    )
+    return {name: figure_json(fig) for name, fig in figures.items()}
+
+
+def roofline(kernels: pd.DataFrame, peaks, profiled: str = "") -> str:
+    """Each kernel kind's profiled decode and prefill work against the measured ceilings, as JSON."""
+    points = metrics.roofline(kernels, peaks)
+    note = "; ".join(n for n in ("" if peaks else "CPU interpreter timings", profiled) if n)
+    fig = plots.roofline_figure(points, peaks.tflops if peaks else None, peaks.bandwidth_gbs if peaks else None, note)
+    return figure_json(fig)
+
+
+def hierarchy_before_a_run() -> str:
+    """The tab before any run: the recorded counters already say how far the models go."""
+    return (
+        '<div class="hierarchy"><p>Generate to see where the bytes go.</p>'
+        + plots.counters_html(*recorded())
+        + "</div>"
+    )
+
+
+def hierarchy(kernels: pd.DataFrame, peaks, fusion: pd.DataFrame | None) -> str:
+    return plots.hierarchy_html(
+        kernels, peaks.bandwidth_gbs if peaks else None, fusion, plots.counters_html(*recorded())
+    )
+
+
+# --- Tile sweep --------------------------------------------------------------------------------------
+
+
+def describe(cfg: TileConfig) -> str:
+    """block_m=64, block_n=32, num_warps=4: the fields a config sets, as a person would write them."""
+    return ", ".join(f"{f}={v}" for f, v in vars(cfg).items() if v is not None)
+
+
+def best_text(frame: pd.DataFrame, best: TileConfig | None) -> str:
+    if best is None:
+        return "No valid config in this grid."
+    ms = frame[frame.valid].ms.min()
+    return f"Fastest valid: **{describe(best)}**, {ms:.3g} ms ({sweep_note(frame)})."
+
+
+def sweep_view(frame: pd.DataFrame) -> pd.DataFrame:
+    """The sweep as a person reads it: fastest first, times in ms as the heatmap shows them, rates rounded
+    to what they resolve, a mark for validity."""
+    tiles = [c for c in ("block_m", "block_n", "block_k", "split_k", "num_warps", "num_stages") if c in frame]
+    ordered = frame.sort_values("ms", na_position="last")
+    view = ordered[tiles].astype("Int64")
+    view["runs"] = ["✓" if v else "✗" for v in ordered.valid]
+    view["ms"] = ordered.ms.map(_three_digits)
+    for column, name in (("gbs", "GB/s"), ("tflops", "TFLOP/s"), ("modeled_mb", "MB (L2 → SMs)")):
+        if column in ordered:
+            view[name] = ordered[column].map(_three_digits)
+    view["why not"] = ordered.reason.str.replace(r"^.*? needs", "needs", regex=True)
+    return view.reset_index(drop=True)
+
+
+def _three_digits(x) -> str:
+    """Three significant digits, whatever the magnitude: 0.00123, 1.23, 1230 (a CPU sweep's rates are tiny)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return f"{x:.3g}" if abs(x) < 1e4 else f"{x:.0f}"
+
+
+# What the sweep table shows before the first sweep: its columns, no rows.
+SWEEP_VIEW_EMPTY = pd.DataFrame(columns=["runs", "ms", "GB/s", "TFLOP/s", "MB (L2 → SMs)", "why not"])
+
+
+def sweep_note(frame: pd.DataFrame) -> str:
+    """How the sweep's rows were timed, e.g. CUDA-graph replays with inputs rotated past L2."""
+    return "; ".join(sorted(set(frame.timer.dropna()) - {""})) if "timer" in frame else ""
+
+
+# --- Compare and the ladder --------------------------------------------------------------------------
+
+
+COMPARE_EMPTY = pd.DataFrame(
+    columns=["backend", "cache", "launch_mode", "prompt_tokens", "ttft_ms", "decode_ms_p50", "last_step_ms"]
+)
+LADDER_EMPTY = pd.DataFrame(columns=["rung", "kernels (counted)", "launches (modeled)", "MB L2 → SMs", "MB HBM"])
+
+
+def compare_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of a sequence sweep: time to first token, decode median and last step."""
+    keys = [k for k in ("backend", "cache", "launch_mode", "prompt_tokens") if k in frame.columns]
+    decode = (
+        frame[frame.phase == "decode"]
+        .groupby(keys, as_index=False)
+        .agg(
+            decode_ms_p50=("latency_ms", "median"),
+            last_step_ms=("latency_ms", "last"),
+            mb_per_step=("modeled_mb", "median"),
+        )
+    )
+    first = frame[frame.phase == "prefill"][[*keys, "latency_ms"]].rename(columns={"latency_ms": "ttft_ms"})
+    return first.merge(decode, on=keys, how="left").round(3)
+
+
+def ladder_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ladder as a person reads it: one row per rung, rounded, with the speed-up over the torch backend."""
+    view = frame[["rung", "kernels", "launches_modeled", "l2_mb", "hbm_mb", "step_ms"]].copy()
+    view.columns = ["rung", "kernels (counted)", "launches (modeled)", "MB L2 → SMs", "MB HBM", "ms per step"]
+    torch_ms = frame.set_index("rung").step_ms.get("torch")
+    if torch_ms:
+        view["× torch"] = (torch_ms / frame.step_ms).round(2)
+    return view.round(3)

@@ -1,0 +1,125 @@
+"""A job can always be stopped: asked, it stops between its steps; in the middle of one long launch, its
+worker is ended and a fresh one started. The slot frees only once the work has stopped, and the server
+then goes idle. Driven through gradio_client (cancel), a closed event stream, and the runner itself (the
+time budget, which admission by estimate keeps a page's jobs well inside)."""
+
+import asyncio
+import time
+
+import pytest
+
+from explorer.app import estimate
+from explorer.app.runner import GRACE_S, Job, ProcessRunner
+from tests.serve import running_app
+
+gradio_client = pytest.importorskip("gradio_client")
+httpx = pytest.importorskip("httpx")
+
+# One config of this sweep runs for many seconds in the interpreter (block_m=1: 20000 programs), far past the
+# grace a job has to stop by itself: only ending its worker stops it.
+LONG = dict(kernel="layer_norm", shape="M=20000,C=16", dtype="float32", x="block_m", y="num_warps", value="ms")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 10 ms
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_busy(pid: int, seconds: float = 60) -> None:
+    """Until the worker has spent a second of CPU on the job."""
+    start, deadline = cpu_seconds(pid), time.monotonic() + seconds
+    while cpu_seconds(pid) - start < 1.0:
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.1)
+
+
+def test_cancel_stops_a_long_launch_frees_the_slot_only_then_and_the_server_goes_idle():
+    with running_app(with_runner=True) as (url, runner):
+        client = gradio_client.Client(url, verbose=False)
+        first = runner.pid
+        job = client.submit(**LONG, api_name="/sweep")
+        wait_busy(first)
+        t0 = time.monotonic()
+        assert job.cancel()
+        # The worker did not stop by itself (one launch runs on): it was ended within the grace, and a fresh
+        # one took its place before the cancel came back.
+        assert not alive(first) and time.monotonic() - t0 < GRACE_S + 5
+        assert runner.pid != first and runner.restarts == 1
+        runner.wait_ready()
+        before = cpu_seconds(runner.pid)
+        time.sleep(2.0)
+        assert cpu_seconds(runner.pid) - before < 0.2  # idle: nothing of the cancelled job goes on
+        # The next request runs to its end.
+        done = client.predict(**(LONG | {"shape": "M=4,C=32"}), api_name="/sweep")
+        assert "all 20 configs" in done[2]
+
+
+def test_stop_between_steps_keeps_the_worker():
+    with running_app(with_runner=True) as (url, runner):
+        client = gradio_client.Client(url, verbose=False)
+        first = runner.pid
+        job = client.submit(prompt="x = 1", new_tokens=400, backend="torch", api_name="/generate")
+        deadline = time.monotonic() + 60
+        while not any(isinstance(o[0], str) and len(o[0]) > len("x = 1") + 4 for o in job.outputs()):
+            assert time.monotonic() < deadline, "no tokens came"
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        assert job.cancel()
+        assert time.monotonic() - t0 < GRACE_S + 1  # stopped at its next token, by itself
+        assert runner.pid == first and runner.restarts == 0
+
+
+def test_closing_the_page_stops_its_job():
+    """A visitor who closes the tab closes the event stream; the server stops the job behind it."""
+    with running_app(with_runner=True) as (url, runner):
+        first = runner.pid
+        event = httpx.post(url + "gradio_api/call/sweep", json={"data": list(LONG.values())}).json()["event_id"]
+        with httpx.stream("GET", url + f"gradio_api/call/sweep/{event}", timeout=60) as stream:
+            wait_busy(first)
+            stream.close()  # the tab closes
+        deadline = time.monotonic() + GRACE_S + 10
+        while alive(first):
+            assert time.monotonic() < deadline, "the job went on after its page closed"
+            time.sleep(0.1)
+
+
+def test_a_job_past_its_budget_is_stopped_even_in_the_middle_of_a_launch():
+    runner = ProcessRunner(log=lambda line: None)
+    runner.start()
+    try:
+        payload = dict(kernel="layer_norm", shape={"M": 20000, "C": 16}, dtype="float32", x="block_m", y="num_warps")
+        budget = 1.0
+
+        async def go():
+            return [u async for u in runner.run(Job("sweep", payload | {"value": "ms"}, budget))]
+
+        t0 = time.monotonic()
+        updates = asyncio.run(go())
+        took = time.monotonic() - t0
+        assert updates[-1]["status"] == "Stopped at the time budget (1 s)."
+        assert took < 1.1 * budget + 10, took
+        assert runner.restarts == 1
+    finally:
+        runner.close()
+
+
+def test_admission_refuses_a_job_estimated_past_the_budget(monkeypatch):
+    monkeypatch.setenv("EXPLORER_JOB_SECONDS", "30")
+    with running_app() as url:
+        client = gradio_client.Client(url, verbose=False)
+        t0 = time.monotonic()
+        with pytest.raises(gradio_client.exceptions.AppError, match=r"one run may take at most 30 s\. Use smaller"):
+            client.predict(**(LONG | {"shape": "M=349525,C=1"}), api_name="/sweep")
+        with pytest.raises(gradio_client.exceptions.AppError, match=r"at most 30 s\. Lower the new tokens"):
+            client.predict(prompt_tokens=1000, batch=16, new_tokens=24, api_name="/generate")
+        assert time.monotonic() - t0 < 10
+    assert estimate.budget_s() == 30
