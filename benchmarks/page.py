@@ -61,10 +61,14 @@ def stamps(job, t0: float, text_at: int | None, prompt: str = "") -> dict:
             texts.append(out[text_at] if isinstance(out[text_at], str) else None)
     job.result()  # raises what the job raised
     done = time.monotonic() - t0
-    row = dict(done_s=done, updates=len(times), longest_gap_s=max(b - a for a, b in zip([0.0, *times], times)))
+    row = dict(
+        done_s=done, updates=len(times), longest_gap_s=max(b - a for a, b in zip([0.0, *times], times, strict=False))
+    )
     if text_at is not None:
         generated = [(t, x) for t, x in zip(times, texts, strict=True) if x is not None and len(x) > len(prompt)]
-        last_change = max((t for (t, x), (_, y) in zip(generated[1:], generated) if x != y), default=None)
+        last_change = max(
+            (t for (t, x), (_, y) in zip(generated[1:], generated[:-1], strict=True) if x != y), default=None
+        )
         first = generated[0][0] if generated else None
         row |= dict(first_text_s=first, all_text_s=last_change if last_change is not None else first)
     return row
@@ -95,18 +99,22 @@ def through_server(port: int, gpt2: str, device: str) -> tuple[list[dict], str]:
         rows = []
         gpu = device == "cuda"
         generate = dict(prompt="def fibonacci(n):", cache=True)
+        tokens = (64, 256) if gpu else (8, 16)
+        sweep = dict(kernel="layer_norm", shape="M=4096,C=768" if gpu else "M=64,C=256", x="block_m", y="num_warps")
         jobs = [
             ("Generate, first after start (default controls)", "/generate", dict(generate), 0),
             ("Generate, warm (default controls)", "/generate", dict(generate), 0),
-            ("Generate, bundled, 256 tokens", "/generate", generate | dict(new_tokens=256 if gpu else 32), 0),
-            ("Generate, GPT-2 small shape, 64 tokens", "/generate", generate | dict(model=gpt2, new_tokens=64 if gpu else 8), 0),
-            ("Generate, GPT-2 small shape, 256 tokens", "/generate", generate | dict(model=gpt2, new_tokens=256 if gpu else 16), 0),
-            ("Generate, GPT-2 small shape, 256 tokens, again", "/generate", generate | dict(model=gpt2, new_tokens=256 if gpu else 16), 0),
+            (f"Generate, bundled, {tokens[1]} tokens", "/generate", generate | dict(new_tokens=tokens[1]), 0),
+        ]
+        for n in (tokens[0], tokens[1], tokens[1]):
+            jobs.append(
+                (f"Generate, GPT-2 small shape, {n} tokens", "/generate", generate | dict(model=gpt2, new_tokens=n), 0)
+            )
+        jobs += [
             ("a lesson (kv-cache)", "/lesson", dict(lesson="kv-cache"), None),
             ("the ladder (bundled)", "/ladder", dict(model="bundled"), None),
-            ("a sweep (layer_norm)", "/sweep", dict(kernel="layer_norm", shape="M=4096,C=768" if gpu else "M=64,C=256",
-                                                    x="block_m", y="num_warps"), None),
-        ]  # fmt: skip
+            ("a sweep (layer_norm)", "/sweep", sweep, None),
+        ]
         for name, endpoint, params, text_at in jobs:
             t1 = time.monotonic()
             row = stamps(client.submit(**params, api_name=endpoint), t1, text_at, params.get("prompt", ""))
@@ -159,10 +167,9 @@ def table(rows: list[dict]) -> str:
     def s(x):
         return "" if x is None else f"{x:.2f}"
 
-    lines = [
-        "| job | first text | all text | done | updates | longest gap | handler: first text | all text | done | gap at done |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    heads = ["job", "first text", "all text", "done", "updates", "longest gap", "handler: first text", "all text"]
+    heads += ["done", "gap at done"]
+    lines = ["| " + " | ".join(heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
     for r in rows:
         gap = r["done_s"] - r["handler_done_s"] if "handler_done_s" in r else None
         lines.append(
