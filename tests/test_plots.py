@@ -78,6 +78,19 @@ def test_kernel_share_uses_measured_time_when_profiled():
     assert "device time" in fig.layout.title.text
 
 
+def test_a_long_note_is_wrapped_under_the_title_and_the_margin_grows_to_hold_it():
+    note = "CPU timings (Triton interpreter); timed at decode positions 9, 11, 12; other steps use the nearest"
+    fig = plots.kernel_share_figure(metrics.kernel_frame(_steps(), _profiled()), note, "CPU time")
+    title, *lines = fig.layout.title.text.split("<br>")
+    assert title == "Where a decode step goes (CPU time)"
+    lines = [line.removeprefix("<sup>").removesuffix("</sup>") for line in lines]
+    assert " ".join(lines) == note and len(lines) == 2
+    assert all(len(line) <= 64 for line in lines)  # what a chart beside another fits (tests/test_figure_layout.py)
+    assert fig.layout.margin.t >= 36 + 22 * len(lines)
+    short = plots.kernel_share_figure(metrics.kernel_frame(_steps(), _profiled()), "", "CPU time")
+    assert short.layout.margin.t < fig.layout.margin.t
+
+
 def test_sweep_heatmap_marks_invalid_cells():
     sweep = pd.DataFrame(
         [

@@ -7,6 +7,7 @@ axis names its unit. A `run` column, when present, overlays runs for comparison.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -23,15 +24,27 @@ KIND_COLORS = {
     "kv write": "#72b7b2",
 }
 PHASE_SYMBOLS = {"prefill": "diamond", "decode": "circle"}
+# The Generate tab sets two charts side by side in two thirds of the page, about 380 px each on a laptop,
+# and plotly never wraps a title: a note under one is wrapped to what its small type fits in there.
+NOTE_CHARS = 64
+
+
+def _title(title: str, note: str) -> tuple[dict, int]:
+    """The title with its note wrapped under it, and the top margin that holds them: plotly centres the
+    lines in that margin, each as tall as a line of the title's own size."""
+    lines = textwrap.wrap(note, NOTE_CHARS) if note else []
+    text = "<br>".join([title, *(f"<sup>{line}</sup>" for line in lines)])
+    return dict(text=text, x=0.01), max(50, 36 + 22 * len(lines))
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, note: str = "") -> go.Figure:
+    title, top = _title(title, note)
     fig.update_layout(
-        title=dict(text=title + (f"<br><sup>{note}</sup>" if note else ""), x=0.01),
+        title=title,
         xaxis_title=x,
         yaxis_title=y,
         uirevision="keep",  # live updates keep the user's zoom
-        margin=dict(l=60, r=20, t=60, b=40),
+        margin=dict(l=60, r=20, t=top, b=40),
         # Below the x axis's title, not over it (the title sits about 0.15 of the plot height down).
         legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),
         template="plotly_white",
@@ -157,7 +170,12 @@ def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "dev
         )
     )
     fig = _layout(fig, f"Where a decode step goes ({what})", "", "", note)
-    fig.update_layout(height=320)
+    # Nine kinds listed under a pie in a narrow column leave it a thumbnail: beside it, they leave it half.
+    fig.update_layout(
+        height=fig.layout.margin.t + 240,
+        margin=dict(l=10, r=10, b=10),  # no axes to leave room for
+        legend=dict(orientation="v", yanchor="middle", y=0.5, xanchor="left", x=1.02),
+    )
     return fig
 
 
