@@ -94,3 +94,14 @@ def test_the_decode_step_pie_shows_its_whole_subtitle(page):
     assert _inside(m["title"], m["svg"]) and m["title"]["top"] >= m["svg"]["top"]
     assert m["title"]["bottom"] <= m["plot"]["top"]  # above the pie, not over it
     assert m["plot"]["height"] >= 180  # the pie itself, with nine kinds in its legend
+
+
+def test_the_traffic_legend_leaves_the_plot_readable_whatever_the_number_of_kinds(page):
+    for kinds in (["ffn"], list(plots.KIND_COLORS)):
+        fig = plots.traffic_figure(_kernels(kinds), "bytes from each kernel's traffic model at the chosen tiles")
+        for width in (NARROW, 800):
+            m = page(fig, width)
+            assert m["plot"]["height"] >= 240, (len(kinds), width, m["plot"])
+            assert _inside(m["title"], m["svg"]) and _inside(m["legend"], m["svg"])
+            assert m["legend"]["top"] >= m["xtitle"]["bottom"]  # below the axis title, not over it
+            assert m["legend"]["bottom"] <= m["svg"]["bottom"]

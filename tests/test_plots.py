@@ -53,13 +53,26 @@ def test_traffic_figure_stacks_hbm_bytes_per_kind_under_the_l2_line():
     kernels = metrics.kernel_frame(_steps())
     fig = plots.traffic_figure(kernels)
     by_name = {t.name: t for t in fig.data}
-    assert set(by_name) == {"ffn", "attention", "decode attention", "L2 → SMs (all tile loads)"}
+    assert set(by_name) == {"ffn", "attention", "decode attention", "L2 → SMs (tiles)"}
     assert fig.layout.barmode == "stack"
     assert list(by_name["ffn"].x) == [0, 1, 2, 3, 4]
     assert by_name["ffn"].y[0] == op_traffic(FFN).hbm_bytes / metrics.MB
-    line = by_name["L2 → SMs (all tile loads)"]
+    line = by_name["L2 → SMs (tiles)"]
     assert list(line.y) == pytest.approx(list(kernels.groupby("step").modeled_mb.sum()))
     assert all(l2 >= hbm for l2, hbm in zip(line.y, kernels.groupby("step").hbm_mb.sum(), strict=True))
+
+
+def test_traffic_legend_is_laid_out_under_the_plot_and_the_figure_grows_to_hold_it():
+    heights = []
+    for kinds in (["ffn"], list(plots.KIND_COLORS)):
+        kernels = pd.DataFrame([dict(step=s, kind=k, hbm_mb=1.0, modeled_mb=2.0) for s in range(4) for k in kinds])
+        fig = plots.traffic_figure(kernels)
+        entries = len(kinds) + 1  # and the L2 line
+        m = fig.layout.margin
+        assert fig.layout.height - m.t - m.b >= 250  # the plot's own height, whatever the legend
+        assert m.b >= 60 + 22 * math.ceil(entries / 2)  # two entries a row in a 380 px column
+        heights.append(fig.layout.height)
+    assert heights[1] > heights[0]
 
 
 def test_kv_figure_shows_cache_or_recompute():

@@ -26,7 +26,11 @@ KIND_COLORS = {
 PHASE_SYMBOLS = {"prefill": "diamond", "decode": "circle"}
 # The Generate tab sets two charts side by side in two thirds of the page, about 380 px each on a laptop,
 # and plotly never wraps a title: a note under one is wrapped to what its small type fits in there.
+NARROW_PX = 380
 NOTE_CHARS = 64
+# Under the plot: its tick labels and the x axis's title, then the legend, one row of entries at a time.
+BELOW_PLOT_PX = 60
+LEGEND_ROW_PX = 22
 
 
 def _title(title: str, note: str) -> tuple[dict, int]:
@@ -37,18 +41,35 @@ def _title(title: str, note: str) -> tuple[dict, int]:
     return dict(text=text, x=0.01), max(50, 36 + 22 * len(lines))
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str, note: str = "") -> go.Figure:
+def _legend(fig: go.Figure, width: int) -> tuple[dict, int]:
+    """A legend under the plot whose entries share one width (that of the longest name), so that they
+    line up in columns, and how many rows it takes at `width` px. Plotly takes a legend's room from the
+    plot, never adds it to the figure: the caller grows the figure by those rows."""
+    names = [t.name or "" for t in fig.data if t.showlegend is not False]
+    if len(names) < 2 and fig.layout.showlegend is not True:  # plotly shows no legend for one trace
+        return {}, 0
+    entry = 6 * max(map(len, names)) + 4  # text at 12 px, about 6 px a character
+    columns = max(1, (width - 80) // (entry + 45))  # the plot's width; the symbol and gaps take 45 px
+    return dict(entrywidth=entry, entrywidthmode="pixels"), math.ceil(len(names) / columns)
+
+
+def _layout(
+    fig: go.Figure, title: str, x: str, y: str, note: str = "", plot_px: int = 280, width: int = NARROW_PX
+) -> go.Figure:
+    """Title, axes and legend; the figure as tall as the plot (`plot_px`) plus what sits above and under
+    it, the legend laid out for a column `width` px wide, so that no number of entries squeezes the plot."""
     title, top = _title(title, note)
+    legend, rows = _legend(fig, width)
+    bottom = BELOW_PLOT_PX + LEGEND_ROW_PX * rows if rows else 40
     fig.update_layout(
         title=title,
         xaxis_title=x,
         yaxis_title=y,
         uirevision="keep",  # live updates keep the user's zoom
-        margin=dict(l=60, r=20, t=top, b=40),
-        # Below the x axis's title, not over it (the title sits about 0.15 of the plot height down).
-        legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),
+        margin=dict(l=60, r=20, t=top, b=bottom),
+        legend=dict(orientation="h", yanchor="top", y=-BELOW_PLOT_PX / plot_px, xanchor="left", x=0, **legend),
         template="plotly_white",
-        height=420,
+        height=top + plot_px + bottom,
         uniformtext=dict(minsize=10, mode="hide"),  # labels too small to read are dropped, not overlapped
     )
     if x in ("generated token", "sequence position"):  # whole tokens only, however few
@@ -98,11 +119,11 @@ def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
                 y=issued.values,
                 mode="lines",
                 line=dict(color="black", dash="dot"),
-                name="L2 → SMs (all tile loads)",
+                name="L2 → SMs (tiles)",  # every tile load, re-reads included; short, to share a row
             )
         )
     fig.update_layout(barmode="stack")
-    return _layout(fig, "Memory traffic per step (modeled): HBM by kernel", "generated token", "MB moved", note)
+    return _layout(fig, "HBM traffic per step by kernel (modeled)", "generated token", "MB moved", note)
 
 
 def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: str = "") -> go.Figure:
@@ -114,7 +135,7 @@ def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: s
         )
     if peak_gbs:
         fig.add_hline(y=peak_gbs, line_dash="dash", annotation_text=f"measured peak {peak_gbs:.0f} GB/s")
-    return _layout(fig, "Achieved bandwidth", "generated token", "GB/s", note)
+    return _layout(fig, "Achieved bandwidth", "generated token", "GB/s", note, width=900)  # the whole row
 
 
 def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
@@ -213,9 +234,8 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
             colorbar=dict(title=value),
         )
     )
-    fig = _layout(fig, f"Tile sweep: {value} ({'lower' if lower_is_better else 'higher'} is better)", x, y, note)
-    fig.update_layout(height=420)
-    return fig
+    title = f"Tile sweep: {value} ({'lower' if lower_is_better else 'higher'} is better)"
+    return _layout(fig, title, x, y, note, plot_px=320, width=900)
 
 
 def _short(reason: str) -> str:
@@ -237,7 +257,9 @@ def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
         part = part[part.phase == "decode"]
         fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms, mode="lines", name=label))
     fig.update_yaxes(type="log")  # runs differ by 10-100x: on a linear axis the fast ones lie flat at zero
-    return _layout(fig, "Decode latency vs sequence position", "sequence position", "ms per token (log)", note)
+    return _layout(
+        fig, "Decode latency vs sequence position", "sequence position", "ms per token (log)", note, width=650
+    )
 
 
 def _short_run(key: str, value) -> str:
@@ -263,7 +285,7 @@ def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:
         )
     )
     fig.update_layout(barmode="group")
-    return _layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note)
+    return _layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note, width=650)
 
 
 def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
@@ -282,8 +304,8 @@ def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=ladder.l2_mb, marker_color="#9ecae9", name="L2 → SMs"), 1, 2)
     fig.add_trace(go.Bar(x=names, y=ladder.step_ms, marker_color="#e45756", name="step", showlegend=False), 1, 3)
     context = int(ladder.context.iloc[0]) if len(ladder) else 0
-    _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note)
-    fig.update_layout(barmode="group", height=460)
+    _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note, plot_px=320, width=900)
+    fig.update_layout(barmode="group")
     return fig
 
 
