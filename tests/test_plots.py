@@ -157,9 +157,33 @@ def test_hierarchy_sets_measured_device_and_launch_time_next_to_the_bandwidth_fl
     html = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled(launch_ms=0.125)), 4000.0)
     assert "device time measured" in html and "host time launching it" in html and "CUDA graph" in html
     ffn_row = next(row for row in html.split("<tr>") if row.startswith("<td>ffn</td>"))
-    assert "<td>1000.0 µs</td>" in ffn_row and "<td>250.0 µs</td>" in ffn_row
+    assert "<td>1.00 ms</td>" in ffn_row and "<td>250 µs</td>" in ffn_row
     plain = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled()), 4000.0)  # no launch times: no column
     assert "host time launching it" not in plain
+
+
+@pytest.mark.parametrize(
+    "ms, shown",
+    [
+        (877.5749, "878 ms"),  # the interpreter's hundreds of ms, not 877574.9 µs
+        (12_345.6, "12.3 s"),
+        (999.7, "1.00 s"),  # rounded to three digits it is a second
+        (1.0, "1.00 ms"),
+        (0.25, "250 µs"),
+        (0.0123, "12.3 µs"),
+        (math.nan, ""),
+    ],
+)
+def test_a_duration_takes_the_unit_its_size_calls_for(ms, shown):
+    assert plots.duration(ms) == shown
+
+
+def test_hierarchy_writes_interpreter_times_in_ms_and_s():
+    kernels = metrics.kernel_frame(_steps(), _profiled()).assign(kernel_ms=877.5749)
+    html = plots.hierarchy_html(kernels, None)
+    assert "interpreter time" in html and "<td>878 ms</td>" in html and "µs" not in html
+    gpu = plots.hierarchy_html(kernels.assign(kernel_ms=0.0123), 4000.0)
+    assert "<td>12.3 µs</td>" in gpu
 
 
 def test_compare_draws_one_line_per_run_with_how_it_launched():

@@ -369,9 +369,9 @@ def hierarchy_html(
         heads.append("host time launching it")
     rows = []
     for kind, r in per_kind.iterrows():
-        at_peak = f"{r.hbm_mb * 1.048576 / peak_gbs * 1e3:.1f} µs" if peak_gbs else "n/a on CPU"
+        at_peak = duration(r.hbm_mb * 1.048576 / peak_gbs) if peak_gbs else "n/a on CPU"  # MiB at GB/s, in ms
         cells = [kind, f"{r.modeled_mb:.3f}", f"{r.hbm_mb:.3f}", f"{r.floor_mb:.3f}", f"{r.gflop * 1e3:.2f}", at_peak]
-        cells += [_us(r[c]) for c in measured]
+        cells += [duration(r[c]) for c in measured]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     saved = ""
     if lessons is not None and not lessons.empty:
@@ -406,8 +406,32 @@ def hierarchy_html(
     )
 
 
-def _us(ms: float) -> str:
-    return "" if math.isnan(ms) else f"{ms * 1e3:.1f} µs"
+def time_unit(ms, log: bool = False) -> tuple[str, float]:
+    """The unit in which these times (in ms) read as plain numbers, and how many ms it holds: ("µs", 1e-3),
+    ("ms", 1.0) or ("s", 1e3). A GPU's times are microseconds, the interpreter's seconds: in a fixed
+    unit one of them reads 0.0002 or 2,000,000 (plotly's ticks: 2M). The largest time decides, so that
+    it reads under 1000; on a log axis, which spans decades, the median does."""
+    values = sorted(abs(float(v)) for v in ms if v is not None and math.isfinite(float(v)))
+    if not values:
+        return "ms", 1.0
+    at = values[len(values) // 2] if log else values[-1]
+    at = float(f"{at:.3g}")  # 999.7 ms is written 1.00 s, not 1,000 ms
+    if at >= 1e3:
+        return "s", 1e3
+    if at >= 1 or at == 0:
+        return "ms", 1.0
+    return "µs", 1e-3
+
+
+def duration(ms: float) -> str:
+    """A time in the unit its size calls for (µs below 1 ms, ms below 1 s, s above), three significant
+    digits: 12.3 µs, 878 ms, 1.00 s."""
+    if ms is None or not math.isfinite(ms):
+        return ""
+    unit, per = time_unit([ms])
+    value = float(f"{ms / per:.3g}")  # 0.9997 s is 1.00 s
+    digits = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 0
+    return f"{value:.{digits}f} {unit}"
 
 
 def _ratio(a: float, b: float) -> str:
