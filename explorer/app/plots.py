@@ -410,15 +410,15 @@ def time_unit(ms, log: bool = False) -> tuple[str, float]:
     """The unit in which these times (in ms) read as plain numbers, and how many ms it holds: ("µs", 1e-3),
     ("ms", 1.0) or ("s", 1e3). A GPU's times are microseconds, the interpreter's seconds: in a fixed
     unit one of them reads 0.0002 or 2,000,000 (plotly's ticks: 2M). The largest time decides, so that
-    it reads under 1000; on a log axis, which spans decades, the median does."""
-    values = sorted(abs(float(v)) for v in ms if v is not None and math.isfinite(float(v)))
+    it reads under 1000; on a log axis, which spans decades, the one halfway between the ends does."""
+    values = sorted(abs(float(v)) for v in ms if v is not None and math.isfinite(float(v)) and float(v))
     if not values:
         return "ms", 1.0
-    at = values[len(values) // 2] if log else values[-1]
+    at = math.sqrt(values[0] * values[-1]) if log else values[-1]
     at = float(f"{at:.3g}")  # 999.7 ms is written 1.00 s, not 1,000 ms
     if at >= 1e3:
         return "s", 1e3
-    if at >= 1 or at == 0:
+    if at >= 1:
         return "ms", 1.0
     return "µs", 1e-3
 

@@ -254,10 +254,15 @@ def big(fig: go.Figure, title: str, result: Result, x: str = "", y: str = "", he
     return fig
 
 
-def time_axis(fig: go.Figure, r: Result) -> None:
+def log_time(r: Result) -> bool:
     """Step times on a GPU span a one-off first step (pinned buffers, the allocator) of hundreds of ms and
     graph replays of a fraction of one: a log axis shows both. The CPU's curves read better on a linear one."""
-    if r.device != "CPU":
-        fig.update_yaxes(type="log", dtick=1)  # labels at 1, 10, 100 only
+    return r.device != "CPU"
+
+
+def time_axis(fig: go.Figure, r: Result) -> None:
+    """The y axis of step times, log or linear as log_time() says."""
+    if log_time(r):
+        fig.update_yaxes(type="log", dtick=1, exponentformat="none")  # labels at 0.1, 1, 10 only, never 1k
     else:
         fig.update_yaxes(rangemode="tozero")
