@@ -105,3 +105,19 @@ def test_the_traffic_legend_leaves_the_plot_readable_whatever_the_number_of_kind
             assert _inside(m["title"], m["svg"]) and _inside(m["legend"], m["svg"])
             assert m["legend"]["top"] >= m["xtitle"]["bottom"]  # below the axis title, not over it
             assert m["legend"]["bottom"] <= m["svg"]["bottom"]
+
+
+@pytest.mark.parametrize(
+    "name", ["memory", "decode-step", "kv-cache", "tiling", "cuda-graphs", "prefill-decode", "fusion"]
+)
+def test_a_lessons_chart_keeps_its_legend_and_title_clear_of_the_plot(page, name):
+    from explorer.app import lessons
+    from explorer.app.lessons import recorded
+
+    r = recorded.load(recorded.FOLDER / "lessons_h200.json").results[name]
+    m = page(lessons.LESSONS[name].figure(r), 620)  # beside the GPU recording, half the page
+    assert _inside(m["title"], m["svg"]) and m["title"]["bottom"] <= m["plot"]["top"]
+    assert m["plot"]["height"] >= 200, m["plot"]  # the top one of two, in the tiling lesson
+    if m["legend"] and m["legend"]["top"] > m["plot"]["bottom"]:  # a legend under the plot
+        assert m["xtitle"] is None or m["legend"]["top"] >= m["xtitle"]["bottom"], (m["legend"], m["xtitle"])
+        assert m["legend"]["bottom"] <= m["svg"]["bottom"]

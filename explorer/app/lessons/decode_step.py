@@ -76,6 +76,7 @@ def figure(r) -> go.Figure:
     unit, per = plots.time_unit(kinds.kernel_ms)
     bars = go.Bar(y=kinds.kind, x=kinds.kernel_ms / per, orientation="h", name=clock, marker_color="#4c78a8")
     fig = go.Figure(bars)
+    fig.update_yaxes(ticklabelstandoff=10)  # kind names clear of the bars they name
     return base.big(fig, f"Where a decode step goes ({clock})", r, f"{unit} per decode step", "")
 
 

@@ -119,7 +119,10 @@ def figure(r) -> go.Figure:
     )
     fig.update_layout(
         yaxis=dict(title=f"{unit} per step", rangemode="tozero"),
-        yaxis2=dict(title="launches", overlaying="y", side="right", rangemode="tozero", showgrid=False),
+        # Its own round ticks: lined up with the time axis's gridlines they read 20.1, 40.2, 60.3.
+        yaxis2=dict(
+            title="launches", overlaying="y", side="right", rangemode="tozero", showgrid=False, tickmode="auto"
+        ),
     )
     return base.big(fig, f"One decode step per rung, context {r.facts['context']}", r)
 

@@ -98,7 +98,8 @@ def figure(r) -> go.Figure:
         (2, [f["prefill_intensity"], f["decode_intensity"]]),
     ):
         labels = [base.num(v) for v in values]
-        bars = go.Bar(x=names, y=values, marker_color=colors, showlegend=False, text=labels, textposition="outside")
+        # A tall bar's label inside its top, where the ridge's line cannot cross it; a short bar's above it.
+        bars = go.Bar(x=names, y=values, marker_color=colors, showlegend=False, text=labels, textposition="auto")
         fig.add_trace(bars, 1, col)
         fig.update_yaxes(range=[0, 1.25 * max(values)], title_text=titles[col], row=1, col=col)
     if f.get("peak_tflops"):

@@ -118,10 +118,9 @@ def figure(r) -> go.Figure:
     fig.update_yaxes(title_text="MB", row=1, col=1)
     fig.update_yaxes(title_text=unit, row=2, col=1)
     fig.update_layout(barmode="group")
-    fig = base.big(fig, "Tile size: bytes loaded and time", r, height=680)
     # Tile names run down under the bars: the legend sits inside the bytes chart, top right, where bars are short.
-    fig.update_layout(legend=dict(orientation="v", x=0.99, xanchor="right", y=0.99, yanchor="top"))
-    return fig
+    inside = dict(orientation="v", xref="paper", x=0.99, xanchor="right", yref="paper", y=0.99, yanchor="top")
+    return base.big(fig, "Tile size: bytes loaded and time", r, height=680, legend=inside)
 
 
 def estimated(s: dict) -> float:
