@@ -153,6 +153,41 @@ def test_roofline_puts_each_kind_under_the_measured_ceiling():
     assert max(ceiling.y) == 800.0 and fig.layout.xaxis.type == "log"
 
 
+def _interpreter_points():
+    """metrics.roofline's rows as the interpreter makes them: FLOPs over hundreds of ms, 1e-7 to 3e-5 TFLOP/s."""
+    rows = [
+        ("decode", "ffn", 0.50, 7.2e-6),
+        ("decode", "decode attention", 0.43, 1.1e-7),
+        ("decode", "embedding", 0.083, 2.3e-6),
+        ("prefill", "ffn", 3.6, 3.4e-5),
+        ("prefill", "attention", 1.1, 3.1e-7),
+        ("prefill", "kv write", 0.0, 0.0),  # no arithmetic: no place on log axes
+    ]
+    return pd.DataFrame(rows, columns=["phase", "kind", "intensity", "achieved_tflops"])
+
+
+def test_roofline_on_cpu_says_there_is_no_roof_and_reads_in_plain_numbers():
+    fig = plots.roofline_figure(_interpreter_points(), None, None, "CPU interpreter timings")
+    assert "CPU" in fig.layout.title.text and "no roofline" in fig.layout.title.text
+    assert "measured ceiling" not in [t.name for t in fig.data]
+    # A rate of 1e-7 TFLOP/s is 0.1 MFLOP/s: ticks 0.1, 1, 10, never 100n or 10µ.
+    assert fig.layout.yaxis.title.text == "MFLOP/s"
+    ys = [y for t in fig.data for y in t.y]
+    assert max(ys) == pytest.approx(34.0) and min(ys) == pytest.approx(0.11)
+    assert fig.layout.xaxis.exponentformat == fig.layout.yaxis.exponentformat == "none"
+    # The x axis spans the points, a little either side, not decades of nothing.
+    lo, hi = fig.layout.xaxis.range
+    assert lo <= math.log10(0.083) and hi >= math.log10(3.6) and hi - lo <= math.log10(3.6 / 0.083) + 1
+
+
+def test_roofline_on_a_gpu_keeps_tflops_and_the_ridge_in_view():
+    points = _interpreter_points().assign(achieved_tflops=lambda f: f.achieved_tflops * 1e7)  # 1 to 340 TFLOP/s
+    fig = plots.roofline_figure(points, 800.0, 4000.0)
+    assert fig.layout.title.text.startswith("Roofline") and fig.layout.yaxis.title.text == "TFLOP/s"
+    lo, hi = fig.layout.xaxis.range
+    assert hi > math.log10(800.0 * 1e3 / 4000.0)  # the ridge, at 200 FLOP/byte, where the roof turns flat
+
+
 def test_hierarchy_sets_measured_device_and_launch_time_next_to_the_bandwidth_floor():
     html = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled(launch_ms=0.125)), 4000.0)
     assert "device time measured" in html and "host time launching it" in html and "CUDA graph" in html

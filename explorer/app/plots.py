@@ -33,10 +33,10 @@ BELOW_PLOT_PX = 60
 LEGEND_ROW_PX = 22
 
 
-def _title(title: str, note: str) -> tuple[dict, int]:
-    """The title with its note wrapped under it, and the top margin that holds them: plotly centres the
-    lines in that margin, each as tall as a line of the title's own size."""
-    lines = textwrap.wrap(note, NOTE_CHARS) if note else []
+def _title(title: str, note: str, width: int = NARROW_PX) -> tuple[dict, int]:
+    """The title with its note wrapped under it to `width` px, and the top margin that holds them: plotly
+    centres the lines in that margin, each as tall as a line of the title's own size."""
+    lines = textwrap.wrap(note, NOTE_CHARS * width // NARROW_PX) if note else []
     text = "<br>".join([title, *(f"<sup>{line}</sup>" for line in lines)])
     return dict(text=text, x=0.01), max(50, 36 + 22 * len(lines))
 
@@ -58,7 +58,7 @@ def _layout(
 ) -> go.Figure:
     """Title, axes and legend; the figure as tall as the plot (`plot_px`) plus what sits above and under
     it, the legend laid out for a column `width` px wide, so that no number of entries squeezes the plot."""
-    title, top = _title(title, note)
+    title, top = _title(title, note, width)
     legend, rows = _legend(fig, width)
     bottom = BELOW_PLOT_PX + LEGEND_ROW_PX * rows if rows else 40
     fig.update_layout(
@@ -309,39 +309,51 @@ def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
     return fig
 
 
+# FLOP rates in the unit that keeps the largest under 1000: a GPU's in TFLOP/s, the interpreter's, which are
+# 1e-7 to 1e-5 TFLOP/s, in MFLOP/s (where plotly's own ticks would read 100n, 1µ, 10µ).
+FLOP_RATES = (("TFLOP/s", 1.0), ("GFLOP/s", 1e-3), ("MFLOP/s", 1e-6), ("kFLOP/s", 1e-9))
+
+
 def roofline_figure(
     points: pd.DataFrame, peak_tflops: float | None, peak_gbs: float | None, note: str = ""
 ) -> go.Figure:
-    """Achieved TFLOP/s against arithmetic intensity per kernel kind, under the measured ceilings. Kinds
-    with no arithmetic (the cache write) have no place on log axes and are left out."""
+    """Achieved FLOP rate against arithmetic intensity per kernel kind, under the measured ceilings. Kinds
+    with no arithmetic (the cache write) have no place on log axes and are left out. Without ceilings (a
+    CPU, where the rates are the interpreter's) the chart says it is no roofline."""
     fig = go.Figure()
     points = points[(points.intensity > 0) & (points.achieved_tflops > 0)] if not points.empty else points
-    if peak_tflops and peak_gbs and not points.empty:
-        lo = min(points.intensity.min(), 0.1)
-        hi = max(points.intensity.max(), peak_tflops * 1e3 / peak_gbs) * 10
-        xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=[min(peak_tflops, x * peak_gbs / 1e3) for x in xs],
-                mode="lines",
-                line=dict(color="black", dash="dash"),
-                name="measured ceiling",
-            )
-        )
+    roof = bool(peak_tflops and peak_gbs)
+    top = max([*points.achieved_tflops, *([peak_tflops] if roof else [])], default=1.0)
+    unit, per = next(((u, p) for u, p in FLOP_RATES if top >= p), FLOP_RATES[-1])
+    if not points.empty:
+        lo, hi = points.intensity.min() / 2, points.intensity.max() * 2
+        if roof:
+            hi = max(hi, peak_tflops * 1e3 / peak_gbs * 4)  # past the ridge, where the roof turns flat
+            xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+            ceiling = [min(peak_tflops, x * peak_gbs / 1e3) / per for x in xs]
+            dashed = dict(color="black", dash="dash")
+            fig.add_trace(go.Scatter(x=xs, y=ceiling, mode="lines", line=dashed, name="measured ceiling"))
+        fig.update_xaxes(range=[math.log10(lo), math.log10(hi)])
     for (phase, kind), part in points.groupby(["phase", "kind"], sort=False):
         fig.add_trace(
             go.Scatter(
                 x=part.intensity,
-                y=part.achieved_tflops,
+                y=part.achieved_tflops / per,
                 mode="markers",
                 name=f"{kind} ({phase})",
                 marker=dict(size=12, color=KIND_COLORS.get(kind), symbol=PHASE_SYMBOLS.get(phase)),
             )
         )
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
-    return _layout(fig, "Roofline", "arithmetic intensity (FLOP/byte)", "TFLOP/s", note)
+    fig.update_xaxes(type="log", exponentformat="none")
+    fig.update_yaxes(type="log", exponentformat="none")
+    if roof:
+        return _layout(fig, "Roofline", "arithmetic intensity (FLOP/byte)", unit, note, width=900)
+    cpu = (
+        "No GPU here, so no ceiling: each rate is the Triton interpreter running a kernel in Python, "
+        "far below any GPU's."
+    )
+    title = "FLOP rate by arithmetic intensity (CPU: no roofline)"
+    return _layout(fig, title, "arithmetic intensity (FLOP/byte)", unit, f"{cpu} {note}".strip(), width=900)
 
 
 def hierarchy_html(
