@@ -1,6 +1,7 @@
 """Figures carry the right traces and the data they were given."""
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -259,5 +260,56 @@ def test_recorded_counters_sit_beside_the_models_on_the_hierarchy_tab():
     html = plots.counters_html(meta, rows)
     assert meta["gpu"] in html and html.count("<tr>") == len(rows) + 1
     first = rows.iloc[0]
-    assert f"{first.model_hbm_read_mb:.2f} / {first.counter_hbm_read_mb:.2f}" in html
+    assert "<td>12.6 / 12.6 (0%)</td>" in html  # the first row's HBM read, three digits
+    assert f"{first.model_hbm_read_mb:.3g} / {first.counter_hbm_read_mb:.3g}" in html
     assert plots.counters_html({}, pd.DataFrame()) == ""
+
+
+def _counter_table(html: str) -> tuple[dict[str, list[str]], str]:
+    """{case: its cells} of counters_html's table, and the text under it."""
+    table, text = html.split("</table>")
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in table.split("<tr>")[2:]]
+    return {cells[0]: cells for cells in rows}, re.sub(r"<[^>]+>", "", text)
+
+
+def test_each_counter_verdict_agrees_with_the_numbers_in_its_row():
+    from explorer.measure.counters import recorded
+
+    meta, rows = recorded()
+    cells, _ = _counter_table(plots.counters_html(meta, rows))
+    for r in rows.itertuples():
+        shown = [int(p) for p in re.findall(r"\(([+-]?\d+)%\)", " ".join(cells[r.case][1:4]))]
+        verdict = cells[r.case][-1]
+        assert len(shown) == 3, cells[r.case]  # L2 read, HBM read and HBM write, each with its difference
+        assert verdict.startswith("within 15%") == all(abs(p) <= 15 for p in shown), (r.case, shown, verdict)
+        assert verdict.startswith("over 15%") == (r.verdict != "PASS"), (r.case, verdict)
+    # The cache write of one sequence reads 7 KB where the model says 3 KB: -57%, under the 64 KiB of noise.
+    kv = cells["kv_write B1 H12 D64 cache 1024"]
+    assert "(-57%)" in kv[2] and not kv[-1].startswith("within 15%")
+    assert "HBM read" in kv[-1] and "4.06 KB" in kv[-1] and "65.5 KB" in kv[-1]
+    linear = cells["linear M=1024 768->3072 +GELU"]
+    assert linear[-1] == "over 15%: L2 read +60% (see below)"
+
+
+def test_the_text_under_the_counters_says_what_its_rows_show():
+    from explorer.measure.counters import recorded
+
+    meta, rows = recorded()
+    _, text = _counter_table(plots.counters_html(meta, rows))
+    assert "within 1% for every kernel" not in text  # a row shows -57%
+    over = [r.case for r in rows.itertuples() if r.verdict != "PASS"]
+    assert f"{len(rows) - len(over)} of {len(rows)} cases agree" in text
+    assert all(case in text for case in over)
+    # The largest HBM read difference, and what it is in bytes.
+    assert "-57% (kv_write B1 H12 D64 cache 1024), is 4.06 KB" in text
+    # Beyond the noise, HBM reads agree within the largest difference of those rows: 0.8% (kv_write B128).
+    assert "within 0.8%" in text
+    # The L2 sees fewer than the SMs request, by as much as the tiled rows show: 6% (B4 attention) to 42%.
+    assert "6-42% fewer" in text
+    # The largest HBM write difference, a write-back counted in the next case, and the 1 MiB allowed for it.
+    assert "1.00 MB (layer_norm+residual 4096x768), within the 1.05 MB allowed" in text
+    # Other rows, other sentences: every number comes from the rows.
+    tight = rows.assign(counter_hbm_read_mb=rows.model_hbm_read_mb, counter_l2_read_mb=rows.model_l2_read_mb)
+    tight = tight.assign(hbm_read_diff_pct=0.0, l2_read_diff_pct=0.0, verdict="PASS")
+    _, tight_text = _counter_table(plots.counters_html(meta, tight))
+    assert f"All {len(rows)} cases agree" in tight_text and "within 0.0%" in tight_text

@@ -441,17 +441,86 @@ def duration(ms: float) -> str:
     if ms is None or not math.isfinite(ms):
         return ""
     unit, per = time_unit([ms])
-    value = float(f"{ms / per:.3g}")  # 0.9997 s is 1.00 s
-    digits = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 0
-    return f"{value:.{digits}f} {unit}"
+    return f"{_digits3(ms / per)} {unit}"
+
+
+def _digits3(x: float) -> str:
+    """Three significant digits, no exponent: 0.0123, 1.00, 878."""
+    x = float(f"{x:.3g}")  # 0.9997 is 1.00
+    digits = max(0, 2 - math.floor(math.log10(abs(x)))) if x else 0
+    return f"{x:.{digits}f}"
 
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.1f}x fewer bytes" if b > 0 and not math.isnan(a / b) else ""
 
 
+# The recorded table's levels, by name and column stem.
+COUNTER_LEVELS = (
+    ("L2 read", "l2_read"),
+    ("L2 write", "l2_write"),
+    ("HBM read", "hbm_read"),
+    ("HBM write", "hbm_write"),
+)
+
+
+def _size(mb: float) -> str:
+    """Decimal megabytes, as the counter table has them, in KB below one MB: 4.06 KB, 742 KB, 1.05 MB."""
+    kb = abs(mb) * 1e3
+    return f"{_digits3(kb)} KB" if kb < 1e3 else f"{_digits3(abs(mb))} MB"
+
+
+def _counter_checks(r) -> list[dict]:
+    """One recorded row's levels, each judged as kernels.ncu_check judges it (within 15%, or apart by less
+    than the noise), from the same model and counter numbers the table shows."""
+    from kernels import ncu_check  # imports triton: only for the tab that shows counters
+
+    checks = []
+    for level, stem in COUNTER_LEVELS:
+        model, counter = getattr(r, f"model_{stem}_mb"), getattr(r, f"counter_{stem}_mb")
+        noise_bytes = ncu_check.WRITE_NOISE_BYTES if stem == "hbm_write" else ncu_check.NOISE_BYTES
+        pct, ok = ncu_check.diff(model * ncu_check.MB, counter * ncu_check.MB, noise_bytes)
+        within = abs(pct) <= 100 * ncu_check.TOLERANCE
+        checks.append(
+            dict(
+                level=level,
+                pct=pct,
+                apart_mb=model - counter,
+                noise_mb=noise_bytes / ncu_check.MB,
+                ok=ok,
+                within=within,
+            )
+        )
+    return checks
+
+
+def _pct(pct: float) -> str:
+    return "0%" if round(pct) == 0 else f"{pct:+.0f}%"
+
+
+def _levels(checks: list[dict]) -> str:
+    return ", ".join(f"{c['level']} {_pct(c['pct'])}" for c in checks)
+
+
+def _verdict(checks: list[dict], probed: bool) -> str:
+    """'within 15%'; or the levels over it; or, where a level is further apart in % but by fewer bytes than
+    the noise, by how many."""
+    over = [c for c in checks if not c["ok"]]
+    if over:
+        see = " (see below)" if probed and any(c["level"] == "L2 read" for c in over) else ""
+        return f"over 15%: {_levels(over)}{see}"
+    noise = [c for c in checks if not c["within"]]
+    if not noise:
+        return "within 15%"
+    return "within the noise: " + "; ".join(
+        f"{c['level']} {_pct(c['pct'])} is {_size(c['apart_mb'])} apart, less than {_size(c['noise_mb'])}"
+        for c in noise
+    )
+
+
 def counters_html(meta: dict, rows: pd.DataFrame) -> str:
-    """The recorded model-vs-counter table: per case, both levels, modeled next to measured."""
+    """The recorded model-vs-counter table: per case, both levels, modeled next to measured, and a verdict
+    from the numbers in its row; under it, what the rows show, every number taken from them."""
     if rows.empty:
         return ""
     heads = [
@@ -462,17 +531,22 @@ def counters_html(meta: dict, rows: pd.DataFrame) -> str:
         "loads the SMs requested (L1, MB)",
         "verdict",
     ]
-    cells = []
-    for _, r in rows.iterrows():
-        l1 = r.get("probe_l1_requested_mb")
+    cells, judged = [], []
+    for r in rows.itertuples():
+        checks = {c["level"]: c for c in _counter_checks(r)}
+        judged.append((r, checks))
+        l1 = getattr(r, "probe_l1_requested_mb", math.nan)
+        probed = l1 is not None and pd.notna(l1)
         cells.append(
             [
                 r.case,
-                f"{r.model_l2_read_mb:.2f} / {r.counter_l2_read_mb:.2f} ({r.l2_read_diff_pct:+.0f}%)",
-                f"{r.model_hbm_read_mb:.2f} / {r.counter_hbm_read_mb:.2f} ({r.hbm_read_diff_pct:+.0f}%)",
-                f"{r.model_hbm_write_mb:.2f} / {r.counter_hbm_write_mb:.2f}",
-                "" if l1 is None or pd.isna(l1) else f"{l1:.2f}",
-                "within 15%" if r.verdict == "PASS" else "L2 sees fewer (see below)",
+                *(
+                    f"{_digits3(getattr(r, f'model_{stem}_mb'))} / {_digits3(getattr(r, f'counter_{stem}_mb'))} "
+                    f"({_pct(checks[level]['pct'])})"
+                    for level, stem in (("L2 read", "l2_read"), ("HBM read", "hbm_read"), ("HBM write", "hbm_write"))
+                ),
+                _digits3(l1) if probed else "",
+                _verdict(list(checks.values()), probed),
             ]
         )
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells)
@@ -484,9 +558,64 @@ def counters_html(meta: dict, rows: pd.DataFrame) -> str:
         + "".join(f"<th>{h}</th>" for h in heads)
         + "</tr>"
         + body
-        + "</table><p>HBM bytes agree within 1% for every kernel. For the tiled kernels the SMs request from "
-        "L1 exactly the bytes the model counts (tile re-reads included), none of them hit, and the L2 still "
-        "sees 7-47% fewer: misses to the same sector in flight at once are merged before they reach L2. "
-        "HBM writes are counted when the L2 evicts them, so small writes carry up to 1 MB of an earlier "
-        "kernel's write-back.</p>"
+        + "</table><p>"
+        + " ".join(_counter_findings(judged))
+        + "</p>"
     )
+
+
+def _counter_findings(judged: list) -> list[str]:
+    """Sentences on what the judged rows show: which agree, how closely HBM reads and writes do, and what
+    the L1 probe says of the tiled kernels' L2 loads."""
+    out = []
+    over = [(r.case, [c for c in checks.values() if not c["ok"]]) for r, checks in judged]
+    over = [(case, failed) for case, failed in over if failed]
+    n = len(judged)
+    if not over:
+        out.append(f"All {n} cases agree at every level, within 15% or within the noise.")
+    else:
+        which = "; ".join(f"{case} ({_levels(failed)})" for case, failed in over)
+        out.append(
+            f"{n - len(over)} of {n} cases agree at every level, within 15% or within the noise. Over 15%: {which}."
+        )
+    reads = [(r, checks["HBM read"]) for r, checks in judged]
+    noise = reads[0][1]["noise_mb"]
+    big = [abs(c["pct"]) for r, c in reads if r.counter_hbm_read_mb >= noise]  # cases above the noise itself
+    if big:
+        out.append(f"HBM reads agree within {max(big):.1f}% in every case that reads more than {_size(noise)}.")
+    r, worst = max(reads, key=lambda rc: abs(rc[1]["pct"]))
+    if not big or abs(worst["pct"]) > max(big):
+        out.append(
+            f"The largest HBM read difference shown, {_pct(worst['pct'])} ({r.case}), is "
+            f"{_size(worst['apart_mb'])}: in a case that small the flush's leftovers and sector rounding dominate."
+        )
+    r, write = max(((r, checks["HBM write"]) for r, checks in judged), key=lambda rc: abs(rc[1]["apart_mb"]))
+    out.append(
+        "HBM writes are counted when the L2 evicts them, so a case's counter can carry an earlier case's "
+        f"write-back: the largest write difference is {_size(write['apart_mb'])} ({r.case}), "
+        + (f"within the {_size(write['noise_mb'])} allowed for it." if write["ok"] else "beyond what the noise allows.")
+    )
+    probed = [(r, checks) for r, checks in judged if pd.notna(getattr(r, "probe_l1_requested_mb", math.nan))]
+    if probed:
+        counted = max(abs(r.probe_l1_requested_mb / r.model_l2_read_mb - 1) for r, _ in probed)
+        hit = sum(r.probe_l1_hit_mb for r, _ in probed) / sum(r.probe_l1_requested_mb for r, _ in probed)
+        fewer = [100 * (1 - r.counter_l2_read_mb / r.probe_l1_requested_mb) for r, _ in probed]
+        out.append(
+            f"For the tiled kernels ({', '.join(r.case for r, _ in probed)}) the SMs request from L1 "
+            + ("exactly" if counted < 0.005 else f"within {100 * counted:.0f}% of")
+            + " the bytes the model counts (tile re-reads included), "
+            + ("none of them hit" if hit == 0 else f"{hit:.0%} of them hit")
+            + (
+                f", and the L2 still sees {_span(fewer)}% fewer: misses to the same sector in flight at once are "
+                "merged before they reach L2."
+                if min(fewer) > 0
+                else "."
+            )
+        )
+    return out
+
+
+def _span(values: list[float]) -> str:
+    """'6-42', or '6' where they round alike."""
+    lo, hi = f"{min(values):.0f}", f"{max(values):.0f}"
+    return lo if lo == hi else f"{lo}-{hi}"
