@@ -222,6 +222,22 @@ def test_hierarchy_writes_interpreter_times_in_ms_and_s():
     assert "<td>12.3 µs</td>" in gpu
 
 
+def test_interpreter_sized_times_read_in_seconds_on_the_other_charts():
+    steps = metrics.step_frame(_steps())
+    slow = plots.latency_figure(steps.assign(latency_ms=steps.latency_ms * 1000))  # 3 to 10 s a token
+    assert slow.layout.yaxis.title.text == "s" and list(slow.data[0].y) == [10.0]
+    assert plots.latency_figure(steps).layout.yaxis.title.text == "ms"
+    sweep = pd.DataFrame([dict(block_m=16, block_n=16, valid=True, reason="", ms=1196.0)])
+    heat = plots.sweep_heatmap(sweep, "block_m", "block_n")
+    assert heat.data[0].text[0][0] == "1.20" and heat.data[0].colorbar.title.text == "s"  # not 1.2e+03 ms
+    rows = [
+        dict(backend="triton", cache="on", prompt_tokens=4, phase="decode", position=p, latency_ms=2500.0)
+        for p in (4, 5)
+    ]
+    compare = plots.compare_figure(pd.DataFrame(rows))
+    assert compare.layout.yaxis.title.text == "s per token (log)" and compare.layout.yaxis.exponentformat == "none"
+
+
 def test_compare_draws_one_line_per_run_with_how_it_launched():
     rows = []
     for mode, ms in (("eager", 8.0), ("CUDA graph", 0.5)):

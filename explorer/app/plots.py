@@ -90,19 +90,20 @@ def _runs(frame: pd.DataFrame):
 
 def latency_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
     """Per-token latency; the prefill (time to first token) marked apart from the decode steps."""
+    unit, per = time_unit(steps.latency_ms)
     fig = go.Figure()
     for run, frame in _runs(steps):
         for phase, part in frame.groupby("phase", sort=False):
             fig.add_trace(
                 go.Scatter(
                     x=part.step,
-                    y=part.latency_ms,
+                    y=part.latency_ms / per,
                     mode="lines+markers" if phase == "decode" else "markers",
                     marker=dict(symbol=PHASE_SYMBOLS.get(phase, "circle"), size=10 if phase == "prefill" else 5),
                     name=f"{run} {phase}".strip(),
                 )
             )
-    return _layout(fig, "Latency per token", "generated token", "ms", note)
+    return _layout(fig, "Latency per token", "generated token", unit, note)
 
 
 def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
@@ -204,6 +205,8 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
     """Best (lowest ms, or highest rate) of `value` over the other axes, per (x, y) tile pair; cells
     where no config is valid say why."""
     lower_is_better = value == "ms"
+    # Times in the unit they call for (the interpreter's are seconds); rates as they are.
+    unit, per = time_unit(sweep[sweep.valid].ms if "valid" in sweep else sweep.ms) if value == "ms" else (value, 1.0)
     xs = sorted(sweep[x].dropna().unique())
     ys = sorted(sweep[y].dropna().unique())
     z, text = [], []
@@ -217,9 +220,9 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
                 reason = cell.reason.iloc[0] if len(cell) and "reason" in cell else ""
                 row_t.append("✗ " + _short(reason))
             else:
-                best = valid[value].min() if lower_is_better else valid[value].max()
+                best = (valid[value].min() if lower_is_better else valid[value].max()) / per
                 row_z.append(best)
-                row_t.append(f"{best:.3g}")
+                row_t.append(_digits3(best))
         z.append(row_z)
         text.append(row_t)
     fig = go.Figure(
@@ -231,10 +234,10 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
             texttemplate="%{text}",
             colorscale="Viridis",
             reversescale=lower_is_better,
-            colorbar=dict(title=value),
+            colorbar=dict(title=unit),
         )
     )
-    title = f"Tile sweep: {value} ({'lower' if lower_is_better else 'higher'} is better)"
+    title = f"Tile sweep: {unit} ({'lower' if lower_is_better else 'higher'} is better)"
     return _layout(fig, title, x, y, note, plot_px=320, width=900)
 
 
@@ -250,15 +253,17 @@ def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
     """Decode latency against sequence position for every (backend, cache, prompt) run of a sweep:
     O(n) growth with the cache on, O(n^2) total work with it off."""
     fig = go.Figure()
+    unit, per = time_unit(seq[seq.phase == "decode"].latency_ms, log=True)
     keys = [k for k in ("backend", "cache", "launch_mode", "prompt_tokens") if k in seq.columns]
     for key, part in seq.groupby(keys, sort=False):
         values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         label = " · ".join(_short_run(k, v) for k, v in values.items())
         part = part[part.phase == "decode"]
-        fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms, mode="lines", name=label))
-    fig.update_yaxes(type="log")  # runs differ by 10-100x: on a linear axis the fast ones lie flat at zero
+        fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms / per, mode="lines", name=label))
+    # Runs differ by 10-100x: on a linear axis the fast ones lie flat at zero.
+    fig.update_yaxes(type="log", exponentformat="none", dtick="D2")  # 1, 2, 5, 10: not every digit between
     return _layout(
-        fig, "Decode latency vs sequence position", "sequence position", "ms per token (log)", note, width=650
+        fig, "Decode latency vs sequence position", "sequence position", f"{unit} per token (log)", note, width=650
     )
 
 
@@ -272,7 +277,7 @@ def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:
     """Bytes of each fused kernel next to its unfused alternative, with the floor marked."""
     fig = go.Figure()
     for variant, part in lessons.groupby("variant", sort=False):
-        fig.add_trace(go.Bar(x=part.lesson, y=part.mb, name=variant, text=[f"{v:.2f}" for v in part.mb]))
+        fig.add_trace(go.Bar(x=part.lesson, y=part.mb, name=variant, text=[_digits3(v) for v in part.mb]))
     floors = lessons.groupby("lesson", sort=False).floor_mb.min()
     fig.add_trace(
         go.Scatter(
@@ -296,16 +301,19 @@ def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
     gpu = ladder.kernels.notna().any() if "kernels" in ladder else False
     launches = ladder.kernels if gpu else ladder.launches_modeled
     launch_title = "kernels per step (torch.profiler)" if gpu else "launches per step (modeled: no GPU)"
-    clock = "ms per step (CUDA-graph replay)" if gpu else "ms per step (interpreter, CPU)"
+    unit, per = time_unit(ladder.step_ms)
+    clock = f"{unit} per step " + ("(CUDA-graph replay)" if gpu else "(interpreter, CPU)")
     fig = make_subplots(rows=1, cols=3, subplot_titles=(launch_title, "MB per step (modeled)", clock))
     names = list(ladder.rung)
     fig.add_trace(go.Bar(x=names, y=launches, marker_color="#4c78a8", name="launches", showlegend=False), 1, 1)
     fig.add_trace(go.Bar(x=names, y=ladder.hbm_mb, marker_color="#54a24b", name="HBM"), 1, 2)
     fig.add_trace(go.Bar(x=names, y=ladder.l2_mb, marker_color="#9ecae9", name="L2 → SMs"), 1, 2)
-    fig.add_trace(go.Bar(x=names, y=ladder.step_ms, marker_color="#e45756", name="step", showlegend=False), 1, 3)
+    step = go.Bar(x=names, y=ladder.step_ms / per, marker_color="#e45756", name="step", showlegend=False)
+    fig.add_trace(step, 1, 3)
     context = int(ladder.context.iloc[0]) if len(ladder) else 0
-    _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note, plot_px=320, width=900)
-    fig.update_layout(barmode="group")
+    _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note, plot_px=300, width=900)
+    # The subplots' titles sit just over their plots, in the top margin, under the figure's title and note.
+    fig.update_layout(barmode="group", margin_t=fig.layout.margin.t + 24, height=fig.layout.height + 24)
     return fig
 
 
@@ -344,7 +352,7 @@ def roofline_figure(
                 marker=dict(size=12, color=KIND_COLORS.get(kind), symbol=PHASE_SYMBOLS.get(phase)),
             )
         )
-    fig.update_xaxes(type="log", exponentformat="none")
+    fig.update_xaxes(type="log", exponentformat="none", dtick="D2")  # 1, 2, 5, 10: not every digit between
     fig.update_yaxes(type="log", exponentformat="none")
     if roof:
         return _layout(fig, "Roofline", "arithmetic intensity (FLOP/byte)", unit, note, width=900)
