@@ -1,6 +1,7 @@
 """Figures carry the right traces and the data they were given."""
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -53,13 +54,26 @@ def test_traffic_figure_stacks_hbm_bytes_per_kind_under_the_l2_line():
     kernels = metrics.kernel_frame(_steps())
     fig = plots.traffic_figure(kernels)
     by_name = {t.name: t for t in fig.data}
-    assert set(by_name) == {"ffn", "attention", "decode attention", "L2 → SMs (all tile loads)"}
+    assert set(by_name) == {"ffn", "attention", "decode attention", "L2 → SMs (tiles)"}
     assert fig.layout.barmode == "stack"
     assert list(by_name["ffn"].x) == [0, 1, 2, 3, 4]
     assert by_name["ffn"].y[0] == op_traffic(FFN).hbm_bytes / metrics.MB
-    line = by_name["L2 → SMs (all tile loads)"]
+    line = by_name["L2 → SMs (tiles)"]
     assert list(line.y) == pytest.approx(list(kernels.groupby("step").modeled_mb.sum()))
     assert all(l2 >= hbm for l2, hbm in zip(line.y, kernels.groupby("step").hbm_mb.sum(), strict=True))
+
+
+def test_traffic_legend_is_laid_out_under_the_plot_and_the_figure_grows_to_hold_it():
+    heights = []
+    for kinds in (["ffn"], list(plots.KIND_COLORS)):
+        kernels = pd.DataFrame([dict(step=s, kind=k, hbm_mb=1.0, modeled_mb=2.0) for s in range(4) for k in kinds])
+        fig = plots.traffic_figure(kernels)
+        entries = len(kinds) + 1  # and the L2 line
+        m = fig.layout.margin
+        assert fig.layout.height - m.t - m.b >= 250  # the plot's own height, whatever the legend
+        assert m.b >= 60 + 22 * math.ceil(entries / 2)  # two entries a row in a 380 px column
+        heights.append(fig.layout.height)
+    assert heights[1] > heights[0]
 
 
 def test_kv_figure_shows_cache_or_recompute():
@@ -76,6 +90,19 @@ def test_kernel_share_uses_measured_time_when_profiled():
     pie = fig.data[0]
     assert dict(zip(pie.labels, pie.values, strict=True)) == {"ffn": 4.0, "decode attention": 2.0}
     assert "device time" in fig.layout.title.text
+
+
+def test_a_long_note_is_wrapped_under_the_title_and_the_margin_grows_to_hold_it():
+    note = "CPU timings (Triton interpreter); timed at decode positions 9, 11, 12; other steps use the nearest"
+    fig = plots.kernel_share_figure(metrics.kernel_frame(_steps(), _profiled()), note, "CPU time")
+    title, *lines = fig.layout.title.text.split("<br>")
+    assert title == "Where a decode step goes (CPU time)"
+    lines = [line.removeprefix("<sup>").removesuffix("</sup>") for line in lines]
+    assert " ".join(lines) == note and len(lines) == 2
+    assert all(len(line) <= 64 for line in lines)  # what a chart beside another fits (tests/test_figure_layout.py)
+    assert fig.layout.margin.t >= 36 + 22 * len(lines)
+    short = plots.kernel_share_figure(metrics.kernel_frame(_steps(), _profiled()), "", "CPU time")
+    assert short.layout.margin.t < fig.layout.margin.t
 
 
 def test_sweep_heatmap_marks_invalid_cells():
@@ -127,13 +154,88 @@ def test_roofline_puts_each_kind_under_the_measured_ceiling():
     assert max(ceiling.y) == 800.0 and fig.layout.xaxis.type == "log"
 
 
+def _interpreter_points():
+    """metrics.roofline's rows as the interpreter makes them: FLOPs over hundreds of ms, 1e-7 to 3e-5 TFLOP/s."""
+    rows = [
+        ("decode", "ffn", 0.50, 7.2e-6),
+        ("decode", "decode attention", 0.43, 1.1e-7),
+        ("decode", "embedding", 0.083, 2.3e-6),
+        ("prefill", "ffn", 3.6, 3.4e-5),
+        ("prefill", "attention", 1.1, 3.1e-7),
+        ("prefill", "kv write", 0.0, 0.0),  # no arithmetic: no place on log axes
+    ]
+    return pd.DataFrame(rows, columns=["phase", "kind", "intensity", "achieved_tflops"])
+
+
+def test_roofline_on_cpu_says_there_is_no_roof_and_reads_in_plain_numbers():
+    fig = plots.roofline_figure(_interpreter_points(), None, None, "CPU interpreter timings")
+    assert "CPU" in fig.layout.title.text and "no roofline" in fig.layout.title.text
+    assert "measured ceiling" not in [t.name for t in fig.data]
+    # A rate of 1e-7 TFLOP/s is 0.1 MFLOP/s: ticks 0.1, 1, 10, never 100n or 10µ.
+    assert fig.layout.yaxis.title.text == "MFLOP/s"
+    ys = [y for t in fig.data for y in t.y]
+    assert max(ys) == pytest.approx(34.0) and min(ys) == pytest.approx(0.11)
+    assert fig.layout.xaxis.exponentformat == fig.layout.yaxis.exponentformat == "none"
+    # The x axis spans the points, a little either side, not decades of nothing.
+    lo, hi = fig.layout.xaxis.range
+    assert lo <= math.log10(0.083) and hi >= math.log10(3.6) and hi - lo <= math.log10(3.6 / 0.083) + 1
+
+
+def test_roofline_on_a_gpu_keeps_tflops_and_the_ridge_in_view():
+    points = _interpreter_points().assign(achieved_tflops=lambda f: f.achieved_tflops * 1e7)  # 1 to 340 TFLOP/s
+    fig = plots.roofline_figure(points, 800.0, 4000.0)
+    assert fig.layout.title.text.startswith("Roofline") and fig.layout.yaxis.title.text == "TFLOP/s"
+    lo, hi = fig.layout.xaxis.range
+    assert hi > math.log10(800.0 * 1e3 / 4000.0)  # the ridge, at 200 FLOP/byte, where the roof turns flat
+
+
 def test_hierarchy_sets_measured_device_and_launch_time_next_to_the_bandwidth_floor():
     html = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled(launch_ms=0.125)), 4000.0)
     assert "device time measured" in html and "host time launching it" in html and "CUDA graph" in html
     ffn_row = next(row for row in html.split("<tr>") if row.startswith("<td>ffn</td>"))
-    assert "<td>1000.0 µs</td>" in ffn_row and "<td>250.0 µs</td>" in ffn_row
+    assert "<td>1.00 ms</td>" in ffn_row and "<td>250 µs</td>" in ffn_row
     plain = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled()), 4000.0)  # no launch times: no column
     assert "host time launching it" not in plain
+
+
+@pytest.mark.parametrize(
+    "ms, shown",
+    [
+        (877.5749, "878 ms"),  # the interpreter's hundreds of ms, not 877574.9 µs
+        (12_345.6, "12.3 s"),
+        (999.7, "1.00 s"),  # rounded to three digits it is a second
+        (1.0, "1.00 ms"),
+        (0.25, "250 µs"),
+        (0.0123, "12.3 µs"),
+        (math.nan, ""),
+    ],
+)
+def test_a_duration_takes_the_unit_its_size_calls_for(ms, shown):
+    assert plots.duration(ms) == shown
+
+
+def test_hierarchy_writes_interpreter_times_in_ms_and_s():
+    kernels = metrics.kernel_frame(_steps(), _profiled()).assign(kernel_ms=877.5749)
+    html = plots.hierarchy_html(kernels, None)
+    assert "interpreter time" in html and "<td>878 ms</td>" in html and "µs" not in html
+    gpu = plots.hierarchy_html(kernels.assign(kernel_ms=0.0123), 4000.0)
+    assert "<td>12.3 µs</td>" in gpu
+
+
+def test_interpreter_sized_times_read_in_seconds_on_the_other_charts():
+    steps = metrics.step_frame(_steps())
+    slow = plots.latency_figure(steps.assign(latency_ms=steps.latency_ms * 1000))  # 3 to 10 s a token
+    assert slow.layout.yaxis.title.text == "s" and list(slow.data[0].y) == [10.0]
+    assert plots.latency_figure(steps).layout.yaxis.title.text == "ms"
+    sweep = pd.DataFrame([dict(block_m=16, block_n=16, valid=True, reason="", ms=1196.0)])
+    heat = plots.sweep_heatmap(sweep, "block_m", "block_n")
+    assert heat.data[0].text[0][0] == "1.20" and heat.data[0].colorbar.title.text == "s"  # not 1.2e+03 ms
+    rows = [
+        dict(backend="triton", cache="on", prompt_tokens=4, phase="decode", position=p, latency_ms=2500.0)
+        for p in (4, 5)
+    ]
+    compare = plots.compare_figure(pd.DataFrame(rows))
+    assert compare.layout.yaxis.title.text == "s per token (log)" and compare.layout.yaxis.exponentformat == "none"
 
 
 def test_compare_draws_one_line_per_run_with_how_it_launched():
@@ -174,5 +276,56 @@ def test_recorded_counters_sit_beside_the_models_on_the_hierarchy_tab():
     html = plots.counters_html(meta, rows)
     assert meta["gpu"] in html and html.count("<tr>") == len(rows) + 1
     first = rows.iloc[0]
-    assert f"{first.model_hbm_read_mb:.2f} / {first.counter_hbm_read_mb:.2f}" in html
+    assert "<td>12.6 / 12.6 (0%)</td>" in html  # the first row's HBM read, three digits
+    assert f"{first.model_hbm_read_mb:.3g} / {first.counter_hbm_read_mb:.3g}" in html
     assert plots.counters_html({}, pd.DataFrame()) == ""
+
+
+def _counter_table(html: str) -> tuple[dict[str, list[str]], str]:
+    """{case: its cells} of counters_html's table, and the text under it."""
+    table, text = html.split("</table>")
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in table.split("<tr>")[2:]]
+    return {cells[0]: cells for cells in rows}, re.sub(r"<[^>]+>", "", text)
+
+
+def test_each_counter_verdict_agrees_with_the_numbers_in_its_row():
+    from explorer.measure.counters import recorded
+
+    meta, rows = recorded()
+    cells, _ = _counter_table(plots.counters_html(meta, rows))
+    for r in rows.itertuples():
+        shown = [int(p) for p in re.findall(r"\(([+-]?\d+)%\)", " ".join(cells[r.case][1:4]))]
+        verdict = cells[r.case][-1]
+        assert len(shown) == 3, cells[r.case]  # L2 read, HBM read and HBM write, each with its difference
+        assert verdict.startswith("within 15%") == all(abs(p) <= 15 for p in shown), (r.case, shown, verdict)
+        assert verdict.startswith("over 15%") == (r.verdict != "PASS"), (r.case, verdict)
+    # The cache write of one sequence reads 7 KB where the model says 3 KB: -57%, under the 64 KiB of noise.
+    kv = cells["kv_write B1 H12 D64 cache 1024"]
+    assert "(-57%)" in kv[2] and not kv[-1].startswith("within 15%")
+    assert "HBM read" in kv[-1] and "4.06 KB" in kv[-1] and "65.5 KB" in kv[-1]
+    linear = cells["linear M=1024 768->3072 +GELU"]
+    assert linear[-1] == "over 15%: L2 read +60% (see below)"
+
+
+def test_the_text_under_the_counters_says_what_its_rows_show():
+    from explorer.measure.counters import recorded
+
+    meta, rows = recorded()
+    _, text = _counter_table(plots.counters_html(meta, rows))
+    assert "within 1% for every kernel" not in text  # a row shows -57%
+    over = [r.case for r in rows.itertuples() if r.verdict != "PASS"]
+    assert f"{len(rows) - len(over)} of {len(rows)} cases agree" in text
+    assert all(case in text for case in over)
+    # The largest HBM read difference, and what it is in bytes.
+    assert "-57% (kv_write B1 H12 D64 cache 1024), is 4.06 KB" in text
+    # Beyond the noise, HBM reads agree within the largest difference of those rows: 0.8% (kv_write B128).
+    assert "within 0.8%" in text
+    # The L2 sees fewer than the SMs request, by as much as the tiled rows show: 6% (B4 attention) to 42%.
+    assert "6-42% fewer" in text
+    # The largest HBM write difference, a write-back counted in the next case, and the 1 MiB allowed for it.
+    assert "1.00 MB (layer_norm+residual 4096x768), within the 1.05 MB allowed" in text
+    # Other rows, other sentences: every number comes from the rows.
+    tight = rows.assign(counter_hbm_read_mb=rows.model_hbm_read_mb, counter_l2_read_mb=rows.model_l2_read_mb)
+    tight = tight.assign(hbm_read_diff_pct=0.0, l2_read_diff_pct=0.0, verdict="PASS")
+    _, tight_text = _counter_table(plots.counters_html(meta, tight))
+    assert f"All {len(rows)} cases agree" in tight_text and "within 0.0%" in tight_text

@@ -7,6 +7,7 @@ axis names its unit. A `run` column, when present, overlays runs for comparison.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -23,19 +24,52 @@ KIND_COLORS = {
     "kv write": "#72b7b2",
 }
 PHASE_SYMBOLS = {"prefill": "diamond", "decode": "circle"}
+# The Generate tab sets two charts side by side in two thirds of the page, about 380 px each on a laptop,
+# and plotly never wraps a title: a note under one is wrapped to what its small type fits in there.
+NARROW_PX = 380
+NOTE_CHARS = 64
+# Under the plot: its tick labels and the x axis's title, then the legend, one row of entries at a time.
+BELOW_PLOT_PX = 60
+LEGEND_ROW_PX = 22
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str, note: str = "") -> go.Figure:
+def _title(title: str, note: str, width: int = NARROW_PX) -> tuple[dict, int]:
+    """The title with its note wrapped under it to `width` px, and the top margin that holds them: plotly
+    centres the lines in that margin, each as tall as a line of the title's own size."""
+    lines = textwrap.wrap(note, NOTE_CHARS * width // NARROW_PX) if note else []
+    text = "<br>".join([title, *(f"<sup>{line}</sup>" for line in lines)])
+    return dict(text=text, x=0.01), max(50, 36 + 22 * len(lines))
+
+
+def _legend(fig: go.Figure, width: int) -> tuple[dict, int]:
+    """A legend under the plot whose entries share one width (that of the longest name), so that they
+    line up in columns, and how many rows it takes at `width` px. Plotly takes a legend's room from the
+    plot, never adds it to the figure: the caller grows the figure by those rows."""
+    names = [t.name or "" for t in fig.data if t.showlegend is not False]
+    if len(names) < 2 and fig.layout.showlegend is not True:  # plotly shows no legend for one trace
+        return {}, 0
+    entry = 6 * max(map(len, names)) + 4  # text at 12 px, about 6 px a character
+    columns = max(1, (width - 80) // (entry + 45))  # the plot's width; the symbol and gaps take 45 px
+    return dict(entrywidth=entry, entrywidthmode="pixels"), math.ceil(len(names) / columns)
+
+
+def _layout(
+    fig: go.Figure, title: str, x: str, y: str, note: str = "", plot_px: int = 280, width: int = NARROW_PX
+) -> go.Figure:
+    """Title, axes and legend; the figure as tall as the plot (`plot_px`) plus what sits above and under
+    it, the legend laid out for a column `width` px wide, so that no number of entries squeezes the plot."""
+    title, top = _title(title, note, width)
+    legend, rows = _legend(fig, width)
+    bottom = BELOW_PLOT_PX + LEGEND_ROW_PX * rows if rows else 40
     fig.update_layout(
-        title=dict(text=title + (f"<br><sup>{note}</sup>" if note else ""), x=0.01),
+        title=title,
         xaxis_title=x,
         yaxis_title=y,
         uirevision="keep",  # live updates keep the user's zoom
-        margin=dict(l=60, r=20, t=60, b=40),
-        # Below the x axis's title, not over it (the title sits about 0.15 of the plot height down).
-        legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),
+        margin=dict(l=60, r=20, t=top, b=bottom),
+        legend=dict(orientation="h", yanchor="top", y=-BELOW_PLOT_PX / plot_px, xanchor="left", x=0, **legend),
         template="plotly_white",
-        height=420,
+        height=top + plot_px + bottom,
         uniformtext=dict(minsize=10, mode="hide"),  # labels too small to read are dropped, not overlapped
     )
     if x in ("generated token", "sequence position"):  # whole tokens only, however few
@@ -56,19 +90,20 @@ def _runs(frame: pd.DataFrame):
 
 def latency_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
     """Per-token latency; the prefill (time to first token) marked apart from the decode steps."""
+    unit, per = time_unit(steps.latency_ms)
     fig = go.Figure()
     for run, frame in _runs(steps):
         for phase, part in frame.groupby("phase", sort=False):
             fig.add_trace(
                 go.Scatter(
                     x=part.step,
-                    y=part.latency_ms,
+                    y=part.latency_ms / per,
                     mode="lines+markers" if phase == "decode" else "markers",
                     marker=dict(symbol=PHASE_SYMBOLS.get(phase, "circle"), size=10 if phase == "prefill" else 5),
                     name=f"{run} {phase}".strip(),
                 )
             )
-    return _layout(fig, "Latency per token", "generated token", "ms", note)
+    return _layout(fig, "Latency per token", "generated token", unit, note)
 
 
 def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
@@ -85,11 +120,11 @@ def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
                 y=issued.values,
                 mode="lines",
                 line=dict(color="black", dash="dot"),
-                name="L2 → SMs (all tile loads)",
+                name="L2 → SMs (tiles)",  # every tile load, re-reads included; short, to share a row
             )
         )
     fig.update_layout(barmode="stack")
-    return _layout(fig, "Memory traffic per step (modeled): HBM by kernel", "generated token", "MB moved", note)
+    return _layout(fig, "HBM traffic per step by kernel (modeled)", "generated token", "MB moved", note)
 
 
 def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: str = "") -> go.Figure:
@@ -101,7 +136,7 @@ def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: s
         )
     if peak_gbs:
         fig.add_hline(y=peak_gbs, line_dash="dash", annotation_text=f"measured peak {peak_gbs:.0f} GB/s")
-    return _layout(fig, "Achieved bandwidth", "generated token", "GB/s", note)
+    return _layout(fig, "Achieved bandwidth", "generated token", "GB/s", note, width=900)  # the whole row
 
 
 def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
@@ -157,7 +192,12 @@ def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "dev
         )
     )
     fig = _layout(fig, f"Where a decode step goes ({what})", "", "", note)
-    fig.update_layout(height=320)
+    # Nine kinds listed under a pie in a narrow column leave it a thumbnail: beside it, they leave it half.
+    fig.update_layout(
+        height=fig.layout.margin.t + 240,
+        margin=dict(l=10, r=10, b=10),  # no axes to leave room for
+        legend=dict(orientation="v", yanchor="middle", y=0.5, xanchor="left", x=1.02),
+    )
     return fig
 
 
@@ -165,6 +205,8 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
     """Best (lowest ms, or highest rate) of `value` over the other axes, per (x, y) tile pair; cells
     where no config is valid say why."""
     lower_is_better = value == "ms"
+    # Times in the unit they call for (the interpreter's are seconds); rates as they are.
+    unit, per = time_unit(sweep[sweep.valid].ms if "valid" in sweep else sweep.ms) if value == "ms" else (value, 1.0)
     xs = sorted(sweep[x].dropna().unique())
     ys = sorted(sweep[y].dropna().unique())
     z, text = [], []
@@ -178,9 +220,9 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
                 reason = cell.reason.iloc[0] if len(cell) and "reason" in cell else ""
                 row_t.append("✗ " + _short(reason))
             else:
-                best = valid[value].min() if lower_is_better else valid[value].max()
+                best = (valid[value].min() if lower_is_better else valid[value].max()) / per
                 row_z.append(best)
-                row_t.append(f"{best:.3g}")
+                row_t.append(_digits3(best))
         z.append(row_z)
         text.append(row_t)
     fig = go.Figure(
@@ -192,12 +234,11 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
             texttemplate="%{text}",
             colorscale="Viridis",
             reversescale=lower_is_better,
-            colorbar=dict(title=value),
+            colorbar=dict(title=unit),
         )
     )
-    fig = _layout(fig, f"Tile sweep: {value} ({'lower' if lower_is_better else 'higher'} is better)", x, y, note)
-    fig.update_layout(height=420)
-    return fig
+    title = f"Tile sweep: {unit} ({'lower' if lower_is_better else 'higher'} is better)"
+    return _layout(fig, title, x, y, note, plot_px=320, width=900)
 
 
 def _short(reason: str) -> str:
@@ -212,14 +253,18 @@ def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
     """Decode latency against sequence position for every (backend, cache, prompt) run of a sweep:
     O(n) growth with the cache on, O(n^2) total work with it off."""
     fig = go.Figure()
+    unit, per = time_unit(seq[seq.phase == "decode"].latency_ms, log=True)
     keys = [k for k in ("backend", "cache", "launch_mode", "prompt_tokens") if k in seq.columns]
     for key, part in seq.groupby(keys, sort=False):
         values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         label = " · ".join(_short_run(k, v) for k, v in values.items())
         part = part[part.phase == "decode"]
-        fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms, mode="lines", name=label))
-    fig.update_yaxes(type="log")  # runs differ by 10-100x: on a linear axis the fast ones lie flat at zero
-    return _layout(fig, "Decode latency vs sequence position", "sequence position", "ms per token (log)", note)
+        fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms / per, mode="lines", name=label))
+    # Runs differ by 10-100x: on a linear axis the fast ones lie flat at zero.
+    fig.update_yaxes(type="log", exponentformat="none", dtick="D2")  # 1, 2, 5, 10: not every digit between
+    return _layout(
+        fig, "Decode latency vs sequence position", "sequence position", f"{unit} per token (log)", note, width=650
+    )
 
 
 def _short_run(key: str, value) -> str:
@@ -232,7 +277,7 @@ def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:
     """Bytes of each fused kernel next to its unfused alternative, with the floor marked."""
     fig = go.Figure()
     for variant, part in lessons.groupby("variant", sort=False):
-        fig.add_trace(go.Bar(x=part.lesson, y=part.mb, name=variant, text=[f"{v:.2f}" for v in part.mb]))
+        fig.add_trace(go.Bar(x=part.lesson, y=part.mb, name=variant, text=[_digits3(v) for v in part.mb]))
     floors = lessons.groupby("lesson", sort=False).floor_mb.min()
     fig.add_trace(
         go.Scatter(
@@ -245,7 +290,7 @@ def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:
         )
     )
     fig.update_layout(barmode="group")
-    return _layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note)
+    return _layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note, width=650)
 
 
 def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
@@ -256,52 +301,67 @@ def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
     gpu = ladder.kernels.notna().any() if "kernels" in ladder else False
     launches = ladder.kernels if gpu else ladder.launches_modeled
     launch_title = "kernels per step (torch.profiler)" if gpu else "launches per step (modeled: no GPU)"
-    clock = "ms per step (CUDA-graph replay)" if gpu else "ms per step (interpreter, CPU)"
+    unit, per = time_unit(ladder.step_ms)
+    clock = f"{unit} per step " + ("(CUDA-graph replay)" if gpu else "(interpreter, CPU)")
     fig = make_subplots(rows=1, cols=3, subplot_titles=(launch_title, "MB per step (modeled)", clock))
     names = list(ladder.rung)
     fig.add_trace(go.Bar(x=names, y=launches, marker_color="#4c78a8", name="launches", showlegend=False), 1, 1)
     fig.add_trace(go.Bar(x=names, y=ladder.hbm_mb, marker_color="#54a24b", name="HBM"), 1, 2)
     fig.add_trace(go.Bar(x=names, y=ladder.l2_mb, marker_color="#9ecae9", name="L2 → SMs"), 1, 2)
-    fig.add_trace(go.Bar(x=names, y=ladder.step_ms, marker_color="#e45756", name="step", showlegend=False), 1, 3)
+    step = go.Bar(x=names, y=ladder.step_ms / per, marker_color="#e45756", name="step", showlegend=False)
+    fig.add_trace(step, 1, 3)
     context = int(ladder.context.iloc[0]) if len(ladder) else 0
-    _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note)
-    fig.update_layout(barmode="group", height=460)
+    _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note, plot_px=300, width=900)
+    # The subplots' titles sit just over their plots, in the top margin, under the figure's title and note.
+    fig.update_layout(barmode="group", margin_t=fig.layout.margin.t + 24, height=fig.layout.height + 24)
     return fig
+
+
+# FLOP rates in the unit that keeps the largest under 1000: a GPU's in TFLOP/s, the interpreter's, which are
+# 1e-7 to 1e-5 TFLOP/s, in MFLOP/s (where plotly's own ticks would read 100n, 1µ, 10µ).
+FLOP_RATES = (("TFLOP/s", 1.0), ("GFLOP/s", 1e-3), ("MFLOP/s", 1e-6), ("kFLOP/s", 1e-9))
 
 
 def roofline_figure(
     points: pd.DataFrame, peak_tflops: float | None, peak_gbs: float | None, note: str = ""
 ) -> go.Figure:
-    """Achieved TFLOP/s against arithmetic intensity per kernel kind, under the measured ceilings. Kinds
-    with no arithmetic (the cache write) have no place on log axes and are left out."""
+    """Achieved FLOP rate against arithmetic intensity per kernel kind, under the measured ceilings. Kinds
+    with no arithmetic (the cache write) have no place on log axes and are left out. Without ceilings (a
+    CPU, where the rates are the interpreter's) the chart says it is no roofline."""
     fig = go.Figure()
     points = points[(points.intensity > 0) & (points.achieved_tflops > 0)] if not points.empty else points
-    if peak_tflops and peak_gbs and not points.empty:
-        lo = min(points.intensity.min(), 0.1)
-        hi = max(points.intensity.max(), peak_tflops * 1e3 / peak_gbs) * 10
-        xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=[min(peak_tflops, x * peak_gbs / 1e3) for x in xs],
-                mode="lines",
-                line=dict(color="black", dash="dash"),
-                name="measured ceiling",
-            )
-        )
+    roof = bool(peak_tflops and peak_gbs)
+    top = max([*points.achieved_tflops, *([peak_tflops] if roof else [])], default=1.0)
+    unit, per = next(((u, p) for u, p in FLOP_RATES if top >= p), FLOP_RATES[-1])
+    if not points.empty:
+        lo, hi = points.intensity.min() / 2, points.intensity.max() * 2
+        if roof:
+            hi = max(hi, peak_tflops * 1e3 / peak_gbs * 4)  # past the ridge, where the roof turns flat
+            xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+            ceiling = [min(peak_tflops, x * peak_gbs / 1e3) / per for x in xs]
+            dashed = dict(color="black", dash="dash")
+            fig.add_trace(go.Scatter(x=xs, y=ceiling, mode="lines", line=dashed, name="measured ceiling"))
+        fig.update_xaxes(range=[math.log10(lo), math.log10(hi)])
     for (phase, kind), part in points.groupby(["phase", "kind"], sort=False):
         fig.add_trace(
             go.Scatter(
                 x=part.intensity,
-                y=part.achieved_tflops,
+                y=part.achieved_tflops / per,
                 mode="markers",
                 name=f"{kind} ({phase})",
                 marker=dict(size=12, color=KIND_COLORS.get(kind), symbol=PHASE_SYMBOLS.get(phase)),
             )
         )
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
-    return _layout(fig, "Roofline", "arithmetic intensity (FLOP/byte)", "TFLOP/s", note)
+    fig.update_xaxes(type="log", exponentformat="none", dtick="D2")  # 1, 2, 5, 10: not every digit between
+    fig.update_yaxes(type="log", exponentformat="none")
+    if roof:
+        return _layout(fig, "Roofline", "arithmetic intensity (FLOP/byte)", unit, note, width=900)
+    cpu = (
+        "No GPU here, so no ceiling: each rate is the Triton interpreter running a kernel in Python, "
+        "far below any GPU's."
+    )
+    title = "FLOP rate by arithmetic intensity (CPU: no roofline)"
+    return _layout(fig, title, "arithmetic intensity (FLOP/byte)", unit, f"{cpu} {note}".strip(), width=900)
 
 
 def hierarchy_html(
@@ -329,9 +389,9 @@ def hierarchy_html(
         heads.append("host time launching it")
     rows = []
     for kind, r in per_kind.iterrows():
-        at_peak = f"{r.hbm_mb * 1.048576 / peak_gbs * 1e3:.1f} µs" if peak_gbs else "n/a on CPU"
+        at_peak = duration(r.hbm_mb * 1.048576 / peak_gbs) if peak_gbs else "n/a on CPU"  # MiB at GB/s, in ms
         cells = [kind, f"{r.modeled_mb:.3f}", f"{r.hbm_mb:.3f}", f"{r.floor_mb:.3f}", f"{r.gflop * 1e3:.2f}", at_peak]
-        cells += [_us(r[c]) for c in measured]
+        cells += [duration(r[c]) for c in measured]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     saved = ""
     if lessons is not None and not lessons.empty:
@@ -366,16 +426,109 @@ def hierarchy_html(
     )
 
 
-def _us(ms: float) -> str:
-    return "" if math.isnan(ms) else f"{ms * 1e3:.1f} µs"
+def time_unit(ms, log: bool = False) -> tuple[str, float]:
+    """The unit in which these times (in ms) read as plain numbers, and how many ms it holds: ("µs", 1e-3),
+    ("ms", 1.0) or ("s", 1e3). A GPU's times are microseconds, the interpreter's seconds: in a fixed
+    unit one of them reads 0.0002 or 2,000,000 (plotly's ticks: 2M). The largest time decides, so that
+    it reads under 1000; on a log axis, which spans decades, the one halfway between the ends does."""
+    values = sorted(abs(float(v)) for v in ms if v is not None and math.isfinite(float(v)) and float(v))
+    if not values:
+        return "ms", 1.0
+    at = math.sqrt(values[0] * values[-1]) if log else values[-1]
+    at = float(f"{at:.3g}")  # 999.7 ms is written 1.00 s, not 1,000 ms
+    if at >= 1e3:
+        return "s", 1e3
+    if at >= 1:
+        return "ms", 1.0
+    return "µs", 1e-3
+
+
+def duration(ms: float) -> str:
+    """A time in the unit its size calls for (µs below 1 ms, ms below 1 s, s above), three significant
+    digits: 12.3 µs, 878 ms, 1.00 s."""
+    if ms is None or not math.isfinite(ms):
+        return ""
+    unit, per = time_unit([ms])
+    return f"{_digits3(ms / per)} {unit}"
+
+
+def _digits3(x: float) -> str:
+    """Three significant digits, no exponent: 0.0123, 1.00, 878."""
+    x = float(f"{x:.3g}")  # 0.9997 is 1.00
+    digits = max(0, 2 - math.floor(math.log10(abs(x)))) if x else 0
+    return f"{x:.{digits}f}"
 
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.1f}x fewer bytes" if b > 0 and not math.isnan(a / b) else ""
 
 
+# The recorded table's levels, by name and column stem.
+COUNTER_LEVELS = (
+    ("L2 read", "l2_read"),
+    ("L2 write", "l2_write"),
+    ("HBM read", "hbm_read"),
+    ("HBM write", "hbm_write"),
+)
+
+
+def _size(mb: float) -> str:
+    """Decimal megabytes, as the counter table has them, in KB below one MB: 4.06 KB, 742 KB, 1.05 MB."""
+    kb = abs(mb) * 1e3
+    return f"{_digits3(kb)} KB" if kb < 1e3 else f"{_digits3(abs(mb))} MB"
+
+
+def _counter_checks(r) -> list[dict]:
+    """One recorded row's levels, each judged as kernels.ncu_check judges it (within 15%, or apart by less
+    than the noise), from the same model and counter numbers the table shows."""
+    from kernels import ncu_check  # imports triton: only for the tab that shows counters
+
+    checks = []
+    for level, stem in COUNTER_LEVELS:
+        model, counter = getattr(r, f"model_{stem}_mb"), getattr(r, f"counter_{stem}_mb")
+        noise_bytes = ncu_check.WRITE_NOISE_BYTES if stem == "hbm_write" else ncu_check.NOISE_BYTES
+        pct, ok = ncu_check.diff(model * ncu_check.MB, counter * ncu_check.MB, noise_bytes)
+        within = abs(pct) <= 100 * ncu_check.TOLERANCE
+        checks.append(
+            dict(
+                level=level,
+                pct=pct,
+                apart_mb=model - counter,
+                noise_mb=noise_bytes / ncu_check.MB,
+                ok=ok,
+                within=within,
+            )
+        )
+    return checks
+
+
+def _pct(pct: float) -> str:
+    return "0%" if round(pct) == 0 else f"{pct:+.0f}%"
+
+
+def _levels(checks: list[dict]) -> str:
+    return ", ".join(f"{c['level']} {_pct(c['pct'])}" for c in checks)
+
+
+def _verdict(checks: list[dict], probed: bool) -> str:
+    """'within 15%'; or the levels over it; or, where a level is further apart in % but by fewer bytes than
+    the noise, by how many."""
+    over = [c for c in checks if not c["ok"]]
+    if over:
+        see = " (see below)" if probed and any(c["level"] == "L2 read" for c in over) else ""
+        return f"over 15%: {_levels(over)}{see}"
+    noise = [c for c in checks if not c["within"]]
+    if not noise:
+        return "within 15%"
+    return "within the noise: " + "; ".join(
+        f"{c['level']} {_pct(c['pct'])} is {_size(c['apart_mb'])} apart, less than {_size(c['noise_mb'])}"
+        for c in noise
+    )
+
+
 def counters_html(meta: dict, rows: pd.DataFrame) -> str:
-    """The recorded model-vs-counter table: per case, both levels, modeled next to measured."""
+    """The recorded model-vs-counter table: per case, both levels, modeled next to measured, and a verdict
+    from the numbers in its row; under it, what the rows show, every number taken from them."""
     if rows.empty:
         return ""
     heads = [
@@ -386,17 +539,22 @@ def counters_html(meta: dict, rows: pd.DataFrame) -> str:
         "loads the SMs requested (L1, MB)",
         "verdict",
     ]
-    cells = []
-    for _, r in rows.iterrows():
-        l1 = r.get("probe_l1_requested_mb")
+    cells, judged = [], []
+    for r in rows.itertuples():
+        checks = {c["level"]: c for c in _counter_checks(r)}
+        judged.append((r, checks))
+        l1 = getattr(r, "probe_l1_requested_mb", math.nan)
+        probed = l1 is not None and pd.notna(l1)
         cells.append(
             [
                 r.case,
-                f"{r.model_l2_read_mb:.2f} / {r.counter_l2_read_mb:.2f} ({r.l2_read_diff_pct:+.0f}%)",
-                f"{r.model_hbm_read_mb:.2f} / {r.counter_hbm_read_mb:.2f} ({r.hbm_read_diff_pct:+.0f}%)",
-                f"{r.model_hbm_write_mb:.2f} / {r.counter_hbm_write_mb:.2f}",
-                "" if l1 is None or pd.isna(l1) else f"{l1:.2f}",
-                "within 15%" if r.verdict == "PASS" else "L2 sees fewer (see below)",
+                *(
+                    f"{_digits3(getattr(r, f'model_{stem}_mb'))} / {_digits3(getattr(r, f'counter_{stem}_mb'))} "
+                    f"({_pct(checks[level]['pct'])})"
+                    for level, stem in (("L2 read", "l2_read"), ("HBM read", "hbm_read"), ("HBM write", "hbm_write"))
+                ),
+                _digits3(l1) if probed else "",
+                _verdict(list(checks.values()), probed),
             ]
         )
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells)
@@ -408,9 +566,64 @@ def counters_html(meta: dict, rows: pd.DataFrame) -> str:
         + "".join(f"<th>{h}</th>" for h in heads)
         + "</tr>"
         + body
-        + "</table><p>HBM bytes agree within 1% for every kernel. For the tiled kernels the SMs request from "
-        "L1 exactly the bytes the model counts (tile re-reads included), none of them hit, and the L2 still "
-        "sees 7-47% fewer: misses to the same sector in flight at once are merged before they reach L2. "
-        "HBM writes are counted when the L2 evicts them, so small writes carry up to 1 MB of an earlier "
-        "kernel's write-back.</p>"
+        + "</table><p>"
+        + " ".join(_counter_findings(judged))
+        + "</p>"
     )
+
+
+def _counter_findings(judged: list) -> list[str]:
+    """Sentences on what the judged rows show: which agree, how closely HBM reads and writes do, and what
+    the L1 probe says of the tiled kernels' L2 loads."""
+    out = []
+    over = [(r.case, [c for c in checks.values() if not c["ok"]]) for r, checks in judged]
+    over = [(case, failed) for case, failed in over if failed]
+    n = len(judged)
+    if not over:
+        out.append(f"All {n} cases agree at every level, within 15% or within the noise.")
+    else:
+        which = "; ".join(f"{case} ({_levels(failed)})" for case, failed in over)
+        out.append(
+            f"{n - len(over)} of {n} cases agree at every level, within 15% or within the noise. Over 15%: {which}."
+        )
+    reads = [(r, checks["HBM read"]) for r, checks in judged]
+    noise = reads[0][1]["noise_mb"]
+    big = [abs(c["pct"]) for r, c in reads if r.counter_hbm_read_mb >= noise]  # cases above the noise itself
+    if big:
+        out.append(f"HBM reads agree within {max(big):.1f}% in every case that reads more than {_size(noise)}.")
+    r, worst = max(reads, key=lambda rc: abs(rc[1]["pct"]))
+    if not big or abs(worst["pct"]) > max(big):
+        out.append(
+            f"The largest HBM read difference shown, {_pct(worst['pct'])} ({r.case}), is "
+            f"{_size(worst['apart_mb'])}: in a case that small the flush's leftovers and sector rounding dominate."
+        )
+    r, write = max(((r, checks["HBM write"]) for r, checks in judged), key=lambda rc: abs(rc[1]["apart_mb"]))
+    out.append(
+        "HBM writes are counted when the L2 evicts them, so a case's counter can carry an earlier case's "
+        f"write-back: the largest write difference is {_size(write['apart_mb'])} ({r.case}), "
+        + (f"within the {_size(write['noise_mb'])} allowed for it." if write["ok"] else "beyond what the noise allows.")
+    )
+    probed = [(r, checks) for r, checks in judged if pd.notna(getattr(r, "probe_l1_requested_mb", math.nan))]
+    if probed:
+        counted = max(abs(r.probe_l1_requested_mb / r.model_l2_read_mb - 1) for r, _ in probed)
+        hit = sum(r.probe_l1_hit_mb for r, _ in probed) / sum(r.probe_l1_requested_mb for r, _ in probed)
+        fewer = [100 * (1 - r.counter_l2_read_mb / r.probe_l1_requested_mb) for r, _ in probed]
+        out.append(
+            f"For the tiled kernels ({', '.join(r.case for r, _ in probed)}) the SMs request from L1 "
+            + ("exactly" if counted < 0.005 else f"within {100 * counted:.0f}% of")
+            + " the bytes the model counts (tile re-reads included), "
+            + ("none of them hit" if hit == 0 else f"{hit:.0%} of them hit")
+            + (
+                f", and the L2 still sees {_span(fewer)}% fewer: misses to the same sector in flight at once are "
+                "merged before they reach L2."
+                if min(fewer) > 0
+                else "."
+            )
+        )
+    return out
+
+
+def _span(values: list[float]) -> str:
+    """'6-42', or '6' where they round alike."""
+    lo, hi = f"{min(values):.0f}", f"{max(values):.0f}"
+    return lo if lo == hi else f"{lo}-{hi}"

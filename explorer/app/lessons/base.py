@@ -25,7 +25,7 @@ from ...measure import metrics
 from ...model.generate import generate
 from ...model.gpt import GPT, GPTConfig
 from ...model.weights import load_model
-from .. import estimate, models
+from .. import estimate, models, plots
 
 # The models a lesson may run: the bundled one, or random weights of GPT-2 small's shape (built here,
 # nothing downloaded), whose decode steps move as many bytes as GPT-2's do.
@@ -216,8 +216,8 @@ def ms(x: float) -> str:
 
 
 def duration(us: float) -> str:
-    """µs below a millisecond, ms above."""
-    return f"{num(us)} µs" if us < 1000 else ms(us / 1e3)
+    """µs below a millisecond, ms below a second, s above: the charts' and tables' way (plots.duration)."""
+    return plots.duration(us / 1e3)
 
 
 def mb(x: float) -> str:
@@ -231,18 +231,32 @@ def pct(x: float) -> str:
 # --- charts readable from the back of a room ---------------------------------------------------------
 
 FONT = 20
+LESSON_PX = 620  # a lesson's chart sits beside the GPU recording's, in half the page
+LEGEND_ROW_PX = 30
 
 
-def big(fig: go.Figure, title: str, result: Result, x: str = "", y: str = "", height: int = 520) -> go.Figure:
-    """Large type, thick lines and the run's source under the title."""
+def big(
+    fig: go.Figure,
+    title: str,
+    result: Result,
+    x: str = "",
+    y: str = "",
+    height: int = 520,
+    legend: dict | None = None,
+) -> go.Figure:
+    """Large type, thick lines and the run's source under the title. The legend goes at the foot of the
+    figure, which grows by its rows (`height` is the figure's with none), so that it neither covers the
+    x axis's title nor takes the plot's height; or where `legend` places it, in the plot."""
     source = f"{result.source}: {on_what(result.settings, result.device)}"
+    rows = 0 if legend else _legend_rows(fig)
+    below = dict(orientation="h", yref="container", yanchor="bottom", y=0, xanchor="left", x=0)
     fig.update_layout(
         title=dict(text=f"{title}<br><sup>{source}</sup>", x=0.01, font=dict(size=FONT + 6)),
         font=dict(size=FONT),
         template="plotly_white",
-        height=height,
-        margin=dict(l=80, r=30, t=100, b=70),
-        legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0, font=dict(size=FONT)),
+        height=height + LEGEND_ROW_PX * rows,
+        margin=dict(l=80, r=30, t=100, b=70 + LEGEND_ROW_PX * rows),
+        legend=dict(font=dict(size=FONT), **(legend or below)),
         uirevision="lesson",
     )
     if x or y:
@@ -254,10 +268,28 @@ def big(fig: go.Figure, title: str, result: Result, x: str = "", y: str = "", he
     return fig
 
 
-def time_axis(fig: go.Figure, r: Result) -> None:
+def _legend_rows(fig: go.Figure) -> int:
+    """Rows a legend under the plot takes at LESSON_PX: one if every entry fits in it, else as many as
+    columns as wide as the longest entry need (plotly's layout of a horizontal legend)."""
+    names = [t.name or "" for t in fig.data if t.showlegend is not False]
+    if len(names) < 2 and fig.layout.showlegend is not True:  # plotly shows no legend for one trace
+        return 0
+    widths = [0.47 * FONT * len(n) + 50 for n in names]  # the text, and the symbol before it
+    room = LESSON_PX - 110  # the margins'
+    if sum(widths) <= room:
+        return 1
+    return math.ceil(len(names) / max(1, int(room // max(widths))))
+
+
+def log_time(r: Result) -> bool:
     """Step times on a GPU span a one-off first step (pinned buffers, the allocator) of hundreds of ms and
     graph replays of a fraction of one: a log axis shows both. The CPU's curves read better on a linear one."""
-    if r.device != "CPU":
-        fig.update_yaxes(type="log", dtick=1)  # labels at 1, 10, 100 only
+    return r.device != "CPU"
+
+
+def time_axis(fig: go.Figure, r: Result) -> None:
+    """The y axis of step times, log or linear as log_time() says."""
+    if log_time(r):
+        fig.update_yaxes(type="log", dtick=1, exponentformat="none")  # labels at 0.1, 1, 10 only, never 1k
     else:
         fig.update_yaxes(rangemode="tozero")

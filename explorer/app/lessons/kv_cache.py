@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from ...measure import metrics
 from ...measure.profile import profile_run
+from .. import plots
 from . import base
 
 
@@ -105,24 +106,28 @@ def explain(r) -> str:
 
 def figure(r) -> go.Figure:
     steps, kernels = r.tables["steps"], r.tables["kernels"]
+    decode = steps[steps.phase == "decode"]
+    unit, per = plots.time_unit([*decode.latency_ms, *kernels.kernel_ms], log=base.log_time(r))
     fig = go.Figure()
     for cache, color in (("on", "#4c78a8"), ("off", "#e45756")):
-        part = steps[(steps.cache == cache) & (steps.phase == "decode")]
+        part = decode[decode.cache == cache]
         fig.add_trace(
-            go.Scatter(x=part.position, y=part.latency_ms, mode="lines", name=f"cache {cache}: step", line_color=color)
+            go.Scatter(
+                x=part.position, y=part.latency_ms / per, mode="lines", name=f"cache {cache}: step", line_color=color
+            )
         )
         timed = kernels[kernels.cache == cache]
         fig.add_trace(
             go.Scatter(
                 x=timed.position,
-                y=timed.kernel_ms,
+                y=timed.kernel_ms / per,
                 mode="lines+markers",
                 line=dict(color=color, dash="dot"),
                 name=f"cache {cache}: its kernels",
             )
         )
     base.time_axis(fig, r)
-    return base.big(fig, "Time per token, KV cache on and off", r, "sequence position", "ms per token")
+    return base.big(fig, "Time per token, KV cache on and off", r, "sequence position", f"{unit} per token")
 
 
 LESSON = base.Lesson(

@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ...measure import launches, metrics
+from .. import plots
 from . import base
 
 
@@ -77,16 +78,20 @@ def explain(r) -> str:
 
 def figure(r) -> go.Figure:
     steps = r.tables["steps"]
+    decode = steps[steps.phase == "decode"]
+    unit, per = plots.time_unit(decode.latency_ms, log=base.log_time(r))
     fig = go.Figure()
     for launch, color in (("eager", "#e45756"), ("CUDA graph", "#4c78a8")):
-        part = steps[(steps.launch == launch) & (steps.phase == "decode")]
+        part = decode[decode.launch == launch]
         if len(part):
             fig.add_trace(
-                go.Scatter(x=part.position, y=part.latency_ms, mode="lines+markers", name=launch, line_color=color)
+                go.Scatter(
+                    x=part.position, y=part.latency_ms / per, mode="lines+markers", name=launch, line_color=color
+                )
             )
     base.time_axis(fig, r)
     fig.update_layout(showlegend=True)  # also when only the eager line could run (no GPU)
-    return base.big(fig, "Decode step: eager or CUDA graph", r, "sequence position", "ms per step")
+    return base.big(fig, "Decode step: eager or CUDA graph", r, "sequence position", f"{unit} per step")
 
 
 LESSON = base.Lesson(

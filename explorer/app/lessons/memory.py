@@ -101,6 +101,7 @@ def figure(r) -> go.Figure:
     ):
         fig.add_trace(go.Bar(y=kinds.kind, x=kinds[column], name=name, orientation="h", marker_color=color))
     fig.update_layout(barmode="group")
+    fig.update_yaxes(ticklabelstandoff=10)  # kind names clear of the bars they name
     return base.big(fig, "Bytes of one decode step, by kernel", r, "MB (modeled)", "")
 
 

@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 
 from ...measure import metrics
 from ...measure.profile import profile_run
+from .. import plots
 from . import base
 
 
@@ -90,13 +91,15 @@ def figure(r) -> go.Figure:
     f = r.facts
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.2)
     names, colors = ["prefill", "decode"], ["#4c78a8", "#f58518"]
-    titles = {1: "ms per token", 2: "FLOP per HBM byte"}
+    unit, per = plots.time_unit([f["prefill_per_token_ms"], f["decode_ms"]])
+    titles = {1: f"{unit} per token", 2: "FLOP per HBM byte"}
     for col, values in (
-        (1, [f["prefill_per_token_ms"], f["decode_ms"]]),
+        (1, [f["prefill_per_token_ms"] / per, f["decode_ms"] / per]),
         (2, [f["prefill_intensity"], f["decode_intensity"]]),
     ):
         labels = [base.num(v) for v in values]
-        bars = go.Bar(x=names, y=values, marker_color=colors, showlegend=False, text=labels, textposition="outside")
+        # A tall bar's label inside its top, where the ridge's line cannot cross it; a short bar's above it.
+        bars = go.Bar(x=names, y=values, marker_color=colors, showlegend=False, text=labels, textposition="auto")
         fig.add_trace(bars, 1, col)
         fig.update_yaxes(range=[0, 1.25 * max(values)], title_text=titles[col], row=1, col=col)
     if f.get("peak_tflops"):
