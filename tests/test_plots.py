@@ -6,7 +6,7 @@ import re
 import pandas as pd
 import pytest
 
-from explorer.app import plots
+from explorer.app import hierarchy, plots
 from explorer.measure import metrics
 from explorer.measure.traffic import op_traffic
 from tests.steps import FFN, profile, step
@@ -140,7 +140,7 @@ def test_fusion_and_hierarchy_use_the_models_numbers():
     bars = {t.name: t for t in fig.data if t.type == "bar"}
     fused, unfused = list(bars["fused (ours)"].y), list(bars["unfused"].y)
     assert all(f < u for f, u in zip(fused, unfused, strict=True))
-    html = plots.hierarchy_html(metrics.kernel_frame(_steps()), None, lessons)
+    html = hierarchy.hierarchy_html(metrics.kernel_frame(_steps()), None, lessons)
     assert "decode attention" in html and "fewer bytes" in html and "CPU" in html
 
 
@@ -190,11 +190,11 @@ def test_roofline_on_a_gpu_keeps_tflops_and_the_ridge_in_view():
 
 
 def test_hierarchy_sets_measured_device_and_launch_time_next_to_the_bandwidth_floor():
-    html = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled(launch_ms=0.125)), 4000.0)
+    html = hierarchy.hierarchy_html(metrics.kernel_frame(_steps(), _profiled(launch_ms=0.125)), 4000.0)
     assert "device time measured" in html and "host time launching it" in html and "CUDA graph" in html
     ffn_row = next(row for row in html.split("<tr>") if row.startswith("<td>ffn</td>"))
     assert "<td>1.00 ms</td>" in ffn_row and "<td>250 µs</td>" in ffn_row
-    plain = plots.hierarchy_html(metrics.kernel_frame(_steps(), _profiled()), 4000.0)  # no launch times: no column
+    plain = hierarchy.hierarchy_html(metrics.kernel_frame(_steps(), _profiled()), 4000.0)  # no launch times: no column
     assert "host time launching it" not in plain
 
 
@@ -216,9 +216,9 @@ def test_a_duration_takes_the_unit_its_size_calls_for(ms, shown):
 
 def test_hierarchy_writes_interpreter_times_in_ms_and_s():
     kernels = metrics.kernel_frame(_steps(), _profiled()).assign(kernel_ms=877.5749)
-    html = plots.hierarchy_html(kernels, None)
+    html = hierarchy.hierarchy_html(kernels, None)
     assert "interpreter time" in html and "<td>878 ms</td>" in html and "µs" not in html
-    gpu = plots.hierarchy_html(kernels.assign(kernel_ms=0.0123), 4000.0)
+    gpu = hierarchy.hierarchy_html(kernels.assign(kernel_ms=0.0123), 4000.0)
     assert "<td>12.3 µs</td>" in gpu
 
 
@@ -273,12 +273,12 @@ def test_recorded_counters_sit_beside_the_models_on_the_hierarchy_tab():
     }
     for column in ("counter_l2_read_mb", "counter_hbm_read_mb", "counter_hbm_write_mb"):
         assert rows[column].gt(0).all()
-    html = plots.counters_html(meta, rows)
+    html = hierarchy.counters_html(meta, rows)
     assert meta["gpu"] in html and html.count("<tr>") == len(rows) + 1
     first = rows.iloc[0]
     assert "<td>12.6 / 12.6 (0%)</td>" in html  # the first row's HBM read, three digits
     assert f"{first.model_hbm_read_mb:.3g} / {first.counter_hbm_read_mb:.3g}" in html
-    assert plots.counters_html({}, pd.DataFrame()) == ""
+    assert hierarchy.counters_html({}, pd.DataFrame()) == ""
 
 
 def _counter_table(html: str) -> tuple[dict[str, list[str]], str]:
@@ -292,7 +292,7 @@ def test_each_counter_verdict_agrees_with_the_numbers_in_its_row():
     from explorer.measure.counters import recorded
 
     meta, rows = recorded()
-    cells, _ = _counter_table(plots.counters_html(meta, rows))
+    cells, _ = _counter_table(hierarchy.counters_html(meta, rows))
     for r in rows.itertuples():
         shown = [int(p) for p in re.findall(r"\(([+-]?\d+)%\)", " ".join(cells[r.case][1:4]))]
         verdict = cells[r.case][-1]
@@ -311,7 +311,7 @@ def test_the_text_under_the_counters_says_what_its_rows_show():
     from explorer.measure.counters import recorded
 
     meta, rows = recorded()
-    _, text = _counter_table(plots.counters_html(meta, rows))
+    _, text = _counter_table(hierarchy.counters_html(meta, rows))
     assert "within 1% for every kernel" not in text  # a row shows -57%
     over = [r.case for r in rows.itertuples() if r.verdict != "PASS"]
     assert f"{len(rows) - len(over)} of {len(rows)} cases agree" in text
@@ -327,5 +327,5 @@ def test_the_text_under_the_counters_says_what_its_rows_show():
     # Other rows, other sentences: every number comes from the rows.
     tight = rows.assign(counter_hbm_read_mb=rows.model_hbm_read_mb, counter_l2_read_mb=rows.model_l2_read_mb)
     tight = tight.assign(hbm_read_diff_pct=0.0, l2_read_diff_pct=0.0, verdict="PASS")
-    _, tight_text = _counter_table(plots.counters_html(meta, tight))
+    _, tight_text = _counter_table(hierarchy.counters_html(meta, tight))
     assert f"All {len(rows)} cases agree" in tight_text and "within 0.0%" in tight_text

@@ -15,6 +15,7 @@ from kernels.config import TileConfig
 from ..measure import metrics
 from ..measure.counters import recorded
 from . import plots
+from .hierarchy import counters_html, hierarchy_html
 
 FUSION_INFO = {
     "none": "none: every operation its own kernel (bias, GELU, residual add apart), as eager PyTorch",
@@ -135,17 +136,11 @@ def roofline(kernels: pd.DataFrame, peaks, profiled: str = "") -> str:
 
 def hierarchy_before_a_run() -> str:
     """The tab before any run: the recorded counters already say how far the models go."""
-    return (
-        '<div class="hierarchy"><p>Generate to see where the bytes go.</p>'
-        + plots.counters_html(*recorded())
-        + "</div>"
-    )
+    return '<div class="hierarchy"><p>Generate to see where the bytes go.</p>' + counters_html(*recorded()) + "</div>"
 
 
 def hierarchy(kernels: pd.DataFrame, peaks, fusion: pd.DataFrame | None) -> str:
-    return plots.hierarchy_html(
-        kernels, peaks.bandwidth_gbs if peaks else None, fusion, plots.counters_html(*recorded())
-    )
+    return hierarchy_html(kernels, peaks.bandwidth_gbs if peaks else None, fusion, counters_html(*recorded()))
 
 
 # --- Tile sweep --------------------------------------------------------------------------------------
