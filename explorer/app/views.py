@@ -129,8 +129,7 @@ def generation_figures(
 def roofline(kernels: pd.DataFrame, peaks, profiled: str = "") -> str:
     """Each kernel kind's profiled decode and prefill work against the measured ceilings, as JSON."""
     points = metrics.roofline(kernels, peaks)
-    note = "; ".join(n for n in ("" if peaks else "CPU interpreter timings", profiled) if n)
-    fig = plots.roofline_figure(points, peaks.tflops if peaks else None, peaks.bandwidth_gbs if peaks else None, note)
+    fig = plots.roofline_figure(points, peaks.tflops if peaks else None, peaks.bandwidth_gbs if peaks else None, profiled)
     return figure_json(fig)
 
 
