@@ -121,4 +121,7 @@ def clocks(model, prompt, n, repeats, loop_rate):
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("benchmarks/generation.py")
     main()

@@ -9,11 +9,15 @@ the plan at every step of a decode without a KV cache, where every step has a ne
 
 import contextlib
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def timed_call_ms(t: int, backends) -> float:
@@ -42,4 +46,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("benchmarks/sdpa_lengths.py")
     main()

@@ -227,4 +227,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from .timing import require_cuda
+
+    require_cuda("python -m kernels.bench")
     main()

@@ -14,6 +14,7 @@ A number timed otherwise carries its own label (WARM_REGIME, SAME_INPUTS_REGIME,
 
 import contextlib
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -28,6 +29,13 @@ ROTATE_FACTOR = 4  # the working set of all sets together, in L2 sizes: LRU-ish 
 ROTATE_FLOOR = 256 << 20  # more than the H200's 60 MB of L2 (and any other GPU's) even where L2 is misreported
 MAX_SETS = 64  # a graph of a few dozen calls is enough; more only costs capture time and memory
 MEMORY_FRACTION = 0.5  # of the free device memory, at most, for all the copies together
+
+
+def require_cuda(what: str) -> None:
+    """For a script that times compiled kernels: without a CUDA GPU, say so in one line and exit 2."""
+    if not torch.cuda.is_available():
+        print(f"{what} needs a CUDA GPU: it times compiled kernels, and torch sees no GPU here.", file=sys.stderr)
+        raise SystemExit(2)
 
 
 class CaptureError(RuntimeError):

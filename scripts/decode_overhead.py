@@ -76,4 +76,7 @@ def main(steps: int):
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("scripts/decode_overhead.py")
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 50)

@@ -132,6 +132,9 @@ def profiled_ops():
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("scripts/decode_profile.py")
     profiled_ops()
     kernel_times(gpt2().with_fusion("decode"), 1000)
     kernel_times(gpt2(2, 64, 4, 97).with_fusion("decode"), 17)

@@ -83,4 +83,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("scripts/linear_sweep.py")
     main()

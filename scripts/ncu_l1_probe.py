@@ -31,4 +31,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("scripts/ncu_l1_probe.py")
     main()

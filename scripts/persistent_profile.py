@@ -80,4 +80,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("scripts/persistent_profile.py")
     main()

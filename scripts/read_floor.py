@@ -111,4 +111,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("scripts/read_floor.py")
     main()

@@ -79,4 +79,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("scripts/record_lessons.py")
     main()
