@@ -79,7 +79,4 @@ def main():
 
 
 if __name__ == "__main__":
-    from kernels.timing import require_cuda
-
-    require_cuda("scripts/record_lessons.py")
     main()
