@@ -1,6 +1,10 @@
-"""Record every lesson's GPU-sized job, for visitors without a GPU:
+"""Record every lesson's GPU-sized job, and the jobs a CPU visitor runs by default, for visitors without a GPU:
 
     python scripts/record_lessons.py [--out assets/recorded/lessons_h200.json] [--lessons kv-cache tiling]
+
+On a GPU it also writes assets/recorded/jobs_<gpu>.json: the CPU's default Generate, Compare and fusion
+ladder run on this GPU with exactly the CPU's settings (the bundled model in float32, the same prompt,
+tokens, lengths and context), which the app shows beside a CPU run of the same job (counterpart.py).
 
 Writes assets/recorded/lessons_<gpu>.json (lessons_h200.json on an H200): the GPU's name, the date, the
 torch, triton and transformers versions, and per lesson the job's settings, the facts its explanation
@@ -76,6 +80,47 @@ def main():
     )
     path = recorded.save(out, meta, results)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB) in {meta['seconds']} s")
+    if cuda and not args.lessons:
+        path = record_jobs(meta, out.parent / f"jobs_{recorded.slug(gpu)}.json")
+        print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB)")
+
+
+def record_jobs(meta: dict, out: Path) -> Path:
+    """The CPU's default Generate, Compare and ladder, run here with the same settings (float32, the CPU's
+    token counts, lengths and ladder context), each as its tables and summary."""
+    import torch
+
+    from explorer.app import counterpart, jobs, settings
+    from explorer.app.jobs.compare import LADDER_CONTEXT
+    from explorer.measure import metrics
+
+    cpu = settings.defaults("cpu", {"dtype": "float32"})
+    s = settings.RunSettings(prompt=cpu["prompt"], new_tokens=cpu["new_tokens"], dtype="float32")
+    lengths = [int(n) for n in cpu["lengths"].replace(",", " ").split()]
+    never = jobs.Control(lambda: False, float("inf"))
+
+    def last(kind, payload):
+        out = {}
+        for update in jobs.JOBS[kind](payload, never):
+            out |= update
+        return out
+
+    t0 = time.perf_counter()
+    ran = {}
+    state = last("generate", {"settings": s})["state"]
+    summary = {k: v for k, v in state["summary"].items() if isinstance(v, int | float | str | type(None))}
+    tables = {"steps": state["steps"], "kernels": state["kernels"]}
+    ran["generate"] = ({"settings": counterpart.settings_key(s)}, tables, summary)
+    frame = last("compare", {"settings": s, "lengths": lengths})["state"]["compare"]
+    ran["compare"] = ({"settings": counterpart.settings_key(s), "lengths": lengths}, {"compare": frame}, {})
+    context = LADDER_CONTEXT["cpu"]
+    ladder = last("ladder", {"settings": s, "context": context})["state"]["ladder"]
+    key = {"model": s.model, "dtype": s.dtype, "batch": s.batch, "context": context}
+    ran["ladder"] = (key, {"ladder": ladder}, {})
+    peaks = metrics.device_peaks(str(torch.device("cuda")), torch.float32)
+    jobs_meta = dict(meta, bandwidth_gbs=peaks.bandwidth_gbs, tflops=peaks.tflops, seconds=time.perf_counter() - t0)
+    jobs_meta["command"] = "python scripts/record_lessons.py"
+    return counterpart.save(out, jobs_meta, ran)
 
 
 if __name__ == "__main__":

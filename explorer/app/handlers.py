@@ -22,13 +22,19 @@ from .errors import UserError
 from .models import Policy, dtype_choices
 from .runner import Job
 
-NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None, "best": None}
+NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None, "ladder": None}
 GENERATE_OUT = ["text", "summary", "latency", "traffic", "kv", "share", "bandwidth", "hierarchy", "roofline", "status"]
 SWEEP_OUT = ["heat", "table", "best"]
 COMPARE_OUT = ["plot", "fusion", "table", "status"]
 LADDER_OUT = ["plot", "table", "status"]
 PLOTS = {"latency", "traffic", "kv", "share", "bandwidth", "roofline", "heat", "plot", "fusion"}
-EXPORTS = {"last run: steps": "steps", "last run: kernels": "kernels", "tile sweep": "sweep", "compare": "compare"}
+EXPORTS = {
+    "last run: steps": "steps",
+    "last run: kernels": "kernels",
+    "tile sweep": "sweep",
+    "compare": "compare",
+    "fusion ladder": "ladder",
+}
 
 
 @dataclass
@@ -156,7 +162,7 @@ def make(ctx: Context) -> dict:
         except UserError as e:
             raise fail(e) from None
 
-    async def ladder(values: dict):
+    async def ladder(values: dict, state):
         try:
             dynamic = ctx.dynamic()
             s = settings.RunSettings(
@@ -165,8 +171,11 @@ def make(ctx: Context) -> dict:
                 batch=settings.check("batch", values["batch"]),
             )
             ctx.policy.check(s.model)
+            state = dict(state or NEW_STATE)
             async for view in run_job(ctx, "ladder", dict(settings=s), estimate.ladder_seconds(s, ctx.device)):
-                yield outputs(view, LADDER_OUT)
+                if "state" in view:
+                    state = {**state, **view.pop("state")}
+                yield (*outputs(view, LADDER_OUT), state)
         except UserError as e:
             raise fail(e) from None
 

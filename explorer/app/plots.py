@@ -293,9 +293,10 @@ def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:
     return _layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note, width=650)
 
 
-def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
+def ladder_figure(ladder: pd.DataFrame, note: str = "", gpu_ms=None, gpu_title: str = "") -> go.Figure:
     """One decode step per rung of the fusion ladder (explorer.measure.ladder): launches, bytes at both
-    levels and time, side by side, so fewer launches and fewer bytes can be read against the time."""
+    levels and time, side by side, so fewer launches and fewer bytes can be read against the time. On CPU,
+    `gpu_ms` (per rung) puts a GPU's time for the same step beside the interpreter's."""
     from plotly.subplots import make_subplots
 
     gpu = ladder.kernels.notna().any() if "kernels" in ladder else False
@@ -303,13 +304,20 @@ def ladder_figure(ladder: pd.DataFrame, note: str = "") -> go.Figure:
     launch_title = "kernels per step (torch.profiler)" if gpu else "launches per step (modeled: no GPU)"
     unit, per = time_unit(ladder.step_ms)
     clock = f"{unit} per step " + ("(CUDA-graph replay)" if gpu else "(interpreter, CPU)")
-    fig = make_subplots(rows=1, cols=3, subplot_titles=(launch_title, "MB per step (modeled)", clock))
+    titles = [launch_title, "MB per step (modeled)", clock]
+    if gpu_ms is not None:
+        gpu_unit, gpu_per = time_unit(gpu_ms)
+        titles.insert(2, f"{gpu_unit} per step: {gpu_title}")
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles)
     names = list(ladder.rung)
     fig.add_trace(go.Bar(x=names, y=launches, marker_color="#4c78a8", name="launches", showlegend=False), 1, 1)
     fig.add_trace(go.Bar(x=names, y=ladder.hbm_mb, marker_color="#54a24b", name="HBM"), 1, 2)
     fig.add_trace(go.Bar(x=names, y=ladder.l2_mb, marker_color="#9ecae9", name="L2 → SMs"), 1, 2)
+    if gpu_ms is not None:
+        bar = go.Bar(x=names, y=pd.Series(gpu_ms).to_numpy() / gpu_per, marker_color="#b279a2", showlegend=False)
+        fig.add_trace(bar, 1, 3)
     step = go.Bar(x=names, y=ladder.step_ms / per, marker_color="#e45756", name="step", showlegend=False)
-    fig.add_trace(step, 1, 3)
+    fig.add_trace(step, 1, len(titles))
     context = int(ladder.context.iloc[0]) if len(ladder) else 0
     _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note, plot_px=300, width=900)
     # The subplots' titles sit just over their plots, in the top margin, under the figure's title and note.

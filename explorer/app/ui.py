@@ -238,8 +238,8 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     co["stop"].click(None, None, None, cancels=[comparing], api_visibility="private")
     climbing = co["ladder"].click(
         api(["model", "dtype", "batch"], job["ladder"]),
-        [g["model"], g["dtype"], g["batch"]],
-        [co["ladder_plot"], co["ladder_table"], co["ladder_status"]],
+        [g["model"], g["dtype"], g["batch"], state],
+        [co["ladder_plot"], co["ladder_table"], co["ladder_status"], state],
         api_name="ladder",
         **GPU,
     )

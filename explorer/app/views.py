@@ -14,7 +14,8 @@ from kernels.config import TileConfig
 
 from ..measure import metrics
 from ..measure.counters import recorded
-from . import plots
+from . import beside, plots
+from .counterpart import Counterpart
 from .hierarchy import counters_html, hierarchy_html
 
 FUSION_INFO = {
@@ -43,9 +44,12 @@ def figure_json(fig) -> str:
 # --- Generate ----------------------------------------------------------------------------------------
 
 
-def summary_markdown(summary: dict) -> str:
+def summary_markdown(summary: dict, gpu: Counterpart | None = None) -> str:
+    """The run's numbers, each named by its clock; on CPU, beside them, the same job's on a GPU."""
     if not summary:
         return ""
+    if gpu is not None:
+        return _with_gpu(summary, gpu)
     timer = summary.get("timer", "")
     cpu = timer.startswith("cpu")
     bandwidth = f"{summary['achieved_gbs']:.3g} GB/s"
@@ -73,6 +77,69 @@ def summary_markdown(summary: dict) -> str:
     return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
+def _gpu_summary(gpu: Counterpart) -> dict:
+    """The timing rows of a GPU counterpart: its recorded summary, or one made from its modeled steps."""
+    if gpu.recorded:
+        return gpu.summary
+    steps = gpu.tables["steps"]
+    decode = steps[steps.phase == "decode"].latency_ms
+    first = steps[steps.phase == "prefill"].latency_ms
+    p50 = float(decode.median()) if len(decode) else math.nan
+    batch = int(steps.batch.iloc[0]) if len(steps) else 1
+    return dict(
+        ttft_ms=float(first.iloc[0]) if len(first) else math.nan,
+        step_ms_p50=p50,
+        step_ms_p90=float(decode.quantile(0.9)) if len(decode) else math.nan,
+        device_tokens_per_s=1e3 * batch / p50 if p50 > 0 else math.nan,
+        achieved_gbs=gpu.bandwidth_gbs,
+    )
+
+
+def _with_gpu(summary: dict, gpu: Counterpart) -> str:
+    """The summary as three columns: what it measures, this CPU, the GPU beside it."""
+    g = _gpu_summary(gpu)
+    cpu_rows = dict(_rows(summary))
+    gpu_rows = dict(_rows({**summary, "waited_s": None, **{k: v for k, v in g.items() if k in summary}}))
+    head = (
+        f"The same job on a GPU beside this CPU's run: **{gpu.label}**. This CPU's times are Python running each "
+        "program of every kernel in Triton's interpreter, not a GPU's.\n\n"
+    )
+    lines = [f"| measure | this CPU (interpreter) | {short_gpu(gpu)} |", "|---|---|---|"]
+    for k, v in cpu_rows.items():
+        lines.append(f"| {k} | {v} | {gpu_rows.get(k, '') if k in GPU_ROWS else ''} |")
+    return head + "\n".join(lines)
+
+
+GPU_ROWS = {
+    "time to first token (waited, from the click)",
+    "first step (prefill)",
+    "decode step p50 / p90",
+    "tokens/s at the decode step's pace",
+    "achieved bandwidth (modeled HBM bytes / step time)",
+}
+
+
+def short_gpu(gpu: Counterpart) -> str:
+    return f"{gpu.gpu} ({'recorded' if gpu.recorded else 'modeled'})"
+
+
+def _rows(summary: dict) -> list[tuple[str, str]]:
+    p50 = summary["step_ms_p50"]
+    return [
+        ("time to first token (waited, from the click)", _seconds(summary.get("waited_s"))),
+        ("first step (prefill)", plots.duration(summary["ttft_ms"])),
+        ("decode step p50 / p90", f"{plots.duration(p50)} / {plots.duration(summary['step_ms_p90'])}"),
+        ("tokens/s at the decode step's pace", _rate(summary.get("device_tokens_per_s"))),
+        ("achieved bandwidth (modeled HBM bytes / step time)", f"{_number(summary['achieved_gbs'])} GB/s"),
+        ("bytes per token (modeled): HBM / L2 → SMs", _per_token(summary)),
+        ("KV cache", f"{summary['kv_cache_mb']:.2f} MB"),
+        ("fusion rung", summary.get("fusion", "")),
+        ("decode step launches", _launches(summary)),
+        ("stopped", summary.get("stop_reason") or "running"),
+        *([("kernel times", summary["after_run"])] if summary.get("after_run") else []),
+    ]
+
+
 def cpu_clock(timer: str) -> str:
     """What ran on CPU, from a Step's timer ("cpu perf_counter (Triton interpreter)" -> "Triton
     interpreter"); "" for a GPU timer."""
@@ -80,7 +147,7 @@ def cpu_clock(timer: str) -> str:
 
 
 def _seconds(value) -> str:
-    return "n/a" if value is None else f"{value:.2f} s"
+    return "" if value is None else f"{value:.2f} s"
 
 
 def _per_token(summary: dict) -> str:
@@ -88,7 +155,14 @@ def _per_token(summary: dict) -> str:
 
 
 def _rate(value) -> str:
-    return "needs two tokens" if value is None or math.isnan(value) else f"{value:.1f} tokens/s"
+    return "needs two tokens" if value is None or math.isnan(value) else f"{_number(value)} tokens/s"
+
+
+def _number(x: float) -> str:
+    """Three significant digits below a thousand, whole numbers with separators above: 0.755, 32.1, 4,300."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def _launches(summary: dict) -> str:
@@ -106,10 +180,16 @@ def _launches(summary: dict) -> str:
 
 
 def generation_figures(
-    steps: pd.DataFrame, kernels: pd.DataFrame, peaks, previous: pd.DataFrame | None = None, profiled: str = ""
+    steps: pd.DataFrame,
+    kernels: pd.DataFrame,
+    peaks,
+    previous: pd.DataFrame | None = None,
+    profiled: str = "",
+    gpu: Counterpart | None = None,
 ) -> dict:
     """The live charts, as JSON by output name; with `previous`, the last run overlaid on latency and KV
-    growth; `profiled` says at which positions the kernel times were measured."""
+    growth; `profiled` says at which positions the kernel times were measured; on CPU, `gpu` is the same
+    job's GPU answer (counterpart.py), shown first in every chart of a time."""
     on_cpu = cpu_clock(steps.timer.iloc[0]) if len(steps) else ""
     note = f"CPU timings ({on_cpu})" if on_cpu else ""
     share_note = "; ".join(n for n in (note, profiled) if n)
@@ -123,13 +203,20 @@ def generation_figures(
         share=plots.kernel_share_figure(kernels, share_note, "device time" if peaks else "CPU time"),
         bandwidth=plots.bandwidth_figure(both, peaks.bandwidth_gbs if peaks else None, note),
     )
+    if gpu is not None:
+        figures |= dict(latency=beside.latency(both, gpu), share=beside.share(gpu), bandwidth=beside.bandwidth(gpu))
     return {name: figure_json(fig) for name, fig in figures.items()}
 
 
-def roofline(kernels: pd.DataFrame, peaks, profiled: str = "") -> str:
-    """Each kernel kind's profiled decode and prefill work against the measured ceilings, as JSON."""
+def roofline(kernels: pd.DataFrame, peaks, profiled: str = "", gpu: Counterpart | None = None) -> str:
+    """Each kernel kind's profiled decode and prefill work against the measured ceilings, as JSON; on CPU
+    the same job's on a GPU (`gpu`)."""
+    if gpu is not None:
+        return figure_json(beside.roofline(gpu, profiled if gpu.recorded else ""))
     points = metrics.roofline(kernels, peaks)
-    fig = plots.roofline_figure(points, peaks.tflops if peaks else None, peaks.bandwidth_gbs if peaks else None, profiled)
+    fig = plots.roofline_figure(
+        points, peaks.tflops if peaks else None, peaks.bandwidth_gbs if peaks else None, profiled
+    )
     return figure_json(fig)
 
 

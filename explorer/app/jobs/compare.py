@@ -10,7 +10,7 @@ from ...measure import metrics
 from ...measure.ladder import RUNGS, ladder_rows
 from ...measure.sweeps import sequence_runs
 from ...model.weights import load_model
-from .. import models, plots, views
+from .. import beside, counterpart, models, plots, views
 from ..settings import RunSettings
 from .base import Control
 
@@ -39,9 +39,13 @@ def run(payload: dict, control: Control):
         if why and i + 1 < n:
             status = f"stopped {why}: {i + 1} of {n} runs"
         both = pd.concat(frames, ignore_index=True)
-        note = "; ".join(x for x in ("" if model.device.type == "cuda" else "CPU interpreter timings", status) if x)
+        if model.device.type == "cpu" and (gpu := counterpart.for_compare(s, lengths, both)) is not None:
+            figure = beside.compare(both, gpu, status)
+        else:
+            note = "; ".join(x for x in ("" if model.device.type == "cuda" else "CPU interpreter timings", status) if x)
+            figure = plots.compare_figure(both, note)
         yield {
-            "plot": views.figure_json(plots.compare_figure(both, note)),
+            "plot": views.figure_json(figure),
             "table": views.compare_table(both),
             "status": status,
             "state": {"compare": both},
@@ -55,7 +59,7 @@ def ladder(payload: dict, control: Control):
     s: RunSettings = payload["settings"]
     models.check_fits(s.model)
     model, _ = load_model(s.model, device=models.device(), dtype=models.dtype_of(s.dtype))
-    context = min(LADDER_CONTEXT[model.device.type], model.config.n_positions - 1)
+    context = payload.get("context") or min(LADDER_CONTEXT[model.device.type], model.config.n_positions - 1)
     rows = []
     measured = ladder_rows(model, context=context, batch=s.batch)
     for i, row in enumerate(measured):
@@ -67,10 +71,18 @@ def ladder(payload: dict, control: Control):
             status = f"stopped {why}: {i + 1} of {n} rungs"
         frame = pd.DataFrame(rows)
         note = "; ".join(x for x in (frame.timer.iloc[-1], status) if x)
+        gpu = counterpart.for_ladder(s, context, frame) if model.device.type == "cpu" else None
+        if gpu is not None:
+            ms = gpu.tables["ladder"].set_index("rung").step_ms.reindex(frame.rung)
+            note = f"{gpu.label}; right: {beside.INTERPRETER}. {status}"
+            figure = plots.ladder_figure(frame, note, ms, beside.short(gpu))
+        else:
+            figure = plots.ladder_figure(frame, note)
         yield {
-            "plot": views.figure_json(plots.ladder_figure(frame, note)),
+            "plot": views.figure_json(figure),
             "table": views.ladder_table(frame),
             "status": status,
+            "state": {"ladder": frame},
         }
         if why:
             measured.close()

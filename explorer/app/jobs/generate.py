@@ -18,7 +18,7 @@ from ...measure.profile import NoKernelTime, profile_run
 from ...model.generate import generate
 from ...model.ops import Tiles
 from ...model.weights import load_model
-from .. import models, views
+from .. import counterpart, models, views
 from ..settings import RunSettings
 from .base import Control
 from .warm import compile_note, peaks, remember_warm
@@ -88,8 +88,20 @@ def run(payload: dict, control: Control):
     last_text, last_chart = 0.0, time.monotonic()
     p = peaks()
 
-    def summary(**extra):
-        return views.summary_markdown(metrics.summary(steps, p) | rung | {"waited_s": waited} | extra)
+    def charts(profiled=None, timed: str = "") -> dict:
+        """Every chart of the run so far; on CPU with the same job's GPU answer beside its times."""
+        frame, kernels = metrics.step_frame(steps), metrics.kernel_frame(steps, profiled)
+        gpu = counterpart.for_generate(s, frame, kernels) if device == "cpu" else None
+        return dict(
+            views.generation_figures(frame, kernels, p, previous, timed, gpu=gpu),
+            frame=frame,
+            kernels=kernels,
+            gpu=gpu,
+        )
+
+    def summary(gpu=None, counted=None, **extra) -> tuple[str, dict]:
+        totals = metrics.summary(steps, p, counted) | rung | {"waited_s": waited} | extra
+        return views.summary_markdown(totals, gpu), totals
 
     for step in tokens:
         steps.append(step)
@@ -102,61 +114,62 @@ def run(payload: dict, control: Control):
         now = time.monotonic()
         if not final and now - last_text < TEXT_INTERVAL_S[device]:
             continue
-        yield {"text": _text(texts), "summary": summary(), "status": f"{len(steps)} of {s.new_tokens} tokens"}
+        yield {"text": _text(texts), "summary": summary()[0], "status": f"{len(steps)} of {s.new_tokens} tokens"}
         last_text = time.monotonic()
         if final or last_text - last_chart >= CHART_INTERVAL_S:
-            yield views.generation_figures(metrics.step_frame(steps), metrics.kernel_frame(steps), p, previous)
+            drawn = charts()
+            yield {k: v for k, v in drawn.items() if k not in ("frame", "kernels", "gpu")}
             last_chart = time.monotonic()
     tokens.close()
     remember_warm(key)
-    frame = metrics.step_frame(steps)
     if stopped:  # no profiling pass either: the visitor or the budget ended the job
-        kernels = metrics.kernel_frame(steps)
-        fusion = metrics.fusion_lessons(
-            model.config, max(1, len(ids)), model.dtype.itemsize, s.tiles, model.dtype, model.device
-        )
-        yield {
-            "hierarchy": views.hierarchy(kernels, p, fusion),
-            "roofline": views.roofline(kernels, p),
-            "text": _text(texts),
-            "summary": summary(stop_reason=stopped),
-            "status": f"Stopped {stopped}: {len(steps)} of {s.new_tokens} tokens.",
-            **views.generation_figures(frame, kernels, p, previous),
-            "state": {"steps": frame, "kernels": kernels},
-        }
+        yield finish(s, model, ids, p, charts(), summary, _text(texts), f"Stopped {stopped}", stop_reason=stopped)
         return
     samples = PROFILED[device]
-    yield {"summary": summary(after_run=f"profiling the kernels at {samples + 1} steps…"), "status": "Profiling…"}
+    yield {"summary": summary(after_run=f"profiling the kernels at {samples + 1} steps…")[0], "status": "Profiling…"}
     counted = None
     if device == "cuda":
+        graph = None if s.cuda_graph else False
+        batch = [ids] * s.batch
         counted = launches.decode_step_launches(
-            model,
-            [ids] * s.batch,
-            cache=s.cache,
-            graph=None if s.cuda_graph else False,
-            tiles=s.tiles,
-            backend=s.backend,
+            model, batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend
         )
     try:
         profiled = profile_run(
-            model, [ids] * s.batch, steps, cache=s.cache, tiles=s.tiles, backend=s.backend, samples=samples,
+            model,
+            [ids] * s.batch,
+            steps,
+            cache=s.cache,
+            tiles=s.tiles,
+            backend=s.backend,
+            samples=samples,
             stop=control.stopped,
-        )  # fmt: skip
+        )
         where = metrics.profiled_note(profiled)
     except NoKernelTime as e:
         profiled, where = None, f"not measured: {e}"
     if control.why():
         profiled, where = None, f"not measured: stopped {control.why()}"
-    kernels = metrics.kernel_frame(steps, profiled)
-    fusion = metrics.fusion_lessons(model.config, max(1, len(ids)), model.dtype.itemsize, s.tiles, model.dtype,
-                                    model.device)  # fmt: skip
-    yield {
-        "summary": views.summary_markdown(
-            metrics.summary(steps, p, counted) | rung | {"waited_s": waited} | {"after_run": where}
-        ),  # fmt: skip
-        "status": f"Done: {len(steps)} tokens.",
-        **views.generation_figures(frame, kernels, p, previous, where if profiled is not None else ""),
+    drawn = charts(profiled, where if profiled is not None else "")
+    yield finish(s, model, ids, p, drawn, summary, None, "Done", counted=counted, after_run=where)
+
+
+def finish(s, model, ids, p, drawn: dict, summary, text, status: str, **extra) -> dict:
+    """The run's last update: every chart, the summary, the hierarchy tab and what the page keeps."""
+    fusion = metrics.fusion_lessons(
+        model.config, max(1, len(ids)), model.dtype.itemsize, s.tiles, model.dtype, model.device
+    )
+    frame, kernels, gpu = drawn.pop("frame"), drawn.pop("kernels"), drawn.pop("gpu")
+    markdown, totals = summary(gpu, **extra)
+    timed = extra.get("after_run", "") if kernels.kernel_ms.notna().any() else ""
+    update = {
+        **drawn,
+        "summary": markdown,
+        "status": f"{status}: {len(frame)} of {s.new_tokens} tokens.",
         "hierarchy": views.hierarchy(kernels, p, fusion),
-        "roofline": views.roofline(kernels, p, where if profiled is not None else ""),
-        "state": {"steps": frame, "kernels": kernels},
+        "roofline": views.roofline(kernels, p, timed, gpu=gpu),
+        "state": {"steps": frame, "kernels": kernels, "summary": totals},
     }
+    if text is not None:
+        update["text"] = text
+    return update
