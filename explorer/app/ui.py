@@ -24,7 +24,9 @@ A small GPT-2 decoder generating token by token on our own Triton kernels. GPU s
 moving bytes between HBM and on-chip SRAM: pick tiles, fusion and the KV cache, and watch latency,
 memory traffic and the cache change. On a GPU, untick *CUDA graph* to see what launching every
 kernel from Python costs."""
-GPU = dict(concurrency_id="gpu", concurrency_limit=1)  # one job at a time; others wait, their place shown
+# One job at a time, the others wait with their place shown; a click while the page's own job still runs
+# (its profiling pass, say) is kept and runs next, not dropped.
+GPU = dict(concurrency_id="gpu", concurrency_limit=1, trigger_mode="always_last")
 EXAMPLE_LABELS = [e.replace("\n", " ⏎ ") for e in EXAMPLES]  # the newlines shown, not collapsed
 
 
@@ -100,11 +102,18 @@ def _generate_tab(ctx: Context) -> dict:
             c["status"] = gr.Markdown(elem_id="generate-status")
             c["text"] = gr.Textbox(label="output", lines=8, elem_id="out")
             c["summary"] = gr.Markdown()
-            with gr.Row():
-                c["latency"], c["traffic"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
-            with gr.Row():
-                c["kv"], c["share"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
-            c["bandwidth"] = gr.Plot(show_label=False)
+            if gpu:
+                with gr.Row():
+                    c["latency"], c["traffic"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
+                with gr.Row():
+                    c["kv"], c["share"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
+                c["bandwidth"] = gr.Plot(show_label=False)
+            else:  # the latency chart holds two panels, the GPU's and the interpreter's: a whole row
+                c["latency"] = gr.Plot(show_label=False)
+                with gr.Row():
+                    c["traffic"], c["kv"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
+                with gr.Row():
+                    c["share"], c["bandwidth"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
     return c
 
 
