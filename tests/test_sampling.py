@@ -1,4 +1,5 @@
-"""Nucleus sampling and the repetition penalty against plain references."""
+"""Nucleus sampling and the repetition penalty against plain references, and the suggested settings against
+the bundled model's habit of repeating itself."""
 
 import math
 
@@ -6,8 +7,11 @@ import pytest
 import torch
 
 from explorer.model.generate import generate
-from explorer.model.sampling import Sampler, nucleus, penalize, repeated_phrase, sample
+from explorer.model.sampling import SUGGESTED, Sampler, nucleus, penalize, repeated_phrase, sample
+from explorer.model.weights import load_model
 from tests.test_graphs import random_model
+
+PROMPTS = ["def fibonacci(n):", "class Config:", "import os\nimport sys\n\n\ndef main(", '"""Return the number of']
 
 
 def reference_nucleus(probs: list[float], top_p: float) -> dict[int, float]:
@@ -152,6 +156,45 @@ def test_repeated_phrase(text, expected):
 def test_repeated_phrase_counts_words():
     assert repeated_phrase("one two x one two", words=2) == "one two"
     assert repeated_phrase("one two x one two", words=3) is None
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return load_model("bundled", backend="torch")
+
+
+def continuation(model, tok, prompt, n, **kw):
+    return "".join(
+        s.text for s in generate(model, tok.encode(prompt), max_new_tokens=n, tokenizer=tok, warmup=False, **kw)
+    )
+
+
+def test_greedy_repeats_itself(bundled):
+    """What the suggested settings are for: the README's example, decoded greedily, loops."""
+    assert repeated_phrase(continuation(*bundled, "def fibonacci(n):", 32)) is not None
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_suggested_settings_do_not_repeat_a_phrase(bundled, prompt):
+    """The four prompts at 32 and 64 new tokens, seeds 0 to 4; the README's example (32 tokens) and the app's
+    default Generate (8 tokens on CPU, 64 on a GPU, seed 0) among them."""
+    model, tok = bundled
+    for seed in range(5):
+        steps = list(
+            generate(model, tok.encode(prompt), max_new_tokens=64, tokenizer=tok, seed=seed, warmup=False, **SUGGESTED)
+        )
+        for n in (8, 32, 64):  # a seeded run's first n tokens are the same whether it stops there or goes on
+            text = "".join(s.text for s in steps[:n])
+            assert repeated_phrase(text) is None, (seed, n, text)
+
+
+def test_the_triton_backend_draws_the_same_tokens(bundled):
+    """The app's default Generate on CPU runs the Triton kernels (in the interpreter) for 8 tokens: it draws
+    what the PyTorch backend draws, so the test above holds for it too."""
+    model, tok = bundled
+    kw = dict(max_new_tokens=8, seed=0, warmup=False, **SUGGESTED)
+    triton = [s.token_id for s in generate(model.with_backend("triton"), tok.encode(PROMPTS[0]), **kw)]
+    assert triton == [s.token_id for s in generate(model, tok.encode(PROMPTS[0]), **kw)]
 
 
 @pytest.mark.gpu

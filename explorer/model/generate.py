@@ -136,7 +136,7 @@ def generate(
 
     temperature 0 is greedy; above it, tokens are drawn (seeded by seed) from the top_k most likely (0: all)
     and the nucleus of probability top_p (1: all). repetition_penalty above 1 lowers the logits of tokens
-    the sequence already holds, prompt included (explorer.model.sampling)."""
+    the sequence already holds, prompt included (explorer.model.sampling; SUGGESTED there reads well)."""
     if fusion is not None:
         model = model.with_fusion(fusion)
     batch = as_batch(prompt_ids)

@@ -5,7 +5,8 @@ tokens and then the nucleus (the fewest most likely tokens whose probabilities r
 2019), and draws from what is left. The repetition penalty (CTRL, Keskar et al. 2019) comes first: the logit
 of every token the sequence already holds, prompt included, is divided by the penalty when positive and
 multiplied by it when negative, so either way it drops. A small model decoded greedily repeats itself
-("facility of the facility of the ..."); `repeated_phrase` finds such a loop in a text.
+("facility of the facility of the ..."); `repeated_phrase` is the check that the suggested settings, SUGGESTED,
+were chosen by.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from __future__ import annotations
 import math
 
 import torch
+
+# Generation settings whose continuations of the bundled model read as Python without repeating a phrase of
+# three words: chosen by experiments/sampling.py, which reports the settings it tried.
+SUGGESTED = dict(temperature=0.8, top_k=0, top_p=0.9, repetition_penalty=1.3)
 
 
 def check(top_p: float, repetition_penalty: float) -> None:
