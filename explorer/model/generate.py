@@ -5,7 +5,8 @@ token. With it off, every step runs the whole sequence again (the O(n^2) path). 
 greedy tokens.
 
 On a GPU the loop keeps the device busy: the next step is queued (its input is the sampled token, which
-never leaves the device) before the host reads the tokens of the step before it, so the host's work on
+never leaves the device, and so are the tokens a repetition penalty looks back on: see
+explorer.model.sampling) before the host reads the tokens of the step before it, so the host's work on
 one token (copying it back, detokenising, building the Step) overlaps the device's work on the next.
 On CPU, and under an observer, steps run one after another, each yielded as soon as it is done.
 Each Step carries two clocks: `latency_ms`, the step's time on the device clock (CUDA events around
@@ -23,6 +24,7 @@ import torch
 from .cache import KVCache
 from .graphs import DecodeGraph
 from .ops import Observer, Op, Tiles, Trace
+from .sampling import Sampler, check
 
 
 @dataclass
@@ -73,18 +75,6 @@ def as_batch(prompt_ids) -> list[list[int]]:
     return batch
 
 
-def sample(logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator | None) -> torch.Tensor:
-    """logits (B, vocab) -> token ids (B,). temperature 0 is greedy."""
-    if temperature <= 0:
-        return logits.argmax(dim=-1)  # the same pick in the logits' own dtype: no float copy needed
-    logits = logits.float() / temperature
-    if top_k and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-
 class _Texts:
     """Incremental detokenisation: each sequence's text is decoded over a short window of its last
     tokens (never the whole continuation, which would grow with every step), and a piece is emitted
@@ -121,6 +111,8 @@ def generate(
     fusion: str | None = None,
     temperature: float = 0.0,
     top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
     seed: int = 0,
     tokenizer=None,
     eos_token_id: int | None = None,
@@ -140,13 +132,18 @@ def generate(
     model (model.decode_graphs, explorer.model.graphs.GraphPool) for the next generation of the same
     batch, length, rung, tiles and sampling mode, which replays it without capturing again.
 
-    fusion: a rung of the fusion ladder (explorer.model.ops.FUSIONS); None keeps the model's."""
+    fusion: a rung of the fusion ladder (explorer.model.ops.FUSIONS); None keeps the model's.
+
+    temperature 0 is greedy; above it, tokens are drawn (seeded by seed) from the top_k most likely (0: all)
+    and the nucleus of probability top_p (1: all). repetition_penalty above 1 lowers the logits of tokens
+    the sequence already holds, prompt included (explorer.model.sampling; SUGGESTED there reads well)."""
     if fusion is not None:
         model = model.with_fusion(fusion)
     batch = as_batch(prompt_ids)
     n_pos = model.config.n_positions
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+    check(top_p, repetition_penalty)
     if max(map(len, batch)) > n_pos:
         raise ValueError(f"prompt of {max(map(len, batch))} tokens exceeds the model's {n_pos} positions")
     if eos_token_id is None:
@@ -154,9 +151,17 @@ def generate(
     device = model.device
     graph = _use_graph(graph, device, cache, observer)
     warmup_ms = _warm_up(model, batch, cache, tiles, backend) if warmup else 0.0
-    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy=temperature <= 0)
-    sampler = lambda logits: sample(logits, temperature, top_k, generator)
-    generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
+    sampler = Sampler(
+        batch,
+        model.config.vocab_size,
+        device,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        penalty=repetition_penalty,
+        seed=seed,
+    )
+    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy=sampler.greedy)
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
     cuda = device.type == "cuda"
