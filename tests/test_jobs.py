@@ -208,3 +208,18 @@ def test_compare_refuses_lengths_past_the_models_positions_before_any_work():
     job = handlers.make(context())["compare"]
     with pytest.raises(gr.Error, match=r"A prompt of 1000 tokens and 64 new tokens need 1064 positions; the model"):
         collect(job(values(lengths="8, 1000", new_tokens=64), handlers.NEW_STATE))
+
+
+def test_the_default_generate_and_the_readme_example_read_without_a_repeated_phrase():
+    """What a visitor and the README's API example get by default: sampled as people decode, so the small
+    model does not loop ("facility of the facility of the ...")."""
+    from explorer.model.sampling import SUGGESTED, repeated_phrase
+
+    d = settings.defaults(models.device().type, {"dtype": models.default_dtype()})
+    assert {k: d[k] for k in SUGGESTED} == SUGGESTED
+    assert {k: getattr(settings.RunSettings(), k) for k in SUGGESTED} == SUGGESTED
+    for prompt, tokens in (("def fibonacci(n):", 32), (settings.EXAMPLES[0], d["new_tokens"])):
+        s = settings.RunSettings(prompt=prompt, new_tokens=tokens, backend="torch")
+        updates = list(jobs.JOBS["generate"]({"settings": s}, NEVER))
+        text = next(u["text"] for u in reversed(updates) if "text" in u)
+        assert repeated_phrase(text[len(prompt) :]) is None, text

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from kernels.config import TileConfig
 
 from ..model.ops import DEFAULT_FUSION, FUSIONS, Tiles
+from ..model.sampling import SUGGESTED
 from ..model.weights import DEFAULT_MODEL
 from . import validate
 from .errors import UserError
@@ -121,8 +122,28 @@ FIELDS: dict[str, Field] = {
         ),  # fmt: skip
         Field("cache", "KV cache", "flag", True, widget="checkbox"),
         Field("cuda_graph", "CUDA graph", "flag", True, widget="checkbox", info=GRAPH_INFO),
-        Field("temperature", "temperature (0: greedy)", "number", 0.0, 0, 2, widget="slider", step=0.05),
-        Field("top_k", "top-k (0: all)", "whole", 0, 0, 200, widget="slider"),
+        Field(
+            "temperature",
+            "temperature (0: greedy)",
+            "number",
+            SUGGESTED["temperature"],
+            0,
+            2,
+            widget="slider",
+            step=0.05,
+        ),  # fmt: skip
+        Field("top_k", "top-k (0: all)", "whole", SUGGESTED["top_k"], 0, 200, widget="slider"),
+        Field("top_p", "top-p (1: all)", "number", SUGGESTED["top_p"], 0.05, 1, widget="slider", step=0.05),
+        Field(
+            "repetition_penalty",
+            "repetition penalty (1: off)",
+            "number",
+            SUGGESTED["repetition_penalty"],
+            1,
+            2,
+            widget="slider",
+            step=0.05,
+        ),  # fmt: skip
         Field("seed", "seed", "whole", 0, 0, validate.MAX_SEED, widget="number"),
         Field("overlay", "overlay previous run", "flag", True, widget="checkbox"),
         Field("lengths", "prompt lengths (tokens)", "lengths", _lengths_default, 1, 1023, widget="textbox"),
@@ -131,7 +152,7 @@ FIELDS: dict[str, Field] = {
     ]
 }
 RUN = ["model", "prompt", "prompt_tokens", "new_tokens", "batch", "dtype", "backend", "fusion", "cache",
-       "cuda_graph", "temperature", "top_k", "seed"]  # fmt: skip
+       "cuda_graph", "temperature", "top_k", "top_p", "repetition_penalty", "seed"]  # fmt: skip
 DYNAMIC = ("model", "dtype")  # fields whose choices depend on the operator or the device
 
 # The tile choices per kernel (the Tiles field each sets, and its allowed values), one Field each, plus
@@ -178,8 +199,11 @@ class RunSettings:
     fusion: str = DEFAULT_FUSION  # a rung of the fusion ladder (the Triton backend's)
     cache: bool = True
     cuda_graph: bool = True  # replay decode steps from a CUDA graph where possible (GPU, cache on)
-    temperature: float = 0.0
-    top_k: int = 0
+    # Sampled, as people decode: a small model decoded greedily repeats itself (explorer.model.sampling).
+    temperature: float = SUGGESTED["temperature"]
+    top_k: int = SUGGESTED["top_k"]
+    top_p: float = SUGGESTED["top_p"]
+    repetition_penalty: float = SUGGESTED["repetition_penalty"]
     seed: int = 0
     tiles: Tiles = field(default_factory=Tiles)
 

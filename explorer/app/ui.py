@@ -90,7 +90,7 @@ def _generate_tab(ctx: Context) -> dict:
                 )
                 c["overlay"] = control(ctx, "overlay")
             with gr.Accordion("sampling", open=False):
-                for name in ("temperature", "top_k", "seed"):
+                for name in ("temperature", "top_k", "top_p", "repetition_penalty", "seed"):
                     c[name] = control(ctx, name)
             with gr.Accordion("tiles (default, a power of two, or autotune)", open=False):
                 c |= _tile_controls(ctx)

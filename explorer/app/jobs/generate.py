@@ -73,7 +73,8 @@ def run(payload: dict, control: Control):
     key = ("generate", s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache, s.cuda_graph)
     if note := compile_note(key, device):
         yield {"status": note}
-    kw = dict(cache=s.cache, tiles=s.tiles, temperature=s.temperature, top_k=s.top_k, tokenizer=tok, seed=s.seed)
+    sampling = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, repetition_penalty=s.repetition_penalty)
+    kw = dict(cache=s.cache, tiles=s.tiles, tokenizer=tok, seed=s.seed, **sampling)
     # On a GPU the first two steps run once untimed first, so Triton's compilation is reported apart; the
     # interpreter compiles nothing, and that warm-up would only double the wait for the first token.
     tokens = generate(
