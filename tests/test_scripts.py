@@ -10,7 +10,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_ONLY = [
-    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scripts").glob("*.py") if p.name not in ("train_tiny.py", "record_lessons.py")),
+    *sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "scripts").glob("*.py")
+        if p.name not in ("train_tiny.py", "record_lessons.py")
+    ),
     "benchmarks/generation.py",
     "benchmarks/ladder.py",
     "benchmarks/sdpa_lengths.py",
