@@ -119,12 +119,15 @@ def _attention_kernel(
 def default_config(tq: int, head_dim: int, device) -> TileConfig:
     """Query tiles over 64-key tiles: 64 queries and 4 warps for heads of up to 64 dims (the fastest of
     24 configs at GPT-2's shape on an H200, see benchmarks/RESULTS.md), 128 queries and 8 warps for
-    larger heads, fewer for short prompts; 128 on CPU, where the interpreter's cost is per program.
-    resolve_config shrinks what the device's shared memory cannot hold (fp32, large heads, small GPUs)."""
-    largest = 128 if head_dim > 64 or device_limits(device).is_cpu else 64
+    larger heads, fewer for short prompts. On CPU, 128 queries over 128-key tiles: the interpreter's cost is
+    per program and per loop step, not per element. resolve_config shrinks what the device's shared memory
+    cannot hold (fp32, large heads, small GPUs; on CPU, fp32 query tiles of 64 or more keep 64-key tiles)."""
+    cpu = device_limits(device).is_cpu
+    largest = 128 if head_dim > 64 or cpu else 64
     block_m = max(16, min(largest, next_pow2(tq)))
     num_warps = 8 if block_m == 128 and head_dim > 64 else 4
-    return TileConfig(block_m=block_m, block_n=64, num_warps=num_warps, num_stages=pipeline_stages(device))
+    block_n = 128 if cpu else 64
+    return TileConfig(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=pipeline_stages(device))
 
 
 def shared_memory(cfg: TileConfig, head_dim: int, itemsize: int, device) -> int:

@@ -9,6 +9,7 @@ import torch
 
 from .attention import LOG2E
 from .config import (
+    BOUNDS,
     SECTOR,
     TileConfig,
     Traffic,
@@ -37,8 +38,12 @@ def decode_shared_memory(cfg: TileConfig, head_dim: int, itemsize: int) -> int:
 
 def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
     limits = device_limits(device)
-    if limits.is_cpu:  # one program per head: the interpreter's cost is per program
-        return TileConfig(block_n=128, split_k=1, num_warps=4, num_stages=1)
+    if limits.is_cpu:
+        # One program per (sequence, head) and the longest key tiles the shared memory allows (resolve_decode_config
+        # shrinks block_n to fit: 128 keys of 64 dims in fp32, 256 in fp16): the interpreter's cost is per program
+        # and per loop step, not per element. 16 warps only so that a split of one such tile is held whole
+        # (launch_plan's PREFETCH), which the interpreter runs in fewer operations than the loop.
+        return TileConfig(block_n=BOUNDS["decode_attention"]["block_n"][1], split_k=1, num_warps=16, num_stages=1)
     # About four programs per SM in all, but no chunk shorter than one key tile; 128-key tiles in 2
     # warps were the fastest of 48 configs at B=1, H=12, 8192 keys on an H200 (benchmarks/RESULTS.md).
     # Shorter caches take 64-key tiles in 4 warps, and caches too short for those 32-key tiles in 2 warps

@@ -51,12 +51,15 @@ from .config import (
 )
 from .fused_linear import _check as check_decode_linear
 from .fused_linear_items import load_slice, slice_item
-from .fused_linear_tiles import PREFETCH_BLOCK_K, slice_tiles
+from .fused_linear_tiles import PREFETCH_BLOCK_K, PREFETCH_ELEMENTS, slice_tiles
 from .fused_linear_tiles import traffic as linear_traffic
 from .linear import DECODE_ROWS
 
 NAME = "decode_layer"
 ELEMENTS = 24576  # the most weight elements one item holds: the decode rung's prefetch form at 8 x 3072
+# In the interpreter, where the one program takes every item in turn at a cost per item, not per element: as many
+# as decode_linear's prefetch form allows (256 columns of a 256-wide K).
+CPU_ELEMENTS = PREFETCH_ELEMENTS
 STAGES = 5
 WARPS = 8
 PDL = True  # launch with programmatic dependent launch where the GPU has it
@@ -155,10 +158,10 @@ def programs(device, items: int) -> int:
     return 1 if limits.is_cpu else max(1, min(limits.num_sms, items))
 
 
-def column_tile(out_features: int, in_features: int, count: int) -> int:
-    """Columns per item: about one item per program, within what one item holds in registers."""
+def column_tile(out_features: int, in_features: int, count: int, elements: int = ELEMENTS) -> int:
+    """Columns per item: about one item per program, within what one item holds in registers (`elements`)."""
     block_n = max(8, next_pow2(cdiv(out_features, count)))
-    while block_n > 8 and block_n * in_features > ELEMENTS:
+    while block_n > 8 and block_n * in_features > elements:
         block_n //= 2
     return block_n
 
@@ -175,7 +178,8 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
         "BN_F": (4 * width, width),
         "BN_P": (width, 4 * width),
     }
-    tiles = {name: column_tile(out_f, in_f, count) for name, (out_f, in_f) in shapes.items()}
+    elements = CPU_ELEMENTS if limits.is_cpu else ELEMENTS
+    tiles = {name: column_tile(out_f, in_f, count, elements) for name, (out_f, in_f) in shapes.items()}
     # Attention's items too: about one per program (the default's would be many short splits of 32 keys, made
     # for programs of 2 warps, not for one 8-warp program per SM), each one key tile where it fits registers.
     split = None

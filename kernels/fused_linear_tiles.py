@@ -10,6 +10,7 @@ import functools
 import torch
 
 from .config import (
+    BOUNDS,
     SECTOR,
     TileConfig,
     Traffic,
@@ -34,10 +35,10 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
     waits for the kernel ahead. 8-column tiles in 8 warps, K unsplit up to PREFETCH_SLICE columns: no
     arrival, and programs enough (96 for a 768-wide output). An output as wide as the LM head's takes the
     K loop in 128-wide tiles, no split. Both from H200 sweeps of the whole decode step (benchmarks/RESULTS.md).
-    CPU (the interpreter): few large programs in the K loop, block_n 256, block_k 64, one split."""
+    CPU: cpu_config."""
     limits = device_limits(device)
     if limits.is_cpu:
-        return TileConfig(block_m=16, block_n=256, block_k=64, split_k=1, num_warps=4, num_stages=1)
+        return cpu_config(rows, out_features, in_features)
     if cdiv(out_features, 128) >= 2 * limits.num_sms:
         return TileConfig(block_m=16, block_n=128, block_k=64, split_k=1, num_warps=4, num_stages=3)
     split_k = next_pow2(cdiv(in_features, PREFETCH_SLICE))
@@ -46,6 +47,23 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
 
 
 PREFETCH_SLICE = 3072  # the longest K slice the default prefetch form holds in registers (8 x 3072 elements)
+
+CPU_BLOCK_N = 256  # the widest column tile BOUNDS allow
+
+
+def cpu_config(rows: int, out_features: int, in_features: int) -> TileConfig:
+    """The interpreter runs a grid's programs one after another, and its cost is per program and per operation
+    (each a few hundred Python calls, whatever the tile's size), so the fewest programs, one split. A single row
+    takes the prefetch form where it needs no more column tiles than the K loop: one weight load and a vector
+    product, where the K loop pads the row to tl.dot's 16 and steps through K (about 10% fewer operations at
+    GPT-2's shapes). More rows, or a K too long for 256 columns of it in registers, take the K loop in 256-wide
+    tiles, block_k as large as the shared memory allows (resolve_config shrinks it: 64 in fp32, 128 in fp16)."""
+    if rows == 1 and next_pow2(in_features) <= BOUNDS[NAME]["block_k"][1]:
+        block_n = min(CPU_BLOCK_N, prev_pow2(PREFETCH_ELEMENTS // sum(slice_tiles(in_features))))
+        if cdiv(out_features, block_n) <= cdiv(out_features, CPU_BLOCK_N):
+            block_k = max(PREFETCH_BLOCK_K, next_pow2(in_features))
+            return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=1, num_warps=4, num_stages=1)
+    return TileConfig(block_m=16, block_n=CPU_BLOCK_N, block_k=256, split_k=1, num_warps=4, num_stages=1)
 
 
 def _check_fields(user: TileConfig) -> None:

@@ -62,17 +62,20 @@ def _layer_norm_kernel(
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
-def default_config(rows: int, width: int) -> TileConfig:
+def default_config(rows: int, width: int, device) -> TileConfig:
     block_n = max(16, next_pow2(width))
-    # About 4K elements per program: enough bytes in flight per SM without spilling registers.
-    block_m = max(1, min(64, 4096 // block_n, next_pow2(rows)))
+    # About 4K elements per program: enough bytes in flight per SM without spilling registers. The interpreter
+    # runs programs one after another at a cost per program, not per element: there, as many rows as one
+    # program may hold (64, or 65536 elements).
+    per_program = 65536 if device_limits(device).is_cpu else 4096
+    block_m = max(1, min(64, per_program // block_n, next_pow2(rows)))
     num_warps = 4 if block_m * block_n <= 4096 else 8
     return TileConfig(block_m=block_m, block_n=block_n, num_warps=num_warps)
 
 
 @functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
-def resolve_config(config: TileConfig | None, rows: int, width: int) -> TileConfig:
-    cfg = as_config("layer_norm", config).merged(default_config(rows, width))
+def resolve_config(config: TileConfig | None, rows: int, width: int, device) -> TileConfig:
+    cfg = as_config("layer_norm", config).merged(default_config(rows, width, device))
     check_fields("layer_norm", cfg)
     if cfg.block_n < width:
         raise ValueError(
@@ -100,7 +103,7 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
     rows = x2.shape[0]
     if config == "autotune":
         config = tuned_config(x, weight, bias, eps, residual=residual)
-    cfg = resolve_config(config, rows, width)
+    cfg = resolve_config(config, rows, width, x.device)
     stride_x = x2.stride()  # one call: each costs the host about as much as a check
     if stride_x[-1] != 1:
         x2 = x2.contiguous()
@@ -143,7 +146,7 @@ def traffic(rows: int, width: int, itemsize: int, *, residual: bool = False, con
     and bias, but they are plain cached loads that hit in L1 after an SM's first program, so L2 serves
     them about once per SM (ncu on an H200: 12.70 MB read at 4096x768, against 12.58 for the rows;
     counting once per program said 15.73). HBM sees the floor: the rows stream, weight and bias stay."""
-    cfg = resolve_config(config, rows, width)
+    cfg = resolve_config(config, rows, width, device)
     row_bytes = rows * width * itemsize
     wb = 2 * width * itemsize
     programs = cdiv(rows, cfg.block_m)

@@ -36,6 +36,7 @@ from .config import (
     hbm_reads,
     l2_miss,
     new_output,
+    next_pow2,
     pipeline_stages,
 )
 
@@ -189,10 +190,14 @@ def default_config(
 ) -> TileConfig:
     limits = device_limits(device)
     stages = pipeline_stages(device)
-    if limits.is_cpu:  # few, large programs: the interpreter's cost is per program
-        if rows <= DECODE_ROWS:
-            return TileConfig(block_m=16, block_n=256, block_k=64, group_m=1, split_k=1, num_warps=4, num_stages=1)
-        return TileConfig(block_m=64, block_n=128, block_k=64, group_m=8, split_k=1, num_warps=4, num_stages=1)
+    if limits.is_cpu:
+        # The interpreter runs a grid's programs one after another, and its cost is per program and per
+        # operation, not per element: the widest column tiles, row tiles up to 128 (a prompt of up to 128 tokens
+        # in one), one split, and the longest K step the shared memory allows (resolve_config shrinks block_k to
+        # fit: 64 in fp32, 128 in fp16, at 128 x 256).
+        block_m, group_m = max(16, min(128, next_pow2(rows))), 1 if rows <= DECODE_ROWS else 8
+        return TileConfig(block_m=block_m, block_n=256, block_k=256, group_m=group_m, split_k=1, num_warps=4,
+                          num_stages=1)  # fmt: skip
     block_k = 32 if dtype == torch.float32 else 64
     if rows <= DECODE_ROWS:
         block_n, block_k = 64, 128

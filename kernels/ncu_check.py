@@ -96,7 +96,7 @@ def model(case: Case, dtype, device):
     mod = importlib.import_module(f"kernels.{'attention_decode' if case.kind == 'decode_attention' else case.kind}")
     if case.kind == "layer_norm":
         return mod.traffic(s["rows"], s["width"], item, residual=True, device=device), mod.resolve_config(
-            None, s["rows"], s["width"]
+            None, s["rows"], s["width"], device
         )
     if case.kind == "linear":
         t = mod.traffic(s["rows"], s["out"], s["inp"], item, activation="gelu", dtype=dtype, device=device)

@@ -58,7 +58,7 @@ def split_layer_norm(x, ln):
     from kernels.layer_norm import _layer_norm_kernel, resolve_config
 
     rows, width = x.shape
-    cfg = resolve_config(None, rows, width)
+    cfg = resolve_config(None, rows, width, x.device)
     y = torch.empty_like(x)
     args = (x, x, y, y, ln[0], ln[1], width, width, width, width, rows, width, ln[2])
     kw = dict(HAS_RESIDUAL=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)

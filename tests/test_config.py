@@ -124,7 +124,7 @@ def test_default_tiles_are_valid_on_every_space_gpu(gpu, dtype):
     for rows in (1, 5, 16, 17, 1000, 8192):
         for out_f, in_f in ((2304, 768), (3072, 768), (768, 3072), (50257, 768), (96, 200)):
             lin_resolve(None, rows, out_f, in_f, dtype, limits)
-        ln_resolve(None, rows, 768)
+        ln_resolve(None, rows, 768, limits)
     for tq in (1, 17, 1000, 4096):
         for head_dim in (64, 40, 128):
             resolve_config(None, tq, head_dim, dtype, limits)

@@ -9,9 +9,10 @@ from tests.tolerances import DTYPES, assert_close
 # (lengths before the step, T_max, heads, head_dim): one sequence and several, a new sequence (length 0),
 # a cache filled to its last slot, widths 64 and 48 (not a power of two).
 CASES = [([5], 9, 4, 16), ([0, 7, 16], 17, 3, 16), ([3, 1], 6, 2, 32)]
-# In these an attention split is one key tile held whole (loaded around the stage barrier) on CPU; with heads
-# of 64 the tile is too big for that and the split loops over its keys after the barrier.
-LOOPED = [([4, 0], 7, 2, 64)]
+# In these an attention split is one key tile held whole (loaded around the stage barrier) on CPU; a cache longer
+# than one key tile (128 keys of 64 dims in fp32 there) splits into a chunk of two, which loops over its keys after
+# the barrier: a sequence of 130 keys runs both steps of the loop, one of none its first step only.
+LOOPED = [([129, 0], 130, 2, 64)]
 
 
 def _block(device, dtype, batch, width):

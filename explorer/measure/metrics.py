@@ -276,7 +276,7 @@ def fusion_lessons(cfg, tokens: int, itemsize: int, tiles=None, dtype=torch.floa
         ),
         (
             "residual add + LayerNorm",
-            layer_norm_traffic(tokens, C, itemsize, residual=True, config=cfg_ln),
+            layer_norm_traffic(tokens, C, itemsize, residual=True, config=cfg_ln, device=device),
             layer_norm_unfused(tokens, C, itemsize, residual=True),
         ),
         (

@@ -37,7 +37,7 @@ def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int
     from kernels.linear import resolve_config as linear_tiles
 
     cfg, dev, dt = model.config, model.device, model.dtype
-    layer_norm_tiles(tiles.fixed("layer_norm"), batch * prompt_len, cfg.n_embd)
+    layer_norm_tiles(tiles.fixed("layer_norm"), batch * prompt_len, cfg.n_embd, dev)
     for out_f, in_f in ((3 * cfg.n_embd, cfg.n_embd), (4 * cfg.n_embd, cfg.n_embd), (cfg.n_embd, 4 * cfg.n_embd)):
         if batch * prompt_len > 16:
             linear_tiles(tiles.fixed("linear"), batch * prompt_len, out_f, in_f, dt, dev)
