@@ -66,7 +66,9 @@ BOUNDS = {
     },
     # block_m is fixed at 16 (all rows in one tile), checked by the launcher itself.
     "decode_linear": {
-        "block_n": (8, 256),  # 8 in the prefetch form only: the K loop's tl.dot needs 16
+        # 8 in the prefetch form only (the K loop's tl.dot needs 16); past 256 only where the prefetch form's
+        # slice still fits (fused_linear_tiles: in practice, the interpreter's one program per launch).
+        "block_n": (8, 4096),
         "block_k": (16, 4096),  # from block_k >= a split's K slice on, the prefetch form (fused_linear)
         "split_k": (1, 64),
         "num_warps": (1, 16),

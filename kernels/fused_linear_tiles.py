@@ -48,21 +48,21 @@ def default_config(rows: int, out_features: int, in_features: int, dtype: torch.
 
 PREFETCH_SLICE = 3072  # the longest K slice the default prefetch form holds in registers (8 x 3072 elements)
 
-CPU_BLOCK_N = 256  # the widest column tile BOUNDS allow
+CPU_BLOCK_N = 256  # the K loop's widest column tile on CPU (its tiles go through the modeled shared memory)
 
 
 def cpu_config(rows: int, out_features: int, in_features: int) -> TileConfig:
     """The interpreter runs a grid's programs one after another, and its cost is per program and per operation
     (each a few hundred Python calls, whatever the tile's size), so the fewest programs, one split. A single row
-    takes the prefetch form where it needs no more column tiles than the K loop: one weight load and a vector
-    product, where the K loop pads the row to tl.dot's 16 and steps through K (about 10% fewer operations at
-    GPT-2's shapes). More rows, or a K too long for 256 columns of it in registers, take the K loop in 256-wide
-    tiles, block_k as large as the shared memory allows (resolve_config shrinks it: 64 in fp32, 128 in fp16)."""
+    takes the prefetch form, whose values the interpreter keeps in numpy arrays, not registers: the whole output
+    in one program where CPU_PREFETCH_ELEMENTS hold it (an LM head of 4096 columns from 16 programs to one,
+    about 5x faster), one weight load and a vector product. More rows take the K loop in 256-wide tiles,
+    block_k as large as the shared memory allows (resolve_config shrinks it: 64 in fp32, 128 in fp16)."""
     if rows == 1 and next_pow2(in_features) <= BOUNDS[NAME]["block_k"][1]:
-        block_n = min(CPU_BLOCK_N, prev_pow2(PREFETCH_ELEMENTS // sum(slice_tiles(in_features))))
-        if cdiv(out_features, block_n) <= cdiv(out_features, CPU_BLOCK_N):
-            block_k = max(PREFETCH_BLOCK_K, next_pow2(in_features))
-            return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=1, num_warps=4, num_stages=1)
+        held = sum(slice_tiles(in_features))
+        block_n = min(next_pow2(out_features), BOUNDS[NAME]["block_n"][1], prev_pow2(CPU_PREFETCH_ELEMENTS // held))
+        block_k = max(PREFETCH_BLOCK_K, next_pow2(in_features))
+        return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=1, num_warps=4, num_stages=1)
     return TileConfig(block_m=16, block_n=CPU_BLOCK_N, block_k=256, split_k=1, num_warps=4, num_stages=1)
 
 
@@ -87,10 +87,11 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
                 f"{in_features} columns in {cfg.split_k} splits are slices of {k_per_split}; use block_k >= "
                 f"{next_pow2(k_per_split)}, a larger split_k, or block_k <= {PREFETCH_BLOCK_K // 2} for the K loop"
             )
-        if held > PREFETCH_ELEMENTS:
+        most = CPU_PREFETCH_ELEMENTS if device_limits(device).is_cpu else PREFETCH_ELEMENTS
+        if held > most:
             raise ValueError(
                 f"{NAME}: {cfg} loads a {k_per_split}-column K slice of {cfg.block_n} columns at once ({held} "
-                f"elements; at most {PREFETCH_ELEMENTS} fit registers); use a smaller block_n or a larger split_k, "
+                f"elements; at most {most} fit registers); use a smaller block_n or a larger split_k, "
                 "or a block_k below the slice for the K loop"
             )
         return cfg
@@ -107,6 +108,8 @@ def resolve_config(config, rows, out_features, in_features, dtype, device) -> Ti
 
 
 PREFETCH_ELEMENTS = 1 << 16  # the most weight elements one program of the prefetch form holds (128 KB in bf16)
+# The same in the interpreter, where a program's values are numpy arrays: a whole LM head's slice, 4 MB in fp32.
+CPU_PREFETCH_ELEMENTS = 1 << 20
 
 
 STATS_ELEMENTS = 4096  # the most x elements the LayerNorm statistics load at once (fp32 registers)

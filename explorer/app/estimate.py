@@ -35,7 +35,7 @@ SWEEP_CONFIG_S = {"cpu": 0.05, "cuda": 0.3}
 # One input set of a sweep may hold at most this many bytes: the interpreter runs every program in Python,
 # and on a GPU the sweep makes up to 64 rotated copies.
 SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
-PROFILED = {"cpu": 2, "cuda": 6}  # steps Generate's profiling pass times (jobs.generate.PROFILED + prefill)
+PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
 
 _measured: dict[tuple[str, str], float] = {}  # the device's speed, not a visitor's data: shared
 _compiled: set[str] = set()  # device types whose kernels a job has compiled in this process

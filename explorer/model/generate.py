@@ -117,7 +117,7 @@ def generate(
     tokenizer=None,
     eos_token_id: int | None = None,
     observer: Observer | None = None,
-    warmup: bool = True,
+    warmup: bool | None = None,
     graph: bool | None = None,
 ) -> Iterator[Step]:
     """Yield one Step per generated token (per batch step). Stops at max_new_tokens, at end-of-text
@@ -150,6 +150,8 @@ def generate(
         eos_token_id = model.config.eos_token_id
     device = model.device
     graph = _use_graph(graph, device, cache, observer)
+    if warmup is None:  # the interpreter compiles nothing: a warm-up there only doubles the first step
+        warmup = device.type == "cuda"
     warmup_ms = _warm_up(model, batch, cache, tiles, backend) if warmup else 0.0
     sampler = Sampler(
         batch,

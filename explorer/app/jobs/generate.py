@@ -3,8 +3,8 @@
 Text goes out first and alone: an update with new text never waits for a figure to be drawn. On a GPU a
 token takes a fraction of a millisecond, so tokens go out in groups (TEXT_INTERVAL_S); on CPU each token
 goes out as it is made. Charts follow at most every CHART_INTERVAL_S while the run goes on, and once at
-its end. After the run a profiling pass times each operation at decode positions spread over the run,
-and on a GPU torch.profiler counts the kernels one decode step runs.
+its end. On a GPU a profiling pass after the run times each kernel at decode positions spread over it,
+and torch.profiler counts the kernels one decode step runs; on CPU each operation is timed in the run.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 import pandas as pd
 
 from ...measure import launches, metrics
-from ...measure.profile import NoKernelTime, profile_run
+from ...measure.profile import NoKernelTime, Profiler, profile_run
 from ...model.generate import generate
 from ...model.ops import Tiles
 from ...model.weights import load_model
@@ -24,8 +24,8 @@ from .base import Control
 from .warm import compile_note, peaks, remember_warm
 
 TEXT_INTERVAL_S = {"cuda": 0.04, "cpu": 0.0}  # at least this long between two text updates
-CHART_INTERVAL_S = 1.0  # charts at most this often while tokens stream
-PROFILED = {"cuda": 5, "cpu": 1}  # decode positions the profiling pass times (besides the prefill)
+CHART_INTERVAL_S = {"cuda": 1.0, "cpu": 3.0}  # charts at most this often while tokens stream
+PROFILED = {"cuda": 5}  # decode positions the profiling pass times on a GPU (besides the prefill)
 
 
 def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int) -> None:
@@ -75,17 +75,19 @@ def run(payload: dict, control: Control):
         yield {"status": note}
     sampling = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, repetition_penalty=s.repetition_penalty)
     kw = dict(cache=s.cache, tiles=s.tiles, tokenizer=tok, seed=s.seed, **sampling)
-    # On a GPU the first two steps run once untimed first, so Triton's compilation is reported apart; the
-    # interpreter compiles nothing, and that warm-up would only double the wait for the first token.
+    # On CPU every operation of every step is timed as the run goes (the interpreter's clock around each
+    # call costs nothing beside it), so no profiling pass follows; on a GPU a pass after the run times the
+    # kernels with launch overhead kept out, and the run itself replays graphs untouched.
+    watch = Profiler() if device == "cpu" else None
     tokens = generate(
         model,
         [ids] * s.batch,
         max_new_tokens=s.new_tokens,
         graph=None if s.cuda_graph else False,  # None: a graph wherever one applies
-        warmup=device == "cuda",
+        observer=watch,
         **kw,
     )
-    steps, texts, waited, stopped = [], [tok.decode(ids)] * s.batch, None, None
+    steps, texts, waited, stopped, timed_rows = [], [tok.decode(ids)] * s.batch, None, None, []
     last_text, last_chart = 0.0, time.monotonic()
     p = peaks()
 
@@ -106,6 +108,8 @@ def run(payload: dict, control: Control):
 
     for step in tokens:
         steps.append(step)
+        if watch is not None:
+            timed_rows += [dict(step=step.index, phase=step.phase, position=step.position, **r) for r in watch.take()]
         texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
         waited = waited if waited is not None else time.time() - started
         final = bool(step.stop_reason)
@@ -117,7 +121,7 @@ def run(payload: dict, control: Control):
             continue
         yield {"text": _text(texts), "summary": summary()[0], "status": f"{len(steps)} of {s.new_tokens} tokens"}
         last_text = time.monotonic()
-        if final or last_text - last_chart >= CHART_INTERVAL_S:
+        if final or last_text - last_chart >= CHART_INTERVAL_S[device]:
             drawn = charts()
             yield {k: v for k, v in drawn.items() if k not in ("frame", "kernels", "gpu")}
             last_chart = time.monotonic()
@@ -126,15 +130,17 @@ def run(payload: dict, control: Control):
     if stopped:  # no profiling pass either: the visitor or the budget ended the job
         yield finish(s, model, ids, p, charts(), summary, _text(texts), f"Stopped {stopped}", stop_reason=stopped)
         return
+    if watch is not None:
+        profiled = pd.DataFrame(timed_rows)
+        where = "timed in the run itself, every step (CPU clock)"
+        yield finish(s, model, ids, p, charts(profiled, where), summary, None, "Done", after_run=where)
+        return
     samples = PROFILED[device]
     yield {"summary": summary(after_run=f"profiling the kernels at {samples + 1} steps…")[0], "status": "Profiling…"}
-    counted = None
-    if device == "cuda":
-        graph = None if s.cuda_graph else False
-        batch = [ids] * s.batch
-        counted = launches.decode_step_launches(
-            model, batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend
-        )
+    graph = None if s.cuda_graph else False
+    counted = launches.decode_step_launches(
+        model, [ids] * s.batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend
+    )
     try:
         profiled = profile_run(
             model,
