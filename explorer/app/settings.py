@@ -87,7 +87,7 @@ def shape_text(kernel: str, device_type: str) -> str:
 def _tokens_default(device_type: str) -> int:
     """Generate's new tokens: on CPU, where the interpreter takes a good part of a second a token, a run
     that ends within a few seconds."""
-    return 64 if device_type == "cuda" else 24
+    return 64 if device_type == "cuda" else 10
 
 
 def _lengths_default(device_type: str) -> str:
