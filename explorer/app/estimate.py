@@ -1,12 +1,14 @@
 """What a job will cost, said before it starts, and the job refused when that is more than the budget.
 
-Generations are counted in layer-steps: one layer of one step over a few tokens of a model 256 wide. A
-step over more tokens (a prefill; every step with the cache off) counts 1 + tokens / 64 of them, and a
-wider model width / 256 times as many: the interpreter runs one program per tile, and tiles are 64 rows
-or so; a GPU's step time grows the same way once it is past its launch overhead. Seconds per
-layer-step come from the last generation on this device and backend when there was one, else from a
-constant measured on the machines named below. A sweep is counted in interpreter programs on CPU
-(every program of every config's grid runs in Python) and in configs on a GPU. Rough, and labelled so.
+Generations are counted in layer-steps: one layer of one decode step of a model 256 wide. A pass over T
+tokens (a prefill; every step with the cache off) counts PASS_BASE + T / TOKENS_PER_UNIT of them: it
+runs the tiled matmul and prefill attention, which cost more than a decode step even for a few tokens,
+and grows with T. A wider model counts width / 256 times as many. Seconds per layer-step come from the
+last generation on this device and backend when there was one, else from RATES, measured on the
+machines named there; each job also costs FIXED_S whatever its size (the last figures, the hierarchy
+table, on a GPU the profiling pass). A sweep is counted in interpreter programs on CPU (every program of
+every config's grid runs in Python) and in configs on a GPU. Rough, and labelled so: benchmarks/page.py
+and RESULTS.md hold each estimate next to the time its job then took.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import threading
 from ..measure.sweeps import DEFAULT_SHAPES, GRIDS
 from .errors import UserError
 
-# Seconds per layer-step before any run here (the interpreter: a 2-core CPU machine; GPU: an H200 with its
-# eager launches, about 0.1 ms a layer-step), and seconds a job costs whatever its size (loading, figures,
-# the profiling pass's set-up), per device.
-RATES = {("cpu", "triton"): 0.05, ("cpu", "torch"): 0.001, ("cuda", "triton"): 0.0005, ("cuda", "torch"): 0.0005}
-FIXED_S = {"cpu": 1.0, "cuda": 0.5}
+# Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (a decode step of the
+# bundled model, 6 layers, in about 0.8 s); PyTorch on that CPU; an H200, eager launches included. And
+# seconds a job costs whatever its size, per device.
+RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0005, ("cuda", "triton"): 0.0003, ("cuda", "torch"): 0.0003}
+FIXED_S = {"cpu": 0.4, "cuda": 0.8}
 COMPILE_S = {"cpu": 0.0, "cuda": 30.0}  # Triton's compilation before a GPU's first job
-TOKENS_PER_UNIT = 64
+PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
+TOKENS_PER_UNIT = 96
 # (layers, width) of the models the app offers; others count as GPT-2 small.
 SHAPES = {"bundled": (6, 256), "distilgpt2": (6, 768), "gpt2": (12, 768), "gpt2-shape": (12, 768)}
 SHAPES |= {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 1600)}
@@ -35,6 +38,9 @@ SWEEP_CONFIG_S = {"cpu": 0.05, "cuda": 0.3}
 # One input set of a sweep may hold at most this many bytes: the interpreter runs every program in Python,
 # and on a GPU the sweep makes up to 64 rotated copies.
 SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
+# Decode steps' worth one rung of the ladder costs: on CPU the step traced (which, eager and observed, costs a
+# little more than a step); on a GPU that step, its graph's capture and the replays.
+LADDER_STEPS = {"cpu": 1.3, "cuda": 3}
 PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
 
 _measured: dict[tuple[str, str], float] = {}  # the device's speed, not a visitor's data: shared
@@ -68,19 +74,22 @@ def advice(kind: str) -> str:
 
 
 def layer_steps(
-    model: str, prompt: int, new_tokens: int, cache: bool, batch: int = 1, profiled: int = 0, warmup: bool = True
+    model: str, prompt: int, new_tokens: int, cache: bool, batch: int = 1, profiled: int = 0, warmup: bool = False
 ) -> float:
-    """Layer-steps of one generation: its warm-up (a prefill and a decode step), prefill and decode steps,
-    and `profiled` steps of a profiling pass after it (each rebuilt from a prefill)."""
+    """Layer-steps of one generation: its prefill and decode steps, `profiled` steps of a profiling pass
+    after it (each rebuilt from a pass over the whole run), and with `warmup` (a GPU's compile run) a prefill
+    and a decode step before it."""
     layers, width = SHAPES.get(model, SHAPES["gpt2"])
 
-    def step(tokens: int) -> float:
-        return 1 + batch * tokens / TOKENS_PER_UNIT
+    def full(tokens: int) -> float:  # a pass over `tokens` tokens of each sequence
+        return PASS_BASE + batch * tokens / TOKENS_PER_UNIT
 
-    decode = [step(1 if cache else prompt + i) for i in range(1, new_tokens + 1)]
-    steps = step(prompt) + sum(decode[:-1]) + profiled * (step(prompt + new_tokens) + 1)
+    decode = [1.0 if cache else full(prompt + i) for i in range(1, new_tokens)]
+    steps = full(prompt) + sum(decode)
+    if profiled:  # the prefill again, then each decode position rebuilt: a pass over what came before, a step
+        steps += full(prompt) + (profiled - 1) * (full(prompt + new_tokens // 2) + 1)
     if warmup:
-        steps += step(prompt) + decode[0]
+        steps += full(prompt) + 1
     return steps * layers * width / 256
 
 
@@ -119,6 +128,10 @@ def generation_units(s, device: str) -> float:
     return layer_steps(s.model, tokens, s.new_tokens, s.cache, s.batch, profiled=PROFILED[device], warmup=warm)
 
 
+def generation_seconds(s, device: str) -> float:
+    return seconds(device, s.backend, generation_units(s, device))
+
+
 def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
     """Compare runs both backends, the cache on and off, each cache-on run twice with graphs, per length."""
     graphs = s.cuda_graph and device == "cuda"
@@ -126,7 +139,8 @@ def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
     for backend in ("triton", "torch"):
         out[backend] = 0.0
         for cache, runs in ((True, 2 if graphs else 1), (False, 1)):
-            out[backend] += sum(layer_steps(s.model, n, s.new_tokens, cache) for n in lengths) * runs
+            warm = device == "cuda"
+            out[backend] += sum(layer_steps(s.model, n, s.new_tokens, cache, warmup=warm) for n in lengths) * runs
     return out
 
 
@@ -137,11 +151,11 @@ def compare_seconds(s, lengths: list[int], device: str) -> float:
     )
 
 
-def ladder_seconds(s, device: str, rungs: int = 6) -> float:
-    """One decode step per rung at the ladder's context, each run twice (compile or warm, then timed)."""
-    context = 1000 if device == "cuda" else 16
+def ladder_seconds(s, device: str, rungs: int = 5) -> float:
+    """One decode step per Triton rung at the ladder's context (the torch backend's costs next to nothing):
+    on CPU the step traced is the step timed; on a GPU it is traced, captured and replayed (LADDER_STEPS)."""
     layers, width = SHAPES.get(s.model, SHAPES["gpt2"])
-    units = rungs * 3 * (1 + s.batch * context / TOKENS_PER_UNIT / 16) * layers * width / 256
+    units = rungs * LADDER_STEPS[device] * s.batch * layers * width / 256
     return seconds(device, "triton", units)
 
 
@@ -210,7 +224,7 @@ def sweep_s(kernel: str, shape: dict, device: str) -> float:
 
 
 def generation_note(s, device: str) -> str:
-    return note(seconds(device, s.backend, generation_units(s, device)), device, [s.backend])
+    return note(generation_seconds(s, device), device, [s.backend])
 
 
 def compare_note(s, lengths: list[int], device: str) -> str:

@@ -115,7 +115,7 @@ def make(ctx: Context) -> dict:
             overlay = settings.check("overlay", values["overlay"])
             ctx.policy.check(s.model)
             units = estimate.generation_units(s, ctx.device)
-            seconds = estimate.seconds(ctx.device, s.backend, units)
+            seconds = estimate.generation_seconds(s, ctx.device)
             state = dict(state or NEW_STATE)
             payload = dict(settings=s, previous=state.get("steps") if overlay else None, started=time.time())
             t0 = time.monotonic()

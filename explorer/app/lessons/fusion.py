@@ -128,10 +128,10 @@ def figure(r) -> go.Figure:
 
 
 def _estimate(s: dict) -> float:
-    # A decode step per rung and one on the torch backend, each run once to trace and a few times to time:
-    # about a generation of that many decode steps.
-    units = estimate.layer_steps(s["model"], 1, 1 + len(RUNG_NAMES) * (2 + min(s["replays"], 3)), True, warmup=False)
-    return estimate.seconds(base.models.device().type, s["backend"], units)
+    # A decode step per Triton rung (the torch backend's costs next to nothing): the ladder's own estimate.
+    layers, width = estimate.SHAPES.get(s["model"], estimate.SHAPES["gpt2"])
+    steps = (len(RUNG_NAMES) - 1) * estimate.LADDER_STEPS[base.models.device().type]
+    return estimate.seconds(base.models.device().type, s["backend"], steps * layers * width / 256)
 
 
 def _controls(s: dict) -> dict:
