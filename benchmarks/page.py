@@ -56,7 +56,7 @@ def stamps(job, t0: float, text_at: int | None, prompt: str = "") -> dict:
     updates."""
     times, texts = [], []
     for out in job:
-        times.append(time.monotonic() - t0)
+        times.append(time.monotonic() - t0)  # when gradio_client handed the update over
         if text_at is not None:
             texts.append(out[text_at] if isinstance(out[text_at], str) else None)
     job.result()  # raises what the job raised
@@ -117,8 +117,11 @@ def through_server(port: int, gpt2: str, device: str) -> tuple[list[dict], str]:
         ]
         for name, endpoint, params, text_at in jobs:
             t1 = time.monotonic()
+            seen = len([line for line in log if " job " in line])
             row = stamps(client.submit(**params, api_name=endpoint), t1, text_at, params.get("prompt", ""))
-            rows.append(dict(job=name, endpoint=endpoint, params=params) | row)
+            time.sleep(0.2)  # the server logs the job's timeline as it ends
+            server = [line.split(" s  ", 1)[1] for line in log if " job " in line][seen:]
+            rows.append(dict(job=name, endpoint=endpoint, params=params, server=server) | row)
             print(f"{name}: {row}", flush=True)
         log.append(f"served after {started:.1f} s")
     finally:
@@ -197,6 +200,9 @@ def main() -> None:
     where = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter)"
     print(f"\n{where}, torch {torch.__version__}; seconds from submit (through the server) or from the job's start")
     print(table(rows))
+    print("\nThe server's own timeline of each job (its log):")
+    for r in rows:
+        print(f"- {r['job']}: {'; '.join(r.get('server') or ['(none logged)'])}")
     if args.out:
         Path(args.out).write_text(json.dumps(dict(device=where, rows=rows, log=log), indent=1, default=str))
 

@@ -3,6 +3,8 @@
 # own time limit so a slow one cannot starve the rest; logs and tables go to $OUT (at most 8 files come back).
 #   bash scripts/device_run.sh page     what a visitor waits for through the server (benchmarks/page.py); the
 #                                       lessons and the CPU's default jobs recorded for visitors without a GPU
+#   bash scripts/device_run.sh stream   when each streamed update leaves the server (experiments/stream_check.py),
+#                                       then page
 #   bash scripts/device_run.sh tests N  the whole test suite under pytest -n 16, N times in a row
 #   bash scripts/device_run.sh bench    the fusion ladder next to PyTorch and torch.compile, whole generations
 set -u
@@ -20,6 +22,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 python3 -c "import torch, triton, transformers, gradio; print('torch', torch.__version__, '| triton', triton.__version__,
 '| transformers', transformers.__version__, '| gradio', gradio.__version__)" | tee -a "$LOG"
 
+if [ "$PART" = stream ]; then
+  say "streamed updates, raw and through gradio_client"
+  timeout 150 python3 experiments/stream_check.py --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG"
+  PART=page
+fi
 if [ "$PART" = page ]; then
   say "the page, timed through the server"
   timeout 330 python3 benchmarks/page.py --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"

@@ -52,6 +52,35 @@ class Job:
     budget_s: float  # seconds it may run; it stops itself there, and is killed GRACE_S later
 
 
+class Timeline:
+    """When a job's updates left the worker, reached the server and went on to the page (wall clock, seconds
+    from the job's submission): one line in the server's log per job, so that a page that waits can be
+    told from a job that is slow."""
+
+    def __init__(self, kind: str):
+        self.kind, self.t0 = kind, time.time()
+        self.sent, self.got, self.yielded = [], [], []
+
+    def arrived(self, sent: float | None, got: float) -> None:
+        if sent is not None:
+            self.sent.append(sent - self.t0)
+            self.got.append(got - self.t0)
+
+    def passed_on(self) -> None:
+        self.yielded.append(time.time() - self.t0)
+
+    def line(self) -> str:
+        if not self.sent:
+            return f"job {self.kind}: no update in {time.time() - self.t0:.2f} s"
+        lag = max(g - s for s, g in zip(self.sent, self.got, strict=True))
+        shown = self.yielded or [float("nan")]
+        return (
+            f"job {self.kind}: {len(self.sent)} messages, left the worker at {self.sent[0]:.2f}-{self.sent[-1]:.2f} s, "
+            f"reached the server by {lag:.3f} s after each, went to the page in {len(self.yielded)} updates at "
+            f"{shown[0]:.2f}-{shown[-1]:.2f} s, ended at {time.time() - self.t0:.2f} s"
+        )
+
+
 def merge(updates: list[dict]) -> dict:
     """Updates waiting for the page, as one: later keys win."""
     out: dict = {}
@@ -139,7 +168,7 @@ class ProcessRunner:
             return
         job_id, loop, queue = route
         if msg[1] is None or msg[1] == job_id:
-            loop.call_soon_threadsafe(queue.put_nowait, msg)
+            loop.call_soon_threadsafe(queue.put_nowait, (*msg, time.time()))  # and when it arrived
 
     async def _restart(self) -> None:
         """Kill the worker (it did not stop in time, or died) and start a fresh one; the kill is awaited,
@@ -172,6 +201,7 @@ class ProcessRunner:
             queue: asyncio.Queue = asyncio.Queue()
             self._route = (job_id, asyncio.get_running_loop(), queue)
             deadline = time.monotonic() + job.budget_s + GRACE_S
+            timeline = Timeline(job.kind)
             try:
                 self._conn.send(("job", job_id, job.kind, job.payload | {"budget_s": job.budget_s}))
                 while True:
@@ -190,12 +220,14 @@ class ProcessRunner:
                         waiting.append(queue.get_nowait())
                     updates, end = [], None
                     for msg in waiting:
+                        timeline.arrived(msg[-2], msg[-1])
                         if msg[0] == "update":
                             updates.append(msg[2])
                         else:
                             end = msg
                             break
                     if updates:
+                        timeline.passed_on()
                         yield merge(updates)
                     if end is not None:
                         await self._finish(end)
@@ -205,6 +237,7 @@ class ProcessRunner:
                 raise
             finally:
                 self._route = None
+                self.log(timeline.line())
 
     async def _finish(self, msg) -> None:
         kind = msg[0]

@@ -54,11 +54,11 @@ def main(jobs_fd: int, out_fd: int, stop_fd: int) -> None:
         control = jobs.Control(stopping, time.monotonic() + payload.get("budget_s", float("inf")))
         try:
             for update in jobs.JOBS[kind](payload, control):
-                out.send(("update", job_id, update))
+                out.send(("update", job_id, update, time.time()))  # when it left, for the server's timeline
         except Exception as e:  # every failure becomes one message; the worker takes the next job
             out.send(("error", job_id, str(jobs.friendly(e))))
             continue
-        out.send(("done", job_id, None))
+        out.send(("done", job_id, None, time.time()))
 
 
 if __name__ == "__main__":
