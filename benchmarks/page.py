@@ -51,19 +51,28 @@ def gpt2_shaped(folder: Path) -> str:
 
 
 def stamps(job, t0: float, text_at: int | None, prompt: str = "") -> dict:
-    """Iterate a submitted job, stamping each update: the first generated text (the text output, at
-    `text_at`, longer than the prompt), its last change, done, count, and the longest gap between two
-    updates."""
-    times, texts = [], []
-    for out in job:
-        times.append(time.monotonic() - t0)  # when gradio_client handed the update over
-        if text_at is not None:
-            texts.append(out[text_at] if isinstance(out[text_at], str) else None)
+    """Watch a submitted job, stamping each update as gradio_client receives it: the first generated text
+    (the text output, at `text_at`, longer than the prompt), its last change, done, count, and the longest
+    gap between two updates. Polled from job.outputs(), which holds the client's lock only to copy: its own
+    iterator (gradio_client 2.7, Job.__next__) sleeps while holding that lock, so its receiving thread can
+    wait, and a loop over `for out in job` sees in bursts what the server sent spread out."""
+    times, texts, seen = [], [], 0
+    while True:
+        done = job.done()
+        outs = job.outputs()
+        now = time.monotonic() - t0
+        for out in outs[seen:]:
+            times.append(now)
+            if text_at is not None:
+                texts.append(out[text_at] if isinstance(out[text_at], str) else None)
+        seen = len(outs)
+        if done:
+            break
+        time.sleep(0.005)
     job.result()  # raises what the job raised
-    done = time.monotonic() - t0
-    row = dict(
-        done_s=done, updates=len(times), longest_gap_s=max(b - a for a, b in zip([0.0, *times], times, strict=False))
-    )
+    finished = time.monotonic() - t0
+    gap = max(b - a for a, b in zip([0.0, *times], times, strict=False)) if times else finished
+    row = dict(done_s=finished, updates=len(times), longest_gap_s=gap, stamps=[round(t, 3) for t in times])
     if text_at is not None:
         generated = [(t, x) for t, x in zip(times, texts, strict=True) if x is not None and len(x) > len(prompt)]
         last_change = max(
@@ -120,8 +129,8 @@ def through_server(port: int, gpt2: str, device: str) -> tuple[list[dict], str]:
             seen = len([line for line in log if " job " in line])
             row = stamps(client.submit(**params, api_name=endpoint), t1, text_at, params.get("prompt", ""))
             time.sleep(0.2)  # the server logs the job's timeline as it ends
-            server = [line.split(" s  ", 1)[1] for line in log if " job " in line][seen:]
-            rows.append(dict(job=name, endpoint=endpoint, params=params, server=server) | row)
+            logged = [line.split(" s  ", 1)[1] for line in log if " job " in line][seen:]
+            rows.append(dict(job=name, endpoint=endpoint, params=params, server=logged) | row)
             print(f"{name}: {row}", flush=True)
         log.append(f"served after {started:.1f} s")
     finally:
