@@ -319,19 +319,20 @@ def test_h200_defaults_are_the_sweeps_winners():
 
 
 def test_cpu_defaults_are_few_large_programs():
-    """The interpreter's cost is per program and per operation: one split, the widest column tiles, and for a
-    single row the prefetch form wherever it needs no more column tiles than the K loop."""
+    """The interpreter's cost is per program and per operation: one split and, for a single row, the prefetch
+    form with the whole output in one program (its values are numpy arrays there, not registers)."""
     cpu = torch.device("cpu")
     resolve = lambda rows, out_f, in_f, dtype: fused.resolve_config(None, rows, out_f, in_f, dtype, cpu)
     for dtype in (torch.float32, torch.float16):
-        # One row over a 256-wide K: 256 columns of the whole slice fit registers (65536 elements).
-        for out_f in (768, 1024, 256, 4096):
-            cfg = resolve(1, out_f, 256, dtype)
-            assert fused.prefetches(cfg) and (cfg.block_n, cfg.split_k) == (256, 1)
-    # A longer K would leave the prefetch form narrower tiles (64 columns of 1024): the K loop in 256-wide
-    # tiles, block_k as large as shared memory allows (64 in fp32, 128 in fp16); so for more rows, which the
-    # K loop multiplies in one tl.dot where the prefetch form takes them one at a time.
-    for rows, out_f, in_f in ((1, 256, 1024), (1, 2304, 768), (4, 1024, 256), (16, 256, 1024)):
+        for out_f, in_f, programs in ((768, 256, 1), (1024, 256, 1), (256, 256, 1), (4096, 256, 1), (256, 1024, 1),
+                                      (2304, 768, 3)):  # fmt: skip
+            cfg = resolve(1, out_f, in_f, dtype)
+            assert fused.prefetches(cfg) and cfg.split_k == 1, (out_f, in_f, cfg)
+            # As wide as the interpreter's budget holds the whole K slice: 1024 columns of 768, one tile of 4096 x 256.
+            assert cdiv(out_f, cfg.block_n) == programs, (out_f, in_f, cfg)
+    # More rows take the K loop in 256-wide tiles, block_k as large as shared memory allows (64 in fp32, 128 in
+    # fp16): it multiplies them in one tl.dot where the prefetch form takes them one at a time.
+    for rows, out_f, in_f in ((4, 1024, 256), (16, 256, 1024)):
         for dtype, block_k in ((torch.float32, 64), (torch.float16, 128)):
             cfg = resolve(rows, out_f, in_f, dtype)
             assert (cfg.block_n, cfg.block_k, cfg.split_k) == (256, block_k, 1) and not fused.prefetches(cfg)

@@ -2,6 +2,7 @@
 process: what each yields and in what order, when it stops, and what a handler refuses before any work."""
 
 import asyncio
+import dataclasses
 import time
 
 import gradio as gr
@@ -42,9 +43,13 @@ def test_generate_sends_text_first_then_charts_then_the_profiled_run():
     assert set(texts[0]) == {"text", "summary", "status"}  # no figure holds back the first text
     first_chart = next(i for i, u in enumerate(updates) if "latency" in u)
     assert first_chart > updates.index(texts[0])
-    assert "profiling the kernels at" in updates[-2]["summary"]
     last = updates[-1]
-    assert "| kernel times | timed at decode positions" in last["summary"]
+    if torch.cuda.is_available():  # a profiling pass after the run
+        assert "profiling the kernels at" in updates[-2]["summary"]
+        assert "| kernel times | timed at decode positions" in last["summary"]
+    else:  # every operation timed in the run itself, by the interpreter's clock
+        assert "| kernel times | timed in the run itself, every step (CPU clock) |" in last["summary"]
+        assert last["state"]["kernels"].kernel_ms.notna().all()
     assert list(last["state"]["steps"].step) == [0, 1, 2]
     assert {"latency", "traffic", "kv", "share", "bandwidth", "hierarchy", "roofline"} <= set(last)
     assert "time to first token (waited, from the click)" in last["summary"]
@@ -131,7 +136,7 @@ def test_summary_names_each_rate_by_its_clock_and_counts_kernels_only_where_coun
         operations_per_step=171,
     )
     graphed = views.summary_markdown({**base, "cuda_graph": True, "kernels_per_step": 163, "memory_ops_per_step": 1})
-    assert "| tokens/s delivered (wall clock, first to last token) | 679.0 tokens/s |" in graphed
+    assert "| tokens/s delivered (wall clock, first to last token) | 679 tokens/s |" in graphed
     assert "| time to first token (waited, from the click) | 0.25 s |" in graphed
     assert "| decode step p50 / p90 (device clock, CUDA events) | 0.607 / 0.700 ms |" in graphed
     assert "163 GPU kernels + 1 memory operations (counted by torch.profiler)" in graphed
@@ -223,3 +228,45 @@ def test_the_default_generate_and_the_readme_example_read_without_a_repeated_phr
         updates = list(jobs.JOBS["generate"]({"settings": s}, NEVER))
         text = next(u["text"] for u in reversed(updates) if "text" in u)
         assert repeated_phrase(text[len(prompt) :]) is None, text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a visitor without a GPU sees")
+@pytest.mark.parametrize("new_tokens,how", [(None, "recorded"), (3, "modeled")])
+def test_on_cpu_every_chart_of_a_time_has_the_gpus_answer_beside_it(new_tokens, how):
+    """The CPU's default job is recorded on an H200 (assets/recorded/jobs_h200.json) and shown beside it; any
+    other job gets the GPU's time modeled from its bytes, and says so."""
+    import json
+
+    d = settings.defaults("cpu", {"dtype": "float32"})
+    s = settings.RunSettings(prompt=d["prompt"], new_tokens=new_tokens or d["new_tokens"], dtype="float32")
+    last = {}
+    for update in jobs.JOBS["generate"]({"settings": s}, NEVER):
+        last |= update
+    figure = {name: json.loads(last[name])["layout"] for name in ("latency", "share", "bandwidth", "roofline")}
+    panels = [a["text"] for a in figure["latency"]["annotations"]]
+    assert panels == [f"NVIDIA H200, {how}", "this CPU (interpreter)"], panels
+    assert "Python running each program" in figure["latency"]["title"]["text"]
+    for name in ("share", "bandwidth", "roofline"):
+        assert "NVIDIA H200" in figure[name]["title"]["text"], (name, figure[name]["title"]["text"])
+    assert f"| measure | this CPU (interpreter) | NVIDIA H200 ({how}) |" in last["summary"]
+    if how == "modeled":
+        assert "modeled: each kernel's HBM bytes at its measured" in figure["latency"]["title"]["text"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a visitor without a GPU sees")
+def test_on_cpu_compare_and_the_ladder_show_the_gpus_time_first():
+    import json
+
+    d = settings.defaults("cpu", {"dtype": "float32"})
+    s = settings.RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype="float32")
+    ladder = {}
+    for update in jobs.JOBS["ladder"]({"settings": s}, NEVER):
+        ladder |= update
+    titles = [a["text"] for a in json.loads(ladder["plot"])["layout"]["annotations"]]
+    assert titles[2] == "µs per step: NVIDIA H200, recorded" and titles[3] == "s per step (interpreter, CPU)"
+    compare = {}
+    short = dataclasses.replace(s, new_tokens=2)  # not the recorded job: the GPU's side is modeled
+    for update in jobs.JOBS["compare"]({"settings": short, "lengths": [3]}, NEVER):
+        compare |= update
+    panels = [a["text"] for a in json.loads(compare["plot"])["layout"]["annotations"]]
+    assert panels == ["NVIDIA H200, modeled", "this CPU (interpreter)"], panels
