@@ -246,3 +246,39 @@ def test_compare_the_ladder_and_export_in_a_browser(browser):
         link.wait_for(timeout=30_000)
         assert link.get_attribute("download") == "compare.csv" and "KB" in link.inner_text()
         page.screenshot(path=str(ARTIFACTS / "export.png"), full_page=True)
+
+
+def test_the_rough_edges_a_newcomer_found(browser):
+    """Examples show their line breaks and fill the prompt with them; Compare's and the ladder's tables start
+    with their own columns; "Run the lesson again" with none picked says what to do; a lesson picked while
+    another runs stops that one and runs, its own chart replacing the other's."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app() as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url, wait_until="load")
+        example = page.get_by_text("import os ⏎ import sys ⏎ ⏎ ⏎ def main(")
+        example.click()
+        page.wait_for_function(
+            "() => document.querySelector('textarea').value.startsWith('import os\\nimport sys\\n\\n\\ndef main(')",
+            timeout=10_000,
+        )
+        page.get_by_role("tab", name="Compare").click()
+        page.get_by_text("per run").first.wait_for(timeout=10_000)
+        headers = [h.strip() for h in page.locator("th").all_inner_texts() if h.strip()]
+        assert "prompt_tokens" in headers and "rung" in headers and not {"1", "2", "3"} & set(headers), headers
+        page.get_by_role("tab", name="Lessons").click()
+        page.get_by_role("button", name="Run the lesson again").click()
+        page.get_by_text("Pick a lesson above first").wait_for(timeout=30_000)
+        assert page.locator(".toast-body").count() == 0  # no red error
+        labels = dict((n, label) for label, n in lessons.choices())
+        page.get_by_text(labels["decode-step"], exact=True).click()
+        page.get_by_text("Running the decoder block: where").wait_for(timeout=30_000)
+        page.get_by_text(labels["kv-cache"], exact=True).click()
+        try:
+            text = _lesson_done(page, "kv-cache", timeout_ms=60_000)
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "rough-edges.png"), full_page=True)
+        assert "The KV cache on and off, measured just now" in text
+        page.wait_for_timeout(3000)  # the decode-step lesson, stopped, must not come back over it
+        assert "The KV cache on and off, measured just now" in page.locator("#lesson-live").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "rough-edges.png"), full_page=True)

@@ -44,6 +44,7 @@ class Context:
     runner: object
     policy: Policy = field(default_factory=Policy)
     device: str = "cpu"  # "cuda" | "cpu"
+    lesson_picks: dict = field(default_factory=dict)  # per browser session: how many lessons it has picked
 
     def dynamic(self) -> dict:
         """The choices that depend on the operator or the device."""
@@ -55,6 +56,8 @@ def api(names: list[str], fn):
     pass them by name, followed by fn's own other parameters (the page's state)."""
     rest = list(inspect.signature(fn).parameters.values())[1:]
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    # Gradio fills a parameter annotated gr.Request itself; the annotation must be the class, not its name.
+    rest = [p.replace(annotation=gr.Request) if p.name == "request" else p for p in rest]
 
     if inspect.isasyncgenfunction(fn):  # Gradio streams only what it sees as a generator function
 
@@ -118,12 +121,14 @@ def make(ctx: Context) -> dict:
             seconds = estimate.generation_seconds(s, ctx.device)
             state = dict(state or NEW_STATE)
             payload = dict(settings=s, previous=state.get("steps") if overlay else None, started=time.time())
-            t0 = time.monotonic()
+            ran = None
             async for view in run_job(ctx, "generate", payload, seconds):
                 if "state" in view:
                     state = {**state, "previous": state.get("steps"), **view.pop("state")}
+                ran = view.pop("ran_s", ran)
                 yield (*outputs(view, GENERATE_OUT), state)
-            estimate.record(ctx.device, s.backend, units, time.monotonic() - t0)
+            if ran is not None:  # the run's own seconds, a model's first load left out: the next estimate's rate
+                estimate.record(ctx.device, s.backend, units, ran)
         except UserError as e:
             raise fail(e) from None
 
@@ -179,13 +184,19 @@ def make(ctx: Context) -> dict:
         except UserError as e:
             raise fail(e) from None
 
-    async def lesson(values: dict):
+    async def lesson(values: dict, request: gr.Request = None):
+        """A lesson's job; another lesson picked on the same page meanwhile ends it (the pick's own job
+        runs next), since a visitor who picks another lesson wants that one, not the one before."""
+        session = getattr(request, "session_hash", None)
+        mine = ctx.lesson_picks.get(session)
         try:
             name = validate.choice("lesson", values["lesson"], lessons.names())
             text, figure = lessons.recorded_view(name)
             recorded = (text, gr.update(value=figure, visible=figure is not None))
             yield f"*Running {lessons.LESSONS[name].title.lower()}…*", None, *recorded
             async for view in run_job(ctx, "lesson", dict(lesson=name), lessons.estimate(name)):
+                if ctx.lesson_picks.get(session) != mine:
+                    return  # closing the job's updates stops it
                 yield (*outputs(view, ["text", "plot"]), *recorded)
         except UserError as e:
             raise fail(e) from None
@@ -210,6 +221,17 @@ LESSON_CONTROLS = ["model", "prompt_tokens", "new_tokens", "dtype", "backend", "
 def stopped(summary: str) -> str:
     """The summary after Stop: the run did not reach its end, and the table says so."""
     return summary.replace("| stopped | running |", "| stopped | by you, before the end |")
+
+
+def picker(ctx: Context):
+    """pick_lesson, counting the page's picks: a lesson still running for this page sees it was superseded."""
+
+    def pick(name, request: gr.Request = None):
+        session = getattr(request, "session_hash", None)
+        ctx.lesson_picks[session] = ctx.lesson_picks.get(session, 0) + 1
+        return pick_lesson(name)
+
+    return pick
 
 
 def pick_lesson(name):

@@ -257,12 +257,11 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
 
     lesson_out = [le["text"], le["plot"], le["recorded"], le["recorded_plot"]]
     lesson_controls = [g[n] if n != "kernel" else sw["kernel"] for n in handlers.LESSON_CONTROLS]
+    # Another lesson picked while one runs: the running one sees it and stops, and the new one runs after it.
     picked = le["lesson"].change(
-        handlers.pick_lesson, le["lesson"], [le["intro"], *lesson_controls], api_visibility="private", queue=False
+        handlers.picker(ctx), le["lesson"], [le["intro"], *lesson_controls], api_visibility="private", queue=False
     )
-    running = picked.then(api(["lesson"], job["lesson"]), le["lesson"], lesson_out, api_name="lesson", **GPU)
-    # Another lesson picked while one runs: the running one stops, and the new one runs after it.
-    le["lesson"].change(None, None, None, cancels=[running], api_visibility="private")
+    picked.then(api(["lesson"], job["lesson"]), le["lesson"], lesson_out, api_name="lesson", **GPU)
     le["again"].click(_again(job["lesson"]), le["lesson"], [le["intro"], *lesson_out], api_visibility="private", **GPU)
     demo.load(handlers.open_link, None, [tabs, le["lesson"]], api_visibility="private")  # queued: it may warn
     # The estimates under Generate and Compare follow their controls, from the page's first load on.

@@ -68,6 +68,7 @@ def run(payload: dict, control: Control):
     previous: pd.DataFrame | None = payload.get("previous")
     started = payload.get("started", time.time())  # wall clock: when the page's request began
     model, tok, ids = prepare(s)
+    ran_from = time.monotonic()  # the estimate's rate counts the run, not a model's first load
     device = model.device.type
     rung = {"fusion": views.fusion_label(s.backend, s.fusion)}
     key = ("generate", s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache, s.cuda_graph)
@@ -128,12 +129,14 @@ def run(payload: dict, control: Control):
     tokens.close()
     remember_warm(key)
     if stopped:  # no profiling pass either: the visitor or the budget ended the job
-        yield finish(s, model, ids, p, charts(), summary, _text(texts), f"Stopped {stopped}", stop_reason=stopped)
+        update = finish(s, model, ids, p, charts(), summary, _text(texts), f"Stopped {stopped}", stop_reason=stopped)
+        yield update | {"ran_s": time.monotonic() - ran_from}
         return
     if watch is not None:
         profiled = pd.DataFrame(timed_rows)
         where = "timed in the run itself, every step (CPU clock)"
-        yield finish(s, model, ids, p, charts(profiled, where), summary, None, "Done", after_run=where)
+        update = finish(s, model, ids, p, charts(profiled, where), summary, None, "Done", after_run=where)
+        yield update | {"ran_s": time.monotonic() - ran_from}
         return
     samples = PROFILED[device]
     yield {"summary": summary(after_run=f"profiling the kernels at {samples + 1} steps…")[0], "status": "Profiling…"}
@@ -158,7 +161,8 @@ def run(payload: dict, control: Control):
     if control.why():
         profiled, where = None, f"not measured: stopped {control.why()}"
     drawn = charts(profiled, where if profiled is not None else "")
-    yield finish(s, model, ids, p, drawn, summary, None, "Done", counted=counted, after_run=where)
+    update = finish(s, model, ids, p, drawn, summary, None, "Done", counted=counted, after_run=where)
+    yield update | {"ran_s": time.monotonic() - ran_from}
 
 
 def finish(s, model, ids, p, drawn: dict, summary, text, status: str, **extra) -> dict:
