@@ -29,7 +29,13 @@ def side_by_side(left: go.Figure, right: go.Figure, titles: tuple[str, str], not
         fig.update_xaxes(title_text=part.layout.xaxis.title.text, type=part.layout.xaxis.type, row=1, col=col)
         fig.update_yaxes(title_text=part.layout.yaxis.title.text, type=part.layout.yaxis.type, row=1, col=col)
     plots._layout(fig, title, left.layout.xaxis.title.text or "", left.layout.yaxis.title.text or "", note, width=900)
-    fig.update_layout(margin_t=fig.layout.margin.t + 24, height=fig.layout.height + 24)  # room for the panels' titles
+    # The title and its note from the top down, and the panels' titles under them: plotly would centre the
+    # title in the top margin, over the panels' titles.
+    fig.update_layout(
+        title=dict(yref="container", y=1, yanchor="top", pad=dict(t=16)),
+        margin_t=fig.layout.margin.t + 28,
+        height=fig.layout.height + 28,
+    )
     return fig
 
 
@@ -44,14 +50,15 @@ def latency(steps: pd.DataFrame, gpu: Counterpart) -> go.Figure:
 
 
 def share(gpu: Counterpart) -> go.Figure:
-    clock = f"{short(gpu)} device time" if gpu.recorded else f"{gpu.gpu}, modeled from HBM bytes"
+    name = gpu.gpu.removeprefix("NVIDIA ")  # the chart is narrow: its title must fit in one line
+    clock = f"{name}, recorded" if gpu.recorded else f"{name}, modeled"
     note = f"{gpu.label}. This CPU's time per kernel is in the Memory hierarchy tab."
     return plots.kernel_share_figure(gpu.tables["kernels"], note, clock)
 
 
 def bandwidth(gpu: Counterpart) -> go.Figure:
     note = f"{gpu.label}. This CPU moves no bytes through HBM: the interpreter has none to measure."
-    return plots.bandwidth_figure(gpu.tables["steps"], gpu.bandwidth_gbs, note)
+    return plots.bandwidth_figure(gpu.tables["steps"], gpu.bandwidth_gbs, note, width=plots.NARROW_PX)
 
 
 def roofline(gpu: Counterpart, profiled: str = "") -> go.Figure:

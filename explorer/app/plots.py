@@ -127,8 +127,9 @@ def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
     return _layout(fig, "HBM traffic per step by kernel (modeled)", "generated token", "MB moved", note)
 
 
-def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: str = "") -> go.Figure:
-    """Achieved bandwidth per step (modeled bytes over measured time) against the measured peak."""
+def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: str = "", width: int = 900) -> go.Figure:
+    """Achieved bandwidth per step (modeled bytes over measured time) against the measured peak; `width`, the
+    column's, to which the note is wrapped (the whole row on a GPU's page, half of it beside a CPU run)."""
     fig = go.Figure()
     for run, frame in _runs(steps):
         fig.add_trace(
@@ -136,7 +137,8 @@ def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: s
         )
     if peak_gbs:
         fig.add_hline(y=peak_gbs, line_dash="dash", annotation_text=f"measured peak {peak_gbs:.0f} GB/s")
-    return _layout(fig, "Achieved bandwidth", "generated token", "GB/s", note, width=900)  # the whole row
+    fig.update_yaxes(rangemode="tozero")  # a share of the peak reads from zero
+    return _layout(fig, "Achieved bandwidth", "generated token", "GB/s", note, width=width)
 
 
 def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:

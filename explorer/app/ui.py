@@ -18,6 +18,7 @@ CSS = """
 .hierarchy td:first-child, .hierarchy th:first-child {text-align: left}
 #out textarea {font-family: ui-monospace, monospace}
 .lesson-text {font-size: 1.15em}
+#summary table td:not(:first-child), #summary table th:not(:first-child) {min-width: 8em}
 """
 INTRO = """# Triton Decoder Explorer
 A small GPT-2 decoder generating token by token on our own Triton kernels. GPU speed is mostly about
@@ -101,7 +102,7 @@ def _generate_tab(ctx: Context) -> dict:
         with gr.Column(scale=2):
             c["status"] = gr.Markdown(elem_id="generate-status")
             c["text"] = gr.Textbox(label="output", lines=8, elem_id="out")
-            c["summary"] = gr.Markdown()
+            c["summary"] = gr.Markdown(elem_id="summary")
             if gpu:
                 with gr.Row():
                     c["latency"], c["traffic"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
@@ -265,13 +266,15 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     le["again"].click(_again(job["lesson"]), le["lesson"], [le["intro"], *lesson_out], api_visibility="private", **GPU)
     demo.load(handlers.open_link, None, [tabs, le["lesson"]], api_visibility="private")  # queued: it may warn
     # The estimates under Generate and Compare follow their controls, from the page's first load on.
-    for fn, inputs, names_, note in (
-        (handlers.generate_estimate, [*run, *tiles], [*RUN, *TILES], g["note"]),
-        (handlers.compare_estimate, [*run, co["lengths"], *tiles], [*RUN, "lengths", *TILES], co["note"]),
+    # and again once a job has run, whose time is the next estimate's rate.
+    for fn, inputs, names_, note, event in (
+        (handlers.generate_estimate, [*run, *tiles], [*RUN, *TILES], g["note"], generating),
+        (handlers.compare_estimate, [*run, co["lengths"], *tiles], [*RUN, "lengths", *TILES], co["note"], comparing),
     ):
         estimate_note = _note(ctx, fn, names_)
         triggers = [demo.load, *(c.change for c in inputs)]
         gr.on(triggers, estimate_note, inputs, note, api_visibility="private", queue=False, show_progress="hidden")
+        event.then(estimate_note, inputs, note, api_visibility="private", queue=False, show_progress="hidden")
 
 
 def _note(ctx, fn, names):

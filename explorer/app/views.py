@@ -45,24 +45,48 @@ def figure_json(fig) -> str:
 
 
 def summary_markdown(summary: dict, gpu: Counterpart | None = None) -> str:
-    """The run's numbers, each named by its clock; on CPU, beside them, the same job's on a GPU."""
+    """The run's numbers, each named by its clock; on CPU, beside them, the same job's on a GPU (`gpu`)."""
     if not summary:
         return ""
-    if gpu is not None:
-        return _with_gpu(summary, gpu)
     timer = summary.get("timer", "")
     cpu = timer.startswith("cpu")
-    bandwidth = f"{summary['achieved_gbs']:.3g} GB/s"
+    clock = "CPU clock" if cpu else "device clock, CUDA events"
+    rows = _rows(summary, clock)
+    if gpu is None:
+        head = f"CPU timings ({cpu_clock(timer)}), not GPU timings\n\n" if cpu else ""
+        return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    timings = {k: v for k, v in _gpu_summary(gpu).items() if k in GPU_TIMINGS}
+    theirs = dict(_rows({k: v for k, v in summary.items() if k != "bandwidth_fraction"} | timings, "device clock"))
+    head = (
+        f"The same job on a GPU beside this CPU's run: **{gpu.label}**. This CPU's times are Python running each "
+        "program of every kernel in Triton's interpreter, not a GPU's.\n\n"
+    )
+    # The GPU first: it is what the lesson is about; the interpreter's clock beside it.
+    lines = [f"| measure | {short_gpu(gpu)} | this CPU (interpreter) |", "|---|---|---|"]
+    for (k, v), gpu_value in zip(rows, theirs.values(), strict=True):
+        lines.append(f"| {k} | {gpu_value if k.split(' (')[0] in GPU_ROWS else ''} | {v} |")
+    return head + "\n".join(lines)
+
+
+# The figures and rows a GPU's answer fills in beside a CPU run: its times, and the rates made of them.
+GPU_TIMINGS = ("waited_s", "ttft_ms", "step_ms_p50", "step_ms_p90", "device_tokens_per_s", "achieved_gbs")
+GPU_ROWS = {"time to first token", "first step", "decode step p50 / p90", "tokens/s at the decode step's pace",
+            "achieved bandwidth"}  # fmt: skip
+
+
+def _rows(summary: dict, clock: str) -> list[tuple[str, str]]:
+    bandwidth = f"{_number(summary['achieved_gbs'])} GB/s"
     if "bandwidth_fraction" in summary:
         bandwidth += f" ({summary['bandwidth_fraction']:.0%} of measured peak)"
-    memory = summary["peak_memory_mb"]
-    clock = "CPU clock" if cpu else "device clock, CUDA events"
+    memory = summary.get("peak_memory_mb", math.nan)
+    p50, p90 = summary["step_ms_p50"], summary["step_ms_p90"]
     rows = [
         ("time to first token (waited, from the click)", _seconds(summary.get("waited_s"))),
-        ("first step (prefill)", f"{summary['ttft_ms']:.1f} ms ({clock})"),
+        (f"first step (prefill, {clock})", plots.duration(summary["ttft_ms"])),
         ("tokens/s delivered (wall clock, first to last token)", _rate(summary.get("wall_tokens_per_s"))),
-        (f"decode step p50 / p90 ({clock})", f"{summary['step_ms_p50']:.3f} / {summary['step_ms_p90']:.3f} ms"),
-        ("warm-up (compile, first run, graph capture)", f"{summary['warmup_ms']:.0f} ms, not counted above"),
+        (f"decode step p50 / p90 ({clock})", f"{plots.duration(p50)} / {plots.duration(p90)}"),
+        ("tokens/s at the decode step's pace", _rate(summary.get("device_tokens_per_s"))),
+        ("warm-up (compile, first run, graph capture)", f"{summary.get('warmup_ms', 0):.0f} ms, not counted above"),
         ("fusion rung", summary.get("fusion", "")),
         ("decode step launches", _launches(summary)),
         ("bytes per token (modeled): HBM / L2 → SMs", _per_token(summary)),
@@ -73,12 +97,12 @@ def summary_markdown(summary: dict, gpu: Counterpart | None = None) -> str:
     ]
     if summary.get("after_run"):
         rows.append(("kernel times", summary["after_run"]))
-    head = f"CPU timings ({cpu_clock(timer)}), not GPU timings\n\n" if cpu else ""
-    return head + "| measure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return rows
 
 
 def _gpu_summary(gpu: Counterpart) -> dict:
-    """The timing rows of a GPU counterpart: its recorded summary, or one made from its modeled steps."""
+    """The timing figures of a GPU counterpart: its recorded summary, or ones made from its modeled steps
+    (no wait and no wall-clock rate to model)."""
     if gpu.recorded:
         return gpu.summary
     steps = gpu.tables["steps"]
@@ -87,6 +111,7 @@ def _gpu_summary(gpu: Counterpart) -> dict:
     p50 = float(decode.median()) if len(decode) else math.nan
     batch = int(steps.batch.iloc[0]) if len(steps) else 1
     return dict(
+        waited_s=None,
         ttft_ms=float(first.iloc[0]) if len(first) else math.nan,
         step_ms_p50=p50,
         step_ms_p90=float(decode.quantile(0.9)) if len(decode) else math.nan,
@@ -95,49 +120,8 @@ def _gpu_summary(gpu: Counterpart) -> dict:
     )
 
 
-def _with_gpu(summary: dict, gpu: Counterpart) -> str:
-    """The summary as three columns: what it measures, this CPU, the GPU beside it."""
-    g = _gpu_summary(gpu)
-    cpu_rows = dict(_rows(summary))
-    gpu_rows = dict(_rows({**summary, "waited_s": None, **{k: v for k, v in g.items() if k in summary}}))
-    head = (
-        f"The same job on a GPU beside this CPU's run: **{gpu.label}**. This CPU's times are Python running each "
-        "program of every kernel in Triton's interpreter, not a GPU's.\n\n"
-    )
-    lines = [f"| measure | this CPU (interpreter) | {short_gpu(gpu)} |", "|---|---|---|"]
-    for k, v in cpu_rows.items():
-        lines.append(f"| {k} | {v} | {gpu_rows.get(k, '') if k in GPU_ROWS else ''} |")
-    return head + "\n".join(lines)
-
-
-GPU_ROWS = {
-    "time to first token (waited, from the click)",
-    "first step (prefill)",
-    "decode step p50 / p90",
-    "tokens/s at the decode step's pace",
-    "achieved bandwidth (modeled HBM bytes / step time)",
-}
-
-
 def short_gpu(gpu: Counterpart) -> str:
     return f"{gpu.gpu} ({'recorded' if gpu.recorded else 'modeled'})"
-
-
-def _rows(summary: dict) -> list[tuple[str, str]]:
-    p50 = summary["step_ms_p50"]
-    return [
-        ("time to first token (waited, from the click)", _seconds(summary.get("waited_s"))),
-        ("first step (prefill)", plots.duration(summary["ttft_ms"])),
-        ("decode step p50 / p90", f"{plots.duration(p50)} / {plots.duration(summary['step_ms_p90'])}"),
-        ("tokens/s at the decode step's pace", _rate(summary.get("device_tokens_per_s"))),
-        ("achieved bandwidth (modeled HBM bytes / step time)", f"{_number(summary['achieved_gbs'])} GB/s"),
-        ("bytes per token (modeled): HBM / L2 → SMs", _per_token(summary)),
-        ("KV cache", f"{summary['kv_cache_mb']:.2f} MB"),
-        ("fusion rung", summary.get("fusion", "")),
-        ("decode step launches", _launches(summary)),
-        ("stopped", summary.get("stop_reason") or "running"),
-        *([("kernel times", summary["after_run"])] if summary.get("after_run") else []),
-    ]
 
 
 def cpu_clock(timer: str) -> str:
