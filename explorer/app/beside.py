@@ -13,6 +13,7 @@ from . import plots
 from .counterpart import Counterpart
 
 INTERPRETER = "this CPU: Python running each program (the Triton interpreter), not GPU time"
+PALETTE = ("#4c78a8", "#e45756", "#54a24b", "#f58518", "#b279a2", "#72b7b2", "#9d755d", "#eeca3b", "#ff9da6", "#bab0ac")
 
 
 def side_by_side(left: go.Figure, right: go.Figure, titles: tuple[str, str], note: str) -> go.Figure:
@@ -20,11 +21,13 @@ def side_by_side(left: go.Figure, right: go.Figure, titles: tuple[str, str], not
     already shown is not listed twice."""
     title = left.layout.title.text.split("<br>")[0]
     fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.14)
-    seen = set()
+    colors: dict[str, str] = {}  # a series keeps its colour in both panels
     for col, part in ((1, left), (2, right)):
         for trace in part.data:
-            trace.showlegend = trace.name not in seen
-            seen.add(trace.name)
+            trace.showlegend = trace.name not in colors
+            colors.setdefault(trace.name, PALETTE[len(colors) % len(PALETTE)])
+            if trace.type == "scatter":
+                trace.line.color = trace.marker.color = colors[trace.name]
             fig.add_trace(trace, 1, col)
         fig.update_xaxes(title_text=part.layout.xaxis.title.text, type=part.layout.xaxis.type, row=1, col=col)
         fig.update_yaxes(title_text=part.layout.yaxis.title.text, type=part.layout.yaxis.type, row=1, col=col)

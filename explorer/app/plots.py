@@ -270,9 +270,9 @@ def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
 
 
 def _short_run(key: str, value) -> str:
-    return {"cache": f"cache {value}", "prompt_tokens": f"prompt {value}", "launch_mode": str(value)}.get(
-        key, str(value)
-    )
+    if key == "prompt_tokens":
+        return f"prompt {int(value)}"  # a recording read back from JSON holds 8.0
+    return {"cache": f"cache {value}", "launch_mode": str(value)}.get(key, str(value))
 
 
 def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:

@@ -268,8 +268,15 @@ COMPARE_EMPTY = pd.DataFrame(
 LADDER_EMPTY = pd.DataFrame(columns=["rung", "kernels (counted)", "launches (modeled)", "MB L2 → SMs", "MB HBM"])
 
 
-def compare_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per run of a sequence sweep: time to first token, decode median and last step."""
+def compare_table(frame: pd.DataFrame, gpu: pd.DataFrame | None = None, gpu_name: str = "") -> pd.DataFrame:
+    """One row per run of a sequence sweep: time to first token, decode median and last step; with `gpu`
+    (the same runs on a GPU, recorded or modeled), its decode median beside the CPU's, named for the GPU."""
+    if gpu is not None:
+        ours, theirs = compare_table(frame), compare_table(gpu)
+        keys = [k for k in ("backend", "cache", "launch_mode", "prompt_tokens") if k in ours.columns]
+        theirs = theirs[[*keys, "decode_ms_p50"]].rename(columns={"decode_ms_p50": f"decode_ms_p50 ({gpu_name})"})
+        ours = ours.rename(columns={c: f"{c} (CPU)" for c in ("ttft_ms", "decode_ms_p50", "last_step_ms")})
+        return ours.merge(theirs.astype({"prompt_tokens": int}), on=keys, how="left")
     keys = [k for k in ("backend", "cache", "launch_mode", "prompt_tokens") if k in frame.columns]
     decode = (
         frame[frame.phase == "decode"]
@@ -284,11 +291,18 @@ def compare_table(frame: pd.DataFrame) -> pd.DataFrame:
     return first.merge(decode, on=keys, how="left").round(3)
 
 
-def ladder_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The ladder as a person reads it: one row per rung, rounded, with the speed-up over the torch backend."""
+def ladder_table(frame: pd.DataFrame, gpu_ms=None, gpu_name: str = "") -> pd.DataFrame:
+    """The ladder as a person reads it: one row per rung, rounded, with the speed-up over the torch backend.
+    On CPU, `gpu_ms` (per rung) is the same step on a GPU, and the speed-up is that GPU's: the interpreter's
+    is Python's, not the kernels'."""
     view = frame[["rung", "kernels", "launches_modeled", "l2_mb", "hbm_mb", "step_ms"]].copy()
     view.columns = ["rung", "kernels (counted)", "launches (modeled)", "MB L2 → SMs", "MB HBM", "ms per step"]
-    torch_ms = frame.set_index("rung").step_ms.get("torch")
+    times = frame.step_ms
+    if gpu_ms is not None:
+        view = view.rename(columns={"ms per step": "ms per step (CPU)"})
+        times = pd.Series(gpu_ms).to_numpy()
+        view[f"ms per step ({gpu_name})"] = times
+    torch_ms = dict(zip(frame.rung, times, strict=True)).get("torch")
     if torch_ms:
-        view["× torch"] = (torch_ms / frame.step_ms).round(2)
+        view["× torch"] = (torch_ms / times).round(2)
     return view.round(3)

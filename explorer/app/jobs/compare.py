@@ -39,14 +39,16 @@ def run(payload: dict, control: Control):
         if why and i + 1 < n:
             status = f"stopped {why}: {i + 1} of {n} runs"
         both = pd.concat(frames, ignore_index=True)
-        if model.device.type == "cpu" and (gpu := counterpart.for_compare(s, lengths, both)) is not None:
+        gpu = counterpart.for_compare(s, lengths, both) if model.device.type == "cpu" else None
+        if gpu is not None:
             figure = beside.compare(both, gpu, status)
+            table = views.compare_table(both, gpu.tables["compare"], beside.short(gpu))
         else:
             note = "; ".join(x for x in ("" if model.device.type == "cuda" else "CPU interpreter timings", status) if x)
-            figure = plots.compare_figure(both, note)
+            figure, table = plots.compare_figure(both, note), views.compare_table(both)
         yield {
             "plot": views.figure_json(figure),
-            "table": views.compare_table(both),
+            "table": table,
             "status": status,
             "state": {"compare": both},
         }
@@ -76,11 +78,12 @@ def ladder(payload: dict, control: Control):
             ms = gpu.tables["ladder"].set_index("rung").step_ms.reindex(frame.rung)
             note = f"{gpu.label}; right: {beside.INTERPRETER}. {status}"
             figure = plots.ladder_figure(frame, note, ms, beside.short(gpu))
+            table = views.ladder_table(frame, ms, beside.short(gpu))
         else:
-            figure = plots.ladder_figure(frame, note)
+            figure, table = plots.ladder_figure(frame, note), views.ladder_table(frame)
         yield {
             "plot": views.figure_json(figure),
-            "table": views.ladder_table(frame),
+            "table": table,
             "status": status,
             "state": {"ladder": frame},
         }
