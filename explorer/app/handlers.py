@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import html
 import inspect
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -219,8 +220,9 @@ LESSON_CONTROLS = ["model", "prompt_tokens", "new_tokens", "dtype", "backend", "
 
 
 def stopped(summary: str) -> str:
-    """The summary after Stop: the run did not reach its end, and the table says so."""
-    return summary.replace("| stopped | running |", "| stopped | by you, before the end |")
+    """The summary after Stop: the run did not reach its end, and the table's "stopped" row says so (its
+    last column, this run's, also where a GPU's answer stands beside it)."""
+    return re.sub(r"^(\| stopped .*)\| running \|$", r"\1| by you, before the end |", summary or "", flags=re.M)
 
 
 def picker(ctx: Context):

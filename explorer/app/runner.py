@@ -61,10 +61,11 @@ class Timeline:
         self.kind, self.t0 = kind, time.time()
         self.sent, self.got, self.yielded = [], [], []
 
-    def arrived(self, sent: float | None, got: float) -> None:
-        if sent is not None:
-            self.sent.append(sent - self.t0)
-            self.got.append(got - self.t0)
+    def arrived(self, msg: tuple) -> None:
+        """A message from the worker: (kind, job id, body, when it left), and when it arrived appended."""
+        if msg[0] in ("update", "done"):
+            self.sent.append(msg[3] - self.t0)
+            self.got.append(msg[-1] - self.t0)
 
     def passed_on(self) -> None:
         self.yielded.append(time.time() - self.t0)
@@ -201,7 +202,7 @@ class ProcessRunner:
             queue: asyncio.Queue = asyncio.Queue()
             self._route = (job_id, asyncio.get_running_loop(), queue)
             deadline = time.monotonic() + job.budget_s + GRACE_S
-            timeline = Timeline(job.kind)
+            timeline, end = Timeline(job.kind), None
             try:
                 self._conn.send(("job", job_id, job.kind, job.payload | {"budget_s": job.budget_s}))
                 while True:
@@ -220,7 +221,7 @@ class ProcessRunner:
                         waiting.append(queue.get_nowait())
                     updates, end = [], None
                     for msg in waiting:
-                        timeline.arrived(msg[-2], msg[-1])
+                        timeline.arrived(msg)
                         if msg[0] == "update":
                             updates.append(msg[2])
                         else:
@@ -228,12 +229,13 @@ class ProcessRunner:
                             break
                     if updates:
                         timeline.passed_on()
-                        yield merge(updates)
+                        yield merge(updates)  # the page may close us here, after the job has ended
                     if end is not None:
                         await self._finish(end)
                         return
             except (asyncio.CancelledError, GeneratorExit):
-                await self._halt(queue)
+                if end is None:  # still running: ask it to stop, and end its worker if it does not
+                    await self._halt(queue)
                 raise
             finally:
                 self._route = None
