@@ -5,7 +5,7 @@ gradio_client, stamping every streamed update from the moment of submit: when th
 arrives, when the text stops changing, when the job is done, how many updates came and how they were
 spread (the longest gap between two). Rows: the first Generate after the start (default controls), the
 same warm, Generate with GPT-2 small's shape (random weights, the bundled tokenizer) at 64 and 256 new
-tokens, a lesson, the ladder and a sweep. Beside each, the same job's own timeline run in this process
+tokens, Compare, a lesson, the ladder and a sweep. Beside each, the same job's own timeline run in this process
 after the server is stopped (the handler's side: no server, no client), so the gap between the two is
 the server's and the page's share; and the estimate the page showed before the job, next to its time.
 On CPU the rows are the interpreter's, smaller, and say so.
@@ -120,6 +120,7 @@ def through_server(port: int, gpt2: str, device: str) -> tuple[list[dict], str]:
                 (f"Generate, GPT-2 small shape, {n} tokens", "/generate", generate | dict(model=gpt2, new_tokens=n), 0)
             )
         jobs += [
+            ("Compare (default controls)", "/compare", dict(), None),
             ("a lesson (kv-cache)", "/lesson", dict(lesson="kv-cache"), None),
             ("the ladder (bundled)", "/ladder", dict(model="bundled"), None),
             ("a sweep (layer_norm)", "/sweep", sweep, None),
@@ -155,6 +156,9 @@ def in_process(rows: list[dict], device: str) -> None:
         if row["endpoint"] == "/generate":
             s = settings.RunSettings(**{k: p.get(k, d[k]) for k in settings.RUN if k != "tiles"})
             payload, text_at = {"settings": s}, "text"
+        elif row["endpoint"] == "/compare":
+            s = settings.RunSettings(**{k: d[k] for k in settings.RUN if k != "tiles"})
+            payload, text_at = {"settings": s, "lengths": settings.check("lengths", d["lengths"])}, None
         elif row["endpoint"] == "/lesson":
             payload, text_at = dict(lesson=p["lesson"]), None
         elif row["endpoint"] == "/ladder":
@@ -175,17 +179,29 @@ def in_process(rows: list[dict], device: str) -> None:
         row |= dict(handler_done_s=time.monotonic() - t0, handler_first_text_s=first, handler_all_text_s=last)
 
 
+def estimated(logged: list[str]) -> float | None:
+    """The estimate the page showed for the job, from the server's line for it ("job generate (estimated
+    2.10 s): ...")."""
+    for line in logged:
+        if "(estimated " in line:
+            return float(line.split("(estimated ", 1)[1].split(" s)", 1)[0])
+    return None
+
+
 def table(rows: list[dict]) -> str:
     def s(x):
         return "" if x is None else f"{x:.2f}"
 
-    heads = ["job", "first text", "all text", "done", "updates", "longest gap", "handler: first text", "all text"]
-    heads += ["done", "gap at done"]
+    heads = ["job", "estimate", "first text", "all text", "done", "done / estimate", "updates", "longest gap"]
+    heads += ["handler: first text", "all text", "done", "gap at done"]
     lines = ["| " + " | ".join(heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
     for r in rows:
         gap = r["done_s"] - r["handler_done_s"] if "handler_done_s" in r else None
+        guess = estimated(r.get("server") or [])
+        ratio = r["done_s"] / guess if guess else None
         lines.append(
-            f"| {r['job']} | {s(r.get('first_text_s'))} | {s(r.get('all_text_s'))} | {s(r['done_s'])} | {r['updates']} "
+            f"| {r['job']} | {s(guess)} | {s(r.get('first_text_s'))} | {s(r.get('all_text_s'))} | {s(r['done_s'])} "
+            f"| {s(ratio)} | {r['updates']} "
             f"| {s(r['longest_gap_s'])} | {s(r.get('handler_first_text_s'))} | {s(r.get('handler_all_text_s'))} "
             f"| {s(r.get('handler_done_s'))} | {s(gap)} |"
         )

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# GPU runs on the device machine, in parts that each fit one call (at most 10 minutes). Each stage has its
-# own time limit so a slow one cannot starve the rest; logs and tables go to $OUT (at most 8 files come back).
-#   bash scripts/device_run.sh page     what a visitor waits for through the server (benchmarks/page.py); the
-#                                       lessons and the CPU's default jobs recorded for visitors without a GPU
-#   bash scripts/device_run.sh stream   when each streamed update leaves the server (experiments/stream_check.py),
-#                                       then page
-#   bash scripts/device_run.sh tests N  the whole test suite under pytest -n 16, N times in a row
-#   bash scripts/device_run.sh bench    the fusion ladder next to PyTorch and torch.compile, whole generations
+# GPU runs on the device machine, in parts that fit one call (at most 10 minutes) together. Each stage has its
+# own time limit so a slow one cannot starve the rest; logs and tables go to $OUT.
+#   bash scripts/device_run.sh PART...  the parts in order:
+#     page      what a visitor waits for through the server, and the estimates shown (benchmarks/page.py)
+#     stream    when each streamed update leaves the server (experiments/stream_check.py)
+#     record    the lessons and the CPU's default jobs recorded for visitors without a GPU
+#     tests:N   the whole test suite under pytest -n 16, N times in a row
+#     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 set -u
-PART=${1:-page}
 OUT=${OUT:-/tmp/device-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False
@@ -22,30 +21,33 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 python3 -c "import torch, triton, transformers, gradio; print('torch', torch.__version__, '| triton', triton.__version__,
 '| transformers', transformers.__version__, '| gradio', gradio.__version__)" | tee -a "$LOG"
 
-if [ "$PART" = stream ]; then
-  say "streamed updates, raw and through gradio_client"
-  timeout 150 python3 experiments/stream_check.py --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG"
-  PART=page
-fi
-if [ "$PART" = page ]; then
-  say "the page, timed through the server"
-  timeout 330 python3 benchmarks/page.py --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
-  tail -n 16 "$OUT/page.log" | tee -a "$LOG"
-  say "lessons and the CPU's default jobs, recorded"
-  timeout 200 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
-  cp assets/recorded/lessons_h200.json assets/recorded/jobs_h200.json "$OUT/" 2>/dev/null
-elif [ "$PART" = tests ]; then
-  for i in $(seq 1 "${2:-1}"); do
-    say "the test suite, run $i"
-    timeout 280 python3 -m pytest -n 16 -q -p no:cacheprovider tests > "$OUT/gpu-tests-$i.log" 2>&1
-    echo "pytest exit $?" | tee -a "$LOG"
-    grep -E "passed|failed|error" "$OUT/gpu-tests-$i.log" | tail -n 2 | tee -a "$LOG"
-    grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests-$i.log" | head -n 20 | tee -a "$LOG"
-  done
-elif [ "$PART" = bench ]; then
-  say "the fusion ladder next to PyTorch and torch.compile"
-  timeout 240 python3 benchmarks/ladder.py 2>&1 | tail -n 20 | tee -a "$LOG"
-  say "whole generations"
-  timeout 200 python3 benchmarks/generation.py --repeats 2 2>&1 | tail -n 20 | tee -a "$LOG"
-fi
+for PART in "${@:-page}"; do
+  case "$PART" in
+  stream)
+    say "streamed updates, raw and through gradio_client"
+    timeout 150 python3 experiments/stream_check.py --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG" ;;
+  page)
+    say "the page, timed through the server"
+    timeout 330 python3 benchmarks/page.py --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
+    tail -n 24 "$OUT/page.log" | tee -a "$LOG" ;;
+  record)
+    say "lessons and the CPU's default jobs, recorded"
+    timeout 200 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
+    cp assets/recorded/lessons_h200.json assets/recorded/jobs_h200.json "$OUT/" 2>/dev/null ;;
+  tests:*)
+    for i in $(seq 1 "${PART#tests:}"); do
+      say "the test suite, run $i"
+      timeout 280 python3 -m pytest -n 16 -q -p no:cacheprovider tests > "$OUT/gpu-tests-$i.log" 2>&1
+      echo "pytest exit $?" | tee -a "$LOG"
+      grep -E "passed|failed|error" "$OUT/gpu-tests-$i.log" | tail -n 2 | tee -a "$LOG"
+      grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests-$i.log" | head -n 20 | tee -a "$LOG"
+    done ;;
+  bench)
+    say "the fusion ladder next to PyTorch and torch.compile"
+    timeout 240 python3 benchmarks/ladder.py 2>&1 | tail -n 20 | tee -a "$LOG"
+    say "whole generations"
+    timeout 200 python3 benchmarks/generation.py --repeats 2 2>&1 | tail -n 20 | tee -a "$LOG" ;;
+  *) echo "unknown part: $PART" | tee -a "$LOG" ;;
+  esac
+done
 say done

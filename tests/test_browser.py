@@ -84,8 +84,9 @@ def test_the_text_streams_token_by_token_and_stop_stops_it(browser):
         page.get_by_text("Done: 12 of 12 tokens.").wait_for(timeout=240_000)
         texts = [v for _, v in page.evaluate("window.textChanges") if v.startswith("def fibonacci(n):")]
         assert len(set(texts)) >= 12 / 2, texts
-        # A long run, stopped once its text is streaming.
-        tokens.fill("400")
+        # A longer run, stopped once its text is streaming (well inside the time budget, so that a busy
+        # machine's slower first run cannot make its estimate a refusal).
+        tokens.fill("60")
         tokens.press("Enter")
         page.evaluate("window.textChanges = []")
         page.get_by_role("button", name="Generate", exact=True).click()
@@ -183,7 +184,8 @@ def _measured_and_labelled(page, text: str):
     page.wait_for_selector("#lesson-recorded-plot .js-plotly-plot .main-svg", timeout=30_000)
 
 
-@pytest.mark.parametrize("name", list(lessons.LESSONS))
+# The KV-cache lesson is run in a browser by its link below.
+@pytest.mark.parametrize("name", [n for n in lessons.LESSONS if n != "kv-cache"])
 def test_a_lesson_in_a_browser(browser, name):
     """One click on the lesson runs it; the explanation quotes the run; the screenshot lands in artifacts/."""
     ARTIFACTS.mkdir(exist_ok=True)

@@ -59,3 +59,17 @@ def test_compare_lengths_must_fit_the_models_positions():
     estimate.check_lengths("bundled", [8, 1000], 24)
     with pytest.raises(estimate.UserError, match="need 1048 positions; the model has 1024"):
         estimate.check_lengths("bundled", [8, 1000], 48)
+
+
+def test_a_models_first_job_on_a_gpu_counts_its_compilation_once():
+    bundled = settings.RunSettings(prompt="def f(x):", new_tokens=8)
+    gpt2 = settings.RunSettings(model="gpt2", prompt="def f(x):", new_tokens=8)
+    first = estimate.generation_seconds(bundled, "cuda")
+    estimate.compiled("cuda", "bundled")  # the worker's warm-up, or a job, ran it
+    assert first - estimate.generation_seconds(bundled, "cuda") == pytest.approx(estimate.COMPILE_S["cuda"])
+    assert estimate.generation_seconds(gpt2, "cuda") > estimate.COMPILE_S["cuda"]  # another width: compiled anew
+    # The ladder compiles its rungs' kernels, a set of its own; the CPU compiles nothing.
+    assert estimate.ladder_seconds(bundled, "cuda") > estimate.COMPILE_S["cuda"]
+    assert estimate.generation_seconds(gpt2, "cpu") == estimate.seconds(
+        "cpu", "triton", estimate.generation_units(gpt2, "cpu")
+    )

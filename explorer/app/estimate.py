@@ -25,7 +25,9 @@ from .errors import UserError
 # seconds a job costs whatever its size, per device.
 RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0005, ("cuda", "triton"): 0.0003, ("cuda", "torch"): 0.0003}
 FIXED_S = {"cpu": 0.4, "cuda": 0.8}
-COMPILE_S = {"cpu": 0.0, "cuda": 30.0}  # Triton's compilation before a GPU's first job
+# Triton's compilation before a model's first job on a GPU (its kernels' tile constants are the model's width):
+# about 10 s on the H200 for GPT-2's set, most of it in the generation's warm-up run.
+COMPILE_S = {"cpu": 0.0, "cuda": 12.0}
 PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
 TOKENS_PER_UNIT = 96
 # (layers, width) of the models the app offers; others count as GPT-2 small.
@@ -44,7 +46,7 @@ LADDER_STEPS = {"cpu": 1.3, "cuda": 3}
 PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
 
 _measured: dict[tuple[str, str], float] = {}  # the device's speed, not a visitor's data: shared
-_compiled: set[str] = set()  # device types whose kernels a job has compiled in this process
+_compiled: set[tuple[str, str]] = set()  # (device type, model) whose kernels have been compiled for this server
 _lock = threading.Lock()
 
 
@@ -93,12 +95,23 @@ def layer_steps(
     return steps * layers * width / 256
 
 
-def seconds(device: str, backend: str, units: float, compile: bool = True) -> float:
-    """Seconds for `units` layer-steps and a job's fixed cost; with `compile`, Triton's compilation before
-    the first GPU job too."""
+def seconds(device: str, backend: str, units: float, model: str | None = None) -> float:
+    """Seconds for `units` layer-steps and a job's fixed cost; with a `model`, Triton's compilation for it
+    too before its first job on a GPU."""
     rate = _measured.get((device, backend), RATES[(device, backend)])
-    first = COMPILE_S[device] if compile and device not in _compiled and backend == "triton" else 0.0
+    first = COMPILE_S[device] if model and (device, model) not in _compiled and backend == "triton" else 0.0
     return FIXED_S[device] + units * rate + first
+
+
+def compiled(device: str, model: str) -> None:
+    """The model's kernels are compiled (a job ran it, or the worker's warm-up did)."""
+    with _lock:
+        _compiled.add((device, model))
+
+
+def ladder_key(model: str) -> str:
+    """The ladder compiles every rung's kernels for its model, a set of its own."""
+    return f"ladder of {model}"
 
 
 def record(device: str, backend: str, units: float, wall_s: float) -> None:
@@ -106,7 +119,6 @@ def record(device: str, backend: str, units: float, wall_s: float) -> None:
     if units > 0 and wall_s > 0:
         with _lock:
             _measured[(device, backend)] = max(wall_s - FIXED_S[device], 0.1 * wall_s) / units
-            _compiled.add(device)
 
 
 def source(device: str, backends) -> str:
@@ -129,7 +141,7 @@ def generation_units(s, device: str) -> float:
 
 
 def generation_seconds(s, device: str) -> float:
-    return seconds(device, s.backend, generation_units(s, device))
+    return seconds(device, s.backend, generation_units(s, device), s.model)
 
 
 def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
@@ -146,9 +158,7 @@ def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
 
 def compare_seconds(s, lengths: list[int], device: str) -> float:
     units = compare_units(s, lengths, device)
-    return (
-        sum(seconds(device, b, u, compile=b == "triton") - FIXED_S[device] for b, u in units.items()) + FIXED_S[device]
-    )
+    return sum(seconds(device, b, u, s.model) - FIXED_S[device] for b, u in units.items()) + FIXED_S[device]
 
 
 def ladder_seconds(s, device: str, rungs: int = 5) -> float:
@@ -156,7 +166,7 @@ def ladder_seconds(s, device: str, rungs: int = 5) -> float:
     on CPU the step traced is the step timed; on a GPU it is traced, captured and replayed (LADDER_STEPS)."""
     layers, width = SHAPES.get(s.model, SHAPES["gpt2"])
     units = rungs * LADDER_STEPS[device] * s.batch * layers * width / 256
-    return seconds(device, "triton", units)
+    return seconds(device, "triton", units, ladder_key(s.model))
 
 
 def check_lengths(model: str, lengths: list[int], new_tokens: int) -> None:

@@ -96,8 +96,9 @@ def outputs(view: dict, names: list[str]) -> tuple:
     return tuple(out)
 
 
-async def run_job(ctx: Context, kind: str, payload: dict, seconds: float):
-    """The job's updates through the runner, once its estimate is within the time budget."""
+async def run_job(ctx: Context, kind: str, payload: dict, seconds: float, compiles: str | None = None):
+    """The job's updates through the runner, once its estimate is within the time budget; at its end the
+    kernels it `compiles` (a model's, estimate.compiled) count as compiled for the next estimate."""
     budget = estimate.budget_s()
     if seconds > budget:
         raise UserError(
@@ -105,9 +106,11 @@ async def run_job(ctx: Context, kind: str, payload: dict, seconds: float):
             f"{estimate.shown(budget)}. {estimate.advice(kind)}"
         )
     view: dict = {}
-    async for update in ctx.runner.run(Job(kind, payload, budget)):
+    async for update in ctx.runner.run(Job(kind, payload, budget, seconds)):
         view |= update
         yield view
+    if compiles:
+        estimate.compiled(ctx.device, compiles)
 
 
 def make(ctx: Context) -> dict:
@@ -123,7 +126,7 @@ def make(ctx: Context) -> dict:
             state = dict(state or NEW_STATE)
             payload = dict(settings=s, previous=state.get("steps") if overlay else None, started=time.time())
             ran = None
-            async for view in run_job(ctx, "generate", payload, seconds):
+            async for view in run_job(ctx, "generate", payload, seconds, s.model):
                 if "state" in view:
                     state = {**state, "previous": state.get("steps"), **view.pop("state")}
                 ran = view.pop("ran_s", ran)
@@ -161,7 +164,7 @@ def make(ctx: Context) -> dict:
             estimate.check_lengths(s.model, lengths, s.new_tokens)
             seconds = estimate.compare_seconds(s, lengths, ctx.device)
             state = dict(state or NEW_STATE)
-            async for view in run_job(ctx, "compare", dict(settings=s, lengths=lengths), seconds):
+            async for view in run_job(ctx, "compare", dict(settings=s, lengths=lengths), seconds, s.model):
                 if "state" in view:
                     state = {**state, **view.pop("state")}
                 yield (*outputs(view, COMPARE_OUT), state)
@@ -178,7 +181,8 @@ def make(ctx: Context) -> dict:
             )
             ctx.policy.check(s.model)
             state = dict(state or NEW_STATE)
-            async for view in run_job(ctx, "ladder", dict(settings=s), estimate.ladder_seconds(s, ctx.device)):
+            seconds = estimate.ladder_seconds(s, ctx.device)
+            async for view in run_job(ctx, "ladder", dict(settings=s), seconds, estimate.ladder_key(s.model)):
                 if "state" in view:
                     state = {**state, **view.pop("state")}
                 yield (*outputs(view, LADDER_OUT), state)

@@ -50,6 +50,7 @@ class Job:
     kind: str  # a name in explorer.app.jobs.JOBS
     payload: dict  # what the job function takes (picklable)
     budget_s: float  # seconds it may run; it stops itself there, and is killed GRACE_S later
+    estimate_s: float | None = None  # what the page said it would take (logged beside what it took)
 
 
 class Timeline:
@@ -57,8 +58,9 @@ class Timeline:
     from the job's submission): one line in the server's log per job, so that a page that waits can be
     told from a job that is slow."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, estimate_s: float | None = None):
         self.kind, self.t0 = kind, time.time()
+        self.name = kind if estimate_s is None else f"{kind} (estimated {estimate_s:.2f} s)"
         self.sent, self.got, self.yielded = [], [], []
 
     def arrived(self, msg: tuple) -> None:
@@ -72,11 +74,11 @@ class Timeline:
 
     def line(self) -> str:
         if not self.sent:
-            return f"job {self.kind}: no update in {time.time() - self.t0:.2f} s"
+            return f"job {self.name}: no update in {time.time() - self.t0:.2f} s"
         lag = max(g - s for s, g in zip(self.sent, self.got, strict=True))
         shown = self.yielded or [float("nan")]
         return (
-            f"job {self.kind}: {len(self.sent)} messages, left the worker at {self.sent[0]:.2f}-{self.sent[-1]:.2f} s, "
+            f"job {self.name}: {len(self.sent)} messages, left the worker at {self.sent[0]:.2f}-{self.sent[-1]:.2f} s, "
             f"reached the server by {lag:.3f} s after each, went to the page in {len(self.yielded)} updates at "
             f"{shown[0]:.2f}-{shown[-1]:.2f} s, ended at {time.time() - self.t0:.2f} s"
         )
@@ -202,7 +204,7 @@ class ProcessRunner:
             queue: asyncio.Queue = asyncio.Queue()
             self._route = (job_id, asyncio.get_running_loop(), queue)
             deadline = time.monotonic() + job.budget_s + GRACE_S
-            timeline, end = Timeline(job.kind), None
+            timeline, end = Timeline(job.kind, job.estimate_s), None
             try:
                 self._conn.send(("job", job_id, job.kind, job.payload | {"budget_s": job.budget_s}))
                 while True:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
-from . import handlers, models, ui, validate
+from . import estimate, handlers, models, ui, validate
 from .runner import InlineRunner, ProcessRunner, zero_gpu
 from .settings import RunSettings
 
@@ -126,6 +126,11 @@ def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=
     for its warm-up."""
     r = runner(warm, log)
     device = "cuda" if zero_gpu() else models.device().type
+    if warm and not zero_gpu():  # the worker's warm-up compiled what the default controls use
+        job = default_job(device)
+        estimate.compiled(device, job["settings"].model)
+        if job["ladder"]:
+            estimate.compiled(device, estimate.ladder_key(job["settings"].model))
     header = ZERO_GPU_HEADER if zero_gpu() else r.info.get("header", "")
     ctx = handlers.Context(r, models.Policy(default_model, offered, downloads), device)
     return ui.build(ctx, header), launch_options(), r
