@@ -83,7 +83,7 @@ def stamps(job, t0: float, text_at: int | None, prompt: str = "") -> dict:
     return row
 
 
-def through_server(port: int, gpt2: str, device: str) -> tuple[list[dict], str]:
+def through_server(port: int, gpt2: str, device: str, only: str = "") -> tuple[list[dict], str]:
     from gradio_client import Client
 
     env = dict(os.environ, PORT=str(port), EXPLORER_MODELS=f"distilgpt2,gpt2,{gpt2}", GRADIO_ANALYTICS_ENABLED="False")
@@ -125,14 +125,15 @@ def through_server(port: int, gpt2: str, device: str) -> tuple[list[dict], str]:
             ("the ladder (bundled)", "/ladder", dict(model="bundled"), None),
             ("a sweep (layer_norm)", "/sweep", sweep, None),
         ]
-        for name, endpoint, params, text_at in jobs:
+        picked = [j for j in jobs if any(word.lower() in j[0].lower() for word in only.split(","))]
+        for name, endpoint, params, text_at in picked:
             t1 = time.monotonic()
             seen = len([line for line in log if " job " in line])
             row = stamps(client.submit(**params, api_name=endpoint), t1, text_at, params.get("prompt", ""))
             time.sleep(0.2)  # the server logs the job's timeline as it ends
             logged = [line.split(" s  ", 1)[1] for line in log if " job " in line][seen:]
             rows.append(dict(job=name, endpoint=endpoint, params=params, server=logged) | row)
-            print(f"{name}: {row}", flush=True)
+            print(f"{name}: {dict((k, v) for k, v in row.items() if k != 'stamps')}", flush=True)
         log.append(f"served after {started:.1f} s")
     finally:
         server.terminate()
@@ -212,13 +213,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the rows and the server's log as JSON")
     parser.add_argument("--no-handler", action="store_true", help="skip the in-process timelines")
+    parser.add_argument("--only", default="", help="only the rows whose name holds one of these words (e.g. warm,ladder)")
     args = parser.parse_args()
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     folder = Path(tempfile.mkdtemp(prefix="gpt2-shaped-"))
     gpt2 = gpt2_shaped(folder)
-    rows, log = through_server(free_port(), gpt2, device)
+    rows, log = through_server(free_port(), gpt2, device, args.only)
     if not args.no_handler:
         in_process(rows, device)
     print(log)

@@ -28,7 +28,7 @@ for PART in "${@:-page}"; do
     timeout 150 python3 experiments/stream_check.py --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG" ;;
   page)
     say "the page, timed through the server"
-    timeout 330 python3 benchmarks/page.py --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
+    timeout 270 python3 benchmarks/page.py --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
     tail -n 24 "$OUT/page.log" | tee -a "$LOG" ;;
   record)
     say "lessons and the CPU's default jobs, recorded"
