@@ -188,9 +188,11 @@ def test_suggested_settings_do_not_repeat_a_phrase(bundled, prompt):
             assert repeated_phrase(text) is None, (seed, n, text)
 
 
-def test_the_triton_backend_draws_the_same_tokens(bundled):
+def test_the_triton_backend_draws_the_same_tokens(bundled, device):
     """The app's default Generate on CPU runs the Triton kernels (in the interpreter) for 8 tokens: it draws
     what the PyTorch backend draws, so the test above holds for it too."""
+    if device.type == "cuda":
+        pytest.skip("the CPU default's check (the bundled model is loaded on the CPU here); on a GPU, test_model")
     model, tok = bundled
     kw = dict(max_new_tokens=8, seed=0, warmup=False, **SUGGESTED)
     triton = [s.token_id for s in generate(model.with_backend("triton"), tok.encode(PROMPTS[0]), **kw)]
