@@ -213,7 +213,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the rows and the server's log as JSON")
     parser.add_argument("--no-handler", action="store_true", help="skip the in-process timelines")
-    parser.add_argument("--only", default="", help="only the rows whose name holds one of these words (e.g. warm,ladder)")
+    parser.add_argument("--only", default="", help="rows whose name holds one of these words (warm,ladder)")
     args = parser.parse_args()
     import torch
 

@@ -61,15 +61,25 @@ def test_compare_lengths_must_fit_the_models_positions():
         estimate.check_lengths("bundled", [8, 1000], 48)
 
 
-def test_a_models_first_job_on_a_gpu_counts_its_compilation_once():
+def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
+    """Triton compiles for each kind of work, model and bucket of lengths the first time it meets them: the
+    estimate counts that once, and the worker's warm-up or a finished job marks it done."""
     bundled = settings.RunSettings(prompt="def f(x):", new_tokens=8)
-    gpt2 = settings.RunSettings(model="gpt2", prompt="def f(x):", new_tokens=8)
+    compile_s = estimate.COMPILE_S["cuda"]
     first = estimate.generation_seconds(bundled, "cuda")
-    estimate.compiled("cuda", "bundled")  # the worker's warm-up, or a job, ran it
-    assert first - estimate.generation_seconds(bundled, "cuda") == pytest.approx(estimate.COMPILE_S["cuda"])
-    assert estimate.generation_seconds(gpt2, "cuda") > estimate.COMPILE_S["cuda"]  # another width: compiled anew
-    # The ladder compiles its rungs' kernels, a set of its own; the CPU compiles nothing.
-    assert estimate.ladder_seconds(bundled, "cuda") > estimate.COMPILE_S["cuda"]
-    assert estimate.generation_seconds(gpt2, "cpu") == estimate.seconds(
-        "cpu", "triton", estimate.generation_units(gpt2, "cpu")
-    )
+    estimate.compiled("cuda", estimate.generation_keys(bundled))
+    assert first - estimate.generation_seconds(bundled, "cuda") == pytest.approx(compile_s["generate"])
+    # Another width, or a longer run, compiles anew; a run of a length in the same bucket does not.
+    for other in (dict(model="gpt2"), dict(new_tokens=200)):
+        s = settings.RunSettings(**{"prompt": "def f(x):", "new_tokens": 8} | other)
+        assert estimate.compile_s("cuda", estimate.generation_keys(s)) == compile_s["generate"], other
+    shorter = settings.RunSettings(prompt="def f(x):", new_tokens=12)  # 3 + 12 tokens, in 3 + 8's bucket of 16
+    assert estimate.compile_s("cuda", estimate.generation_keys(shorter)) == 0
+    # Compare: each bucket of its lengths once for the cached run and once for the cache-off runs.
+    keys = estimate.compare_keys(bundled, [4, 7, 200])  # buckets of 16, 16 (compiled above) and 256
+    assert estimate.compile_s("cuda", keys) == compile_s["generate"] + 2 * compile_s["cache off"]
+    assert estimate.ladder_seconds(bundled, "cuda") > compile_s["ladder"]
+    # PyTorch compiles nothing of ours, and the interpreter compiles nothing.
+    torch_run = settings.RunSettings(prompt="def f(x):", new_tokens=500, backend="torch")
+    assert estimate.compile_s("cuda", estimate.generation_keys(torch_run)) == 0
+    assert estimate.compile_s("cpu", keys) == 0

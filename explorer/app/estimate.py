@@ -25,9 +25,14 @@ from .errors import UserError
 # seconds a job costs whatever its size, per device.
 RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0005, ("cuda", "triton"): 0.0003, ("cuda", "torch"): 0.0003}
 FIXED_S = {"cpu": 0.4, "cuda": 0.8}
-# Triton's compilation before a model's first job on a GPU (its kernels' tile constants are the model's width):
-# about 10 s on the H200 for GPT-2's set, most of it in the generation's warm-up run.
-COMPILE_S = {"cpu": 0.0, "cuda": 12.0}
+# Triton's compilation on a GPU, the first time a kind of work meets a model and a bucket of lengths (tile
+# constants follow the width, the rows and the context): seconds on the H200 (benchmarks/RESULTS.md, 2026-12-01:
+# a generation of 64-256 tokens at a new length or width took 2.9-5.9 s more than the same run again; Compare's
+# cache-off runs at new lengths about 25 s more).
+COMPILE_S = {
+    "cpu": {"generate": 0.0, "cache off": 0.0, "ladder": 0.0},
+    "cuda": {"generate": 4.5, "cache off": 12.0, "ladder": 12.0},
+}
 PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
 TOKENS_PER_UNIT = 96
 # (layers, width) of the models the app offers; others count as GPT-2 small.
@@ -46,7 +51,7 @@ LADDER_STEPS = {"cpu": 1.3, "cuda": 3}
 PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
 
 _measured: dict[tuple[str, str], float] = {}  # the device's speed, not a visitor's data: shared
-_compiled: set[tuple[str, str]] = set()  # (device type, model) whose kernels have been compiled for this server
+_compiled: set[tuple] = set()  # (device type, (kind, model, bucket)) compiled for this server
 _lock = threading.Lock()
 
 
@@ -95,23 +100,26 @@ def layer_steps(
     return steps * layers * width / 256
 
 
-def seconds(device: str, backend: str, units: float, model: str | None = None) -> float:
-    """Seconds for `units` layer-steps and a job's fixed cost; with a `model`, Triton's compilation for it
-    too before its first job on a GPU."""
+def seconds(device: str, backend: str, units: float) -> float:
+    """Seconds for `units` layer-steps and a job's fixed cost."""
     rate = _measured.get((device, backend), RATES[(device, backend)])
-    first = COMPILE_S[device] if model and (device, model) not in _compiled and backend == "triton" else 0.0
-    return FIXED_S[device] + units * rate + first
+    return FIXED_S[device] + units * rate
 
 
-def compiled(device: str, model: str) -> None:
-    """The model's kernels are compiled (a job ran it, or the worker's warm-up did)."""
+def bucket(tokens: int) -> int:
+    """Lengths that share compiled kernels, as far as an estimate can tell: the power of two at or above."""
+    return 1 << max(0, tokens - 1).bit_length()
+
+
+def compile_s(device: str, keys) -> float:
+    """Triton's compilation for the kinds of work in `keys` not yet compiled here (none on CPU)."""
+    return sum(COMPILE_S[device][key[0]] for key in set(keys) if (device, key) not in _compiled)
+
+
+def compiled(device: str, keys) -> None:
+    """These kinds of work have been compiled (a job ran them, or the worker's warm-up did)."""
     with _lock:
-        _compiled.add((device, model))
-
-
-def ladder_key(model: str) -> str:
-    """The ladder compiles every rung's kernels for its model, a set of its own."""
-    return f"ladder of {model}"
+        _compiled.update((device, key) for key in keys)
 
 
 def record(device: str, backend: str, units: float, wall_s: float) -> None:
@@ -135,13 +143,21 @@ def note(total_s: float, device: str, backends=("triton",)) -> str:
 
 
 def generation_units(s, device: str) -> float:
-    tokens = s.prompt_tokens or max(1, len(s.prompt) // 3)
+    tokens = prompt_tokens(s)
     warm = device == "cuda"
     return layer_steps(s.model, tokens, s.new_tokens, s.cache, s.batch, profiled=PROFILED[device], warmup=warm)
 
 
+def prompt_tokens(s) -> int:
+    return s.prompt_tokens or max(1, len(s.prompt) // 3)
+
+
+def generation_keys(s) -> list:
+    return [("generate", s.model, bucket(prompt_tokens(s) + s.new_tokens))] if s.backend == "triton" else []
+
+
 def generation_seconds(s, device: str) -> float:
-    return seconds(device, s.backend, generation_units(s, device), s.model)
+    return seconds(device, s.backend, generation_units(s, device)) + compile_s(device, generation_keys(s))
 
 
 def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
@@ -156,9 +172,20 @@ def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
     return out
 
 
+def compare_keys(s, lengths: list[int]) -> list:
+    tokens = [bucket(n + s.new_tokens) for n in lengths]
+    return [(kind, s.model, b) for b in tokens for kind in ("generate", "cache off")]
+
+
 def compare_seconds(s, lengths: list[int], device: str) -> float:
     units = compare_units(s, lengths, device)
-    return sum(seconds(device, b, u, s.model) - FIXED_S[device] for b, u in units.items()) + FIXED_S[device]
+    run = sum(seconds(device, b, u) - FIXED_S[device] for b, u in units.items()) + FIXED_S[device]
+    return run + compile_s(device, compare_keys(s, lengths))
+
+
+def ladder_keys(s) -> list:
+    """The ladder compiles every rung's kernels for its model, a set of its own."""
+    return [("ladder", s.model, s.batch)]
 
 
 def ladder_seconds(s, device: str, rungs: int = 5) -> float:
@@ -166,7 +193,7 @@ def ladder_seconds(s, device: str, rungs: int = 5) -> float:
     on CPU the step traced is the step timed; on a GPU it is traced, captured and replayed (LADDER_STEPS)."""
     layers, width = SHAPES.get(s.model, SHAPES["gpt2"])
     units = rungs * LADDER_STEPS[device] * s.batch * layers * width / 256
-    return seconds(device, "triton", units, ladder_key(s.model))
+    return seconds(device, "triton", units) + compile_s(device, ladder_keys(s))
 
 
 def check_lengths(model: str, lengths: list[int], new_tokens: int) -> None:

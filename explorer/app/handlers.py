@@ -96,9 +96,9 @@ def outputs(view: dict, names: list[str]) -> tuple:
     return tuple(out)
 
 
-async def run_job(ctx: Context, kind: str, payload: dict, seconds: float, compiles: str | None = None):
+async def run_job(ctx: Context, kind: str, payload: dict, seconds: float, compiles=()):
     """The job's updates through the runner, once its estimate is within the time budget; at its end the
-    kernels it `compiles` (a model's, estimate.compiled) count as compiled for the next estimate."""
+    kinds of work it `compiles` (estimate.compiled) count as compiled for the next estimate."""
     budget = estimate.budget_s()
     if seconds > budget:
         raise UserError(
@@ -109,8 +109,7 @@ async def run_job(ctx: Context, kind: str, payload: dict, seconds: float, compil
     async for update in ctx.runner.run(Job(kind, payload, budget, seconds)):
         view |= update
         yield view
-    if compiles:
-        estimate.compiled(ctx.device, compiles)
+    estimate.compiled(ctx.device, compiles)
 
 
 def make(ctx: Context) -> dict:
@@ -126,7 +125,7 @@ def make(ctx: Context) -> dict:
             state = dict(state or NEW_STATE)
             payload = dict(settings=s, previous=state.get("steps") if overlay else None, started=time.time())
             ran = None
-            async for view in run_job(ctx, "generate", payload, seconds, s.model):
+            async for view in run_job(ctx, "generate", payload, seconds, estimate.generation_keys(s)):
                 if "state" in view:
                     state = {**state, "previous": state.get("steps"), **view.pop("state")}
                 ran = view.pop("ran_s", ran)
@@ -162,9 +161,9 @@ def make(ctx: Context) -> dict:
             lengths = settings.check("lengths", values["lengths"])
             ctx.policy.check(s.model)
             estimate.check_lengths(s.model, lengths, s.new_tokens)
-            seconds = estimate.compare_seconds(s, lengths, ctx.device)
+            seconds, keys = estimate.compare_seconds(s, lengths, ctx.device), estimate.compare_keys(s, lengths)
             state = dict(state or NEW_STATE)
-            async for view in run_job(ctx, "compare", dict(settings=s, lengths=lengths), seconds, s.model):
+            async for view in run_job(ctx, "compare", dict(settings=s, lengths=lengths), seconds, keys):
                 if "state" in view:
                     state = {**state, **view.pop("state")}
                 yield (*outputs(view, COMPARE_OUT), state)
@@ -182,7 +181,7 @@ def make(ctx: Context) -> dict:
             ctx.policy.check(s.model)
             state = dict(state or NEW_STATE)
             seconds = estimate.ladder_seconds(s, ctx.device)
-            async for view in run_job(ctx, "ladder", dict(settings=s), seconds, estimate.ladder_key(s.model)):
+            async for view in run_job(ctx, "ladder", dict(settings=s), seconds, estimate.ladder_keys(s)):
                 if "state" in view:
                     state = {**state, **view.pop("state")}
                 yield (*outputs(view, LADDER_OUT), state)

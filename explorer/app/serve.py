@@ -128,9 +128,9 @@ def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=
     device = "cuda" if zero_gpu() else models.device().type
     if warm and not zero_gpu():  # the worker's warm-up compiled what the default controls use
         job = default_job(device)
-        estimate.compiled(device, job["settings"].model)
+        estimate.compiled(device, estimate.generation_keys(job["settings"]))
         if job["ladder"]:
-            estimate.compiled(device, estimate.ladder_key(job["settings"].model))
+            estimate.compiled(device, estimate.ladder_keys(job["settings"]))
     header = ZERO_GPU_HEADER if zero_gpu() else r.info.get("header", "")
     ctx = handlers.Context(r, models.Policy(default_model, offered, downloads), device)
     return ui.build(ctx, header), launch_options(), r

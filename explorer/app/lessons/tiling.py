@@ -126,7 +126,7 @@ def figure(r) -> go.Figure:
 def estimated(s: dict) -> float:
     configs = len(sweeps.grid_configs("linear", s["grid"]))
     per_config = 0.2 if base.size() == "cpu" else 2.0  # the interpreter's call; a GPU's compile and replays
-    return configs * per_config + (estimate.COMPILE_S["cuda"] if base.size() == "gpu" else 0)
+    return configs * per_config + (estimate.COMPILE_S["cuda"]["ladder"] if base.size() == "gpu" else 0)
 
 
 LESSON = base.Lesson(
