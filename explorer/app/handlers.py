@@ -197,8 +197,12 @@ def make(ctx: Context) -> dict:
             name = validate.choice("lesson", values["lesson"], lessons.names())
             text, figure = lessons.recorded_view(name)
             recorded = (text, gr.update(value=figure, visible=figure is not None))
-            yield f"*Running {lessons.LESSONS[name].title.lower()}…*", None, *recorded
-            async for view in run_job(ctx, "lesson", dict(lesson=name), lessons.estimate(name)):
+            seconds = lessons.estimate(name)
+            where = "this CPU" if ctx.device == "cpu" else "this GPU"
+            title = lessons.LESSONS[name].title.lower()
+            about = "about " if seconds >= 1 else ""
+            yield f"*Running {title} ({about}{estimate.shown(seconds)} on {where})…*", None, *recorded
+            async for view in run_job(ctx, "lesson", dict(lesson=name), seconds):
                 if ctx.lesson_picks.get(session) != mine:
                     return  # closing the job's updates stops it
                 yield (*outputs(view, ["text", "plot"]), *recorded)
