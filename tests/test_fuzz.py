@@ -98,7 +98,7 @@ def requests(draw):
 
 
 @pytest.mark.slow
-@hsettings(max_examples=160, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@hsettings(max_examples=100, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(request=requests())
 def test_every_endpoint_answers_bad_values_clearly_and_in_time(client, request):
     endpoint, name, params = request

@@ -75,6 +75,13 @@ def test_a_generation_asked_to_stop_stops_at_the_next_token_and_says_so():
     assert cell(last["summary"], "stopped") == "by you, before the end" and "Stopped" in last["status"]
 
 
+def test_stop_on_the_page_says_so_in_the_summary_and_the_status_line():
+    summary = "| measure | NVIDIA H200 (modeled) | this CPU (interpreter) |\n|---|---|---|\n| stopped |  | running |"
+    summary, status = handlers.stopped(summary, "3 of 60 tokens")
+    assert cell(summary, "stopped") == "by you, before the end" and status == "Stopped by you after 3 of 60 tokens."
+    assert handlers.stopped("", "Profiling…") == ("", "Stopped by you.")
+
+
 def test_a_generation_past_its_budget_stops_and_says_so():
     s = settings.RunSettings(prompt="x = 1", new_tokens=50, backend="torch")
     last = list(jobs.JOBS["generate"]({"settings": s}, jobs.Control(lambda: False, time.monotonic())))[-1]

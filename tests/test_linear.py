@@ -7,8 +7,8 @@ from kernels import TileConfig, linear, reference
 from tests.tolerances import DTYPES, assert_close, f64
 
 # (rows, in_features, out_features): decode rows 1 and 5, the 16-row boundary, prefill rows 17, 127, 1000,
-# and widths 768, 96, 200.
-SHAPES = [(1, 768, 200), (5, 96, 768), (16, 200, 96), (17, 768, 96), (127, 200, 768), (1000, 96, 200)]
+# and widths 768, 96, 200 and 264, none a power of two.
+SHAPES = [(1, 768, 200), (5, 96, 768), (16, 200, 96), (17, 768, 96), (127, 200, 264), (1000, 96, 200)]
 EPILOGUES = [
     dict(bias=True, activation=None, residual=False),
     dict(bias=True, activation="gelu", residual=False),
@@ -71,7 +71,7 @@ def test_linear_split_k_decode_path(device, dtype, rows, k, n, epi, cfg):
 # for 16-bit inputs; here it is switched on wherever the layout allows, so the interpreter runs it too. With 4
 # programs on CPU and 17..300 rows, each program walks several tiles, edges included.
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,k,n", [(17, 768, 96), (127, 200, 768), (300, 96, 200)])
+@pytest.mark.parametrize("rows,k,n", [(17, 768, 96), (127, 200, 264), (300, 96, 200)])
 @pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()))
 @pytest.mark.parametrize(
     "cfg", [None, TileConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_stages=2)], ids=str

@@ -226,10 +226,13 @@ def make(ctx: Context) -> dict:
 LESSON_CONTROLS = ["model", "prompt_tokens", "new_tokens", "dtype", "backend", "cache", "cuda_graph", "kernel"]
 
 
-def stopped(summary: str) -> str:
-    """The summary after Stop: the run did not reach its end, and the table's "stopped" row says so (its
-    last column, this run's, also where a GPU's answer stands beside it)."""
-    return re.sub(r"^(\| stopped .*)\| running \|$", r"\1| by you, before the end |", summary or "", flags=re.M)
+def stopped(summary: str, status: str = "") -> tuple[str, str]:
+    """The summary and status line after Stop: the run did not reach its end, and the table's "stopped" row
+    says so (its last column, this run's, also where a GPU's answer stands beside it)."""
+    summary = re.sub(r"^(\| stopped .*)\| running \|$", r"\1| by you, before the end |", summary or "", flags=re.M)
+    made = re.fullmatch(r"(\d+) of (\d+) tokens", (status or "").strip())
+    status = f"Stopped by you after {made[1]} of {made[2]} tokens." if made else "Stopped by you."
+    return summary, status
 
 
 def picker(ctx: Context):

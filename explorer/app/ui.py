@@ -157,7 +157,7 @@ def _sweep_tab(ctx: Context) -> dict:
         c["stop"] = gr.Button("Stop")
         c["use"] = gr.Button("Use best in Generate")
     c["best"] = gr.Markdown()
-    c["heat"] = gr.Plot(label="tile sweep")
+    c["heat"] = gr.Plot(show_label=False)
     c["table"] = gr.Dataframe(views.SWEEP_VIEW_EMPTY, label="every config, impossible ones with the reason")
     return c
 
@@ -170,13 +170,13 @@ def _compare_tab(ctx: Context) -> dict:
         c["stop"] = gr.Button("Stop")
     c["note"] = gr.Markdown()
     c["status"] = gr.Markdown()
-    c["plot"], c["fusion"] = gr.Plot(label="decode latency"), gr.Plot(label="fusion")
+    c["plot"], c["fusion"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
     c["table"] = gr.Dataframe(views.COMPARE_EMPTY, label="per run")
     with gr.Row():
         c["ladder"] = gr.Button("Climb the fusion ladder (one decode step per rung)", variant="primary")
         c["ladder_stop"] = gr.Button("Stop")
     c["ladder_status"] = gr.Markdown()
-    c["ladder_plot"] = gr.Plot(label="fusion ladder")
+    c["ladder_plot"] = gr.Plot(show_label=False)
     c["ladder_table"] = gr.Dataframe(views.LADDER_EMPTY, label="per rung", elem_id="ladder-table")
     return c
 
@@ -225,7 +225,13 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     generating = g["go"].click(
         api(names, job["generate"]), [*run, g["overlay"], *tiles, state], [*out, state], api_name="generate", **GPU
     )
-    g["stop"].click(handlers.stopped, g["summary"], g["summary"], cancels=[generating], api_visibility="private")
+    g["stop"].click(
+        handlers.stopped,
+        [g["summary"], g["status"]],
+        [g["summary"], g["status"]],
+        cancels=[generating],
+        api_visibility="private",
+    )
 
     sweeping = sw["go"].click(
         api(["kernel", "shape", "dtype", "x", "y", "value"], job["sweep"]),

@@ -2,9 +2,10 @@
 
 Text goes out first and alone: an update with new text never waits for a figure to be drawn. On a GPU a
 token takes a fraction of a millisecond, so tokens go out in groups (TEXT_INTERVAL_S); on CPU each token
-goes out as it is made. Charts follow at most every CHART_INTERVAL_S while the run goes on, and once at
-its end. On a GPU a profiling pass after the run times each kernel at decode positions spread over it,
-and torch.profiler counts the kernels one decode step runs; on CPU each operation is timed in the run.
+goes out as it is made. Charts follow at most every CHART_INTERVAL_S while the run goes on (on CPU the first
+with the first token), and once at its end. On a GPU a profiling pass after the run times each kernel at
+decode positions spread over it, and torch.profiler counts the kernels one decode step runs; on CPU each
+operation is timed in the run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from .warm import compile_note, peaks, remember_warm
 
 TEXT_INTERVAL_S = {"cuda": 0.04, "cpu": 0.0}  # at least this long between two text updates
 CHART_INTERVAL_S = {"cuda": 1.0, "cpu": 3.0}  # charts at most this often while tokens stream
+# The first charts: on CPU with the first token (a token takes most of a second there, and the page should not
+# show the previous run's charts for seconds); on a GPU after the first interval, the text going first.
+FIRST_CHART_S = {"cuda": 1.0, "cpu": 0.0}
 PROFILED = {"cuda": 5}  # decode positions the profiling pass times on a GPU (besides the prefill)
 
 
@@ -89,7 +93,7 @@ def run(payload: dict, control: Control):
         **kw,
     )
     steps, texts, waited, stopped, timed_rows = [], [tok.decode(ids)] * s.batch, None, None, []
-    last_text, last_chart = 0.0, time.monotonic()
+    last_text, last_chart = 0.0, time.monotonic() - CHART_INTERVAL_S[device] + FIRST_CHART_S[device]
     p = peaks()
 
     def charts(profiled=None, timed: str = "") -> dict:
