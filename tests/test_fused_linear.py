@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from kernels import TileConfig, arrival, decode_linear, kv_write, layer_norm, linear, reference
 from kernels.config import SECTOR, DeviceLimits, cdiv, sectors
-from tests.tolerances import DTYPES, assert_close, f64
+from tests.tolerances import DTYPES, assert_close, f64, float16_here
 
 fused = importlib.import_module("kernels.fused_linear")
 linear_mod = importlib.import_module("kernels.linear")
@@ -81,6 +81,7 @@ def _counters_are_zero(device):
 @pytest.mark.parametrize("split_k", SPLITS)
 @pytest.mark.parametrize("form", FORMS)
 def test_decode_linear_matches_float64_reference(device, dtype, rows, k, n, use, split_k, form):
+    float16_here(device, dtype, (rows, k, n) in ((1, 17, 1), (3, 88, 264), (16, 300, 40)))
     x, w, b, r, norm = _inputs(device, dtype, rows, k, n, use)
     cfg = _config(k, split_k, form)
     y = decode_linear(x, w, b, activation=use["activation"], residual=r, norm=norm, config=cfg, pdl=True)

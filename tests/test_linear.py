@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kernels import TileConfig, linear, reference
-from tests.tolerances import DTYPES, assert_close, f64
+from tests.tolerances import DTYPES, assert_close, f64, float16_here
 
 # (rows, in_features, out_features): decode rows 1 and 5, the 16-row boundary, prefill rows 17, 127, 1000,
 # and widths 768, 96, 200 and 264, none a power of two.
@@ -56,6 +56,7 @@ def _check(device, dtype, rows, k, n, epi, cfg):
 def test_linear_matches_reference(device, dtype, rows, k, n, epi, cfg):
     if rows == 1000 and cfg is not None and cfg.block_m == 16 and device.type == "cpu":
         pytest.skip("1000 rows in 16x16 tiles take minutes in the interpreter; covered by smaller rows")
+    float16_here(device, dtype, rows in (1, 16, 127))  # a decode row, the 16-row boundary, a prefill
     _check(device, dtype, rows, k, n, epi, cfg)
 
 

@@ -28,6 +28,13 @@ LOOSER = {
 DTYPES = [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)]
 
 
+def float16_here(device: torch.device, dtype: torch.dtype, shape_is_marked: bool) -> None:
+    """The interpreter's time: on CPU, a test of many shapes runs float16 on the shapes it marks and float32
+    on all of them; a GPU runs every dtype on every shape."""
+    if device.type == "cpu" and dtype == torch.float16 and not shape_is_marked:
+        pytest.skip("float16 in the interpreter on this test's marked shapes only; every shape on a GPU")
+
+
 def tolerance(kernel: str, dtype: torch.dtype) -> tuple[float, float]:
     return LOOSER.get((kernel, dtype), TOLERANCES[dtype])
 
