@@ -151,7 +151,7 @@ def in_process(rows: list[dict], device: str) -> None:
     """The same jobs run directly (explorer.app.jobs), each timed from its start: the handler's own side."""
     if device != "cuda":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from explorer.app import jobs, models, settings
+    from explorer.app import estimate, jobs, models, settings, validate
 
     never = jobs.Control(lambda: False, float("inf"))
     d = settings.defaults(device, {"dtype": models.default_dtype()})
@@ -168,8 +168,8 @@ def in_process(rows: list[dict], device: str) -> None:
         elif row["endpoint"] == "/ladder":
             payload, text_at = {"settings": settings.RunSettings(model=p["model"], dtype=d["dtype"])}, None
         else:
-            shape = dict(kv.split("=") for kv in p["shape"].split(","))
-            payload = dict(p, shape={k: int(v) for k, v in shape.items()}, dtype=d["dtype"], value="ms")
+            shape = validate.shape("shape", p["shape"], estimate.sweep_keys(p["kernel"]))
+            payload = dict(p, shape=shape, dtype=d["dtype"], value="ms")
             text_at = None
         t0 = time.monotonic()
         first = last = None

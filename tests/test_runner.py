@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from explorer.app import estimate
+from explorer.app import estimate, validate
 from explorer.app.runner import GRACE_S, Job, ProcessRunner
 from tests.serve import running_app
 
@@ -31,8 +31,7 @@ STOP_S = 5 if GPU else GRACE_S + 5  # from the cancel to the slot free: on a GPU
 
 
 def sweep_payload(params: dict) -> dict:
-    shape = {k: int(v) for k, v in (kv.split("=") for kv in params["shape"].split(","))}
-    return params | {"shape": shape}
+    return params | {"shape": validate.shape("shape", params["shape"], estimate.sweep_keys(params["kernel"]))}
 
 
 def cpu_seconds(pid: int) -> float:

@@ -134,12 +134,17 @@ def source(device: str, backends) -> str:
     return "from the last run here" if measured else "before any run here: a rough guess"
 
 
+def about(seconds: float, device: str) -> str:
+    """'about 40 s on this CPU', or 'under a second on this GPU'."""
+    where = "this CPU" if device == "cpu" else "this GPU"
+    return f"{'about ' if seconds >= 1 else ''}{shown(seconds)} on {where}"
+
+
 def note(total_s: float, device: str, backends=("triton",)) -> str:
     """'Estimate: about 40 s on this CPU (...)', or under a second."""
-    where = "this CPU" if device == "cpu" else "this GPU"
     if total_s < 1:
-        return f"*Estimate: under a second on {where}.*"
-    return f"*Estimate: about {shown(total_s)} on {where} ({source(device, backends)}).*"
+        return f"*Estimate: {about(total_s, device)}.*"
+    return f"*Estimate: {about(total_s, device)} ({source(device, backends)}).*"
 
 
 def generation_units(s, device: str) -> float:
@@ -164,10 +169,10 @@ def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
     """Compare runs both backends, the cache on and off, each cache-on run twice with graphs, per length."""
     graphs = s.cuda_graph and device == "cuda"
     out = {}
+    warm = device == "cuda"
     for backend in ("triton", "torch"):
         out[backend] = 0.0
         for cache, runs in ((True, 2 if graphs else 1), (False, 1)):
-            warm = device == "cuda"
             out[backend] += sum(layer_steps(s.model, n, s.new_tokens, cache, warmup=warm) for n in lengths) * runs
     return out
 

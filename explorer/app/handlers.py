@@ -198,10 +198,8 @@ def make(ctx: Context) -> dict:
             text, figure = lessons.recorded_view(name)
             recorded = (text, gr.update(value=figure, visible=figure is not None))
             seconds = lessons.estimate(name)
-            where = "this CPU" if ctx.device == "cpu" else "this GPU"
             title = lessons.LESSONS[name].title.lower()
-            about = "about " if seconds >= 1 else ""
-            yield f"*Running {title} ({about}{estimate.shown(seconds)} on {where})…*", None, *recorded
+            yield f"*Running {title} ({estimate.about(seconds, ctx.device)})…*", None, *recorded
             async for view in run_job(ctx, "lesson", dict(lesson=name), seconds):
                 if ctx.lesson_picks.get(session) != mine:
                     return  # closing the job's updates stops it

@@ -59,7 +59,7 @@ class Timeline:
     told from a job that is slow."""
 
     def __init__(self, kind: str, estimate_s: float | None = None):
-        self.kind, self.t0 = kind, time.time()
+        self.t0 = time.time()
         self.name = kind if estimate_s is None else f"{kind} (estimated {estimate_s:.2f} s)"
         self.sent, self.got, self.yielded = [], [], []
 

@@ -126,11 +126,11 @@ def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=
     for its warm-up."""
     r = runner(warm, log)
     device = "cuda" if zero_gpu() else models.device().type
-    if warm and not zero_gpu():  # the worker's warm-up compiled what the default controls use
-        job = default_job(device)
-        estimate.compiled(device, estimate.generation_keys(job["settings"]))
-        if job["ladder"]:
-            estimate.compiled(device, estimate.ladder_keys(job["settings"]))
+    warmed = getattr(r, "warm", None)  # what the worker's warm-up ran, and so compiled
+    if warmed:
+        estimate.compiled(device, estimate.generation_keys(warmed["settings"]))
+        if warmed["ladder"]:
+            estimate.compiled(device, estimate.ladder_keys(warmed["settings"]))
     header = ZERO_GPU_HEADER if zero_gpu() else r.info.get("header", "")
     ctx = handlers.Context(r, models.Policy(default_model, offered, downloads), device)
     return ui.build(ctx, header), launch_options(), r
