@@ -196,9 +196,13 @@ def ladder_keys(s) -> list:
 def ladder_seconds(s, device: str, rungs: int = 5) -> float:
     """One decode step per Triton rung at the ladder's context (the torch backend's costs next to nothing):
     on CPU the step traced is the step timed; on a GPU it is traced, captured and replayed (LADDER_STEPS)."""
-    layers, width = SHAPES.get(s.model, SHAPES["gpt2"])
-    units = rungs * LADDER_STEPS[device] * s.batch * layers * width / 256
-    return seconds(device, "triton", units) + compile_s(device, ladder_keys(s))
+    return seconds(device, "triton", ladder_units(s.model, s.batch, device, rungs)) + compile_s(device, ladder_keys(s))
+
+
+def ladder_units(model: str, batch: int, device: str, rungs: int) -> float:
+    """Layer-steps of one decode step per rung (LADDER_STEPS decode steps' worth each)."""
+    layers, width = SHAPES.get(model, SHAPES["gpt2"])
+    return rungs * LADDER_STEPS[device] * batch * layers * width / 256
 
 
 def check_lengths(model: str, lengths: list[int], new_tokens: int) -> None:

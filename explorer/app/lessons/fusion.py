@@ -129,9 +129,9 @@ def figure(r) -> go.Figure:
 
 def _estimate(s: dict) -> float:
     # A decode step per Triton rung (the torch backend's costs next to nothing): the ladder's own estimate.
-    layers, width = estimate.SHAPES.get(s["model"], estimate.SHAPES["gpt2"])
-    steps = (len(RUNG_NAMES) - 1) * estimate.LADDER_STEPS[base.models.device().type]
-    return estimate.seconds(base.models.device().type, s["backend"], steps * layers * width / 256)
+    device = base.models.device().type
+    units = estimate.ladder_units(s["model"], 1, device, rungs=len(RUNG_NAMES) - 1)
+    return estimate.seconds(device, s["backend"], units)
 
 
 def _controls(s: dict) -> dict:
