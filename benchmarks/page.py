@@ -5,9 +5,11 @@ gradio_client, stamping every streamed update from the moment of submit: when th
 arrives, when the text stops changing, when the job is done, how many updates came and how they were
 spread (the longest gap between two). Rows: the first Generate after the start (default controls), the
 same warm, Generate with GPT-2 small's shape (random weights, the bundled tokenizer) at 64 and 256 new
-tokens, Compare, a lesson, the ladder and a sweep. Beside each, the same job's own timeline run in this process
-after the server is stopped (the handler's side: no server, no client), so the gap between the two is
-the server's and the page's share; and the estimate the page showed before the job, next to its time.
+tokens, Compare, the ladder, a sweep, every lesson's first run and one lesson again. "To the job" is how
+long the server took from submit to begin the job (its log says when). Beside each, the same job's own
+timeline run in this process after the server is stopped (the handler's side: no server, no client),
+so the gap between the two is the server's and the page's share; and the estimate the page showed
+before the job, next to its time.
 On CPU the rows are the interpreter's, smaller, and say so.
 """
 
@@ -124,18 +126,20 @@ def through_server(port: int, gpt2: str, device: str, only: str = "") -> tuple[l
             )
         jobs += [
             ("Compare (default controls)", "/compare", dict(), None),
-            ("a lesson (kv-cache)", "/lesson", dict(lesson="kv-cache"), None),
             ("the ladder (bundled)", "/ladder", dict(model="bundled"), None),
             ("a sweep (layer_norm)", "/sweep", sweep, None),
         ]
+        # Every lesson's first run in this server (its own kernels compiled on a GPU), then one again, warm.
+        jobs += [(f"a lesson ({name}), first", "/lesson", dict(lesson=name), None) for name in lesson_names()]
+        jobs.append(("a lesson (kv-cache), again", "/lesson", dict(lesson="kv-cache"), None))
         picked = [j for j in jobs if any(word.lower() in j[0].lower() for word in only.split(","))]
         for name, endpoint, params, text_at in picked:
-            t1 = time.monotonic()
+            t1, submitted = time.monotonic(), time.time()
             seen = len([line for line in log if " job " in line])
             row = stamps(client.submit(**params, api_name=endpoint), t1, text_at, params.get("prompt", ""))
             time.sleep(0.2)  # the server logs the job's timeline as it ends
             logged = [line.split(" s  ", 1)[1] for line in log if " job " in line][seen:]
-            rows.append(dict(job=name, endpoint=endpoint, params=params, server=logged) | row)
+            rows.append(dict(job=name, endpoint=endpoint, params=params, server=logged, submitted=submitted) | row)
             print(f"{name}: {dict((k, v) for k, v in row.items() if k != 'stamps')}", flush=True)
         log.append(f"served after {started:.1f} s")
     finally:
@@ -183,6 +187,20 @@ def in_process(rows: list[dict], device: str) -> None:
         row |= dict(handler_done_s=time.monotonic() - t0, handler_first_text_s=first, handler_all_text_s=last)
 
 
+def lesson_names() -> list[str]:
+    from explorer.app import lessons
+
+    return lessons.names()
+
+
+def began(logged: list[str]) -> float | None:
+    """When the server began the job (epoch seconds), from its line for it ("... (began at 1764585123.456)")."""
+    for line in logged:
+        if "(began at " in line:
+            return float(line.split("(began at ", 1)[1].split(")", 1)[0])
+    return None
+
+
 def estimated(logged: list[str]) -> float | None:
     """The estimate the page showed for the job, from the server's line for it ("job generate (estimated
     2.10 s): ...")."""
@@ -196,15 +214,19 @@ def table(rows: list[dict]) -> str:
     def s(x):
         return "" if x is None else f"{x:.2f}"
 
-    heads = ["job", "estimate", "first text", "all text", "done", "done / estimate", "updates", "longest gap"]
+    heads = ["job", "estimate", "to the job", "first text", "all text", "done", "done / estimate", "updates"]
+    heads += ["longest gap"]
     heads += ["handler: first text", "all text", "done", "gap at done"]
     lines = ["| " + " | ".join(heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
     for r in rows:
         gap = r["done_s"] - r["handler_done_s"] if "handler_done_s" in r else None
         guess = estimated(r.get("server") or [])
         ratio = r["done_s"] / guess if guess else None
+        start = began(r.get("server") or [])
+        wait = start - r["submitted"] if start and "submitted" in r else None
         lines.append(
-            f"| {r['job']} | {s(guess)} | {s(r.get('first_text_s'))} | {s(r.get('all_text_s'))} | {s(r['done_s'])} "
+            f"| {r['job']} | {s(guess)} | {s(wait)} | {s(r.get('first_text_s'))} | {s(r.get('all_text_s'))} "
+            f"| {s(r['done_s'])} "
             f"| {s(ratio)} | {r['updates']} "
             f"| {s(r['longest_gap_s'])} | {s(r.get('handler_first_text_s'))} | {s(r.get('handler_all_text_s'))} "
             f"| {s(r.get('handler_done_s'))} | {s(gap)} |"
@@ -221,6 +243,8 @@ def main() -> None:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device != "cuda":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported (the lessons' names)
     folder = Path(tempfile.mkdtemp(prefix="gpt2-shaped-"))
     gpt2 = gpt2_shaped(folder)
     rows, log = through_server(free_port(), gpt2, device, args.only)

@@ -2,10 +2,13 @@
 # GPU runs on the device machine, in parts that fit one call (at most 10 minutes) together. Each stage has its
 # own time limit so a slow one cannot starve the rest; logs and tables go to $OUT.
 #   bash scripts/device_run.sh PART...  the parts in order:
-#     page      what a visitor waits for through the server, and the estimates shown (benchmarks/page.py)
+#     page      what a visitor waits for through the server, and the estimates shown (benchmarks/page.py;
+#               PAGE_ARGS=--no-handler leaves out the same jobs timed in-process)
 #     stream    when each streamed update leaves the server (experiments/stream_check.py)
 #     record    the lessons and the CPU's default jobs recorded for visitors without a GPU
-#     tests:N   the whole test suite under pytest -n 16, N times in a row
+#     tests:N   the whole test suite under pytest -n 16, N times in a row (Triton's cache kept in .triton-cache,
+#               so a later call on the same warm machine compiles nothing again)
+# The page and the recording each start from an empty Triton cache: their first runs compile, as on a new machine.
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 set -u
 OUT=${OUT:-/tmp/device-out}
@@ -28,16 +31,16 @@ for PART in "${@:-page}"; do
     timeout 150 python3 experiments/stream_check.py --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG" ;;
   page)
     say "the page, timed through the server"
-    timeout 270 python3 benchmarks/page.py --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
+    TRITON_CACHE_DIR=$(mktemp -d) timeout 480 python3 benchmarks/page.py ${PAGE_ARGS:-} --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
     tail -n 24 "$OUT/page.log" | tee -a "$LOG" ;;
   record)
     say "lessons and the CPU's default jobs, recorded"
-    timeout 200 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
+    TRITON_CACHE_DIR=$(mktemp -d) timeout 330 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
     cp assets/recorded/lessons_h200.json assets/recorded/jobs_h200.json "$OUT/" 2>/dev/null ;;
   tests:*)
     for i in $(seq 1 "${PART#tests:}"); do
       say "the test suite, run $i"
-      timeout "${TESTS_S:-280}" python3 -m pytest -n 16 -q -p no:cacheprovider tests > "$OUT/gpu-tests-$i.log" 2>&1
+      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TESTS_S:-280}" python3 -m pytest -n 16 -q -p no:cacheprovider tests > "$OUT/gpu-tests-$i.log" 2>&1
       echo "pytest exit $?" | tee -a "$LOG"
       grep -E "passed|failed|error" "$OUT/gpu-tests-$i.log" | tail -n 2 | tee -a "$LOG"
       grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests-$i.log" | head -n 20 | tee -a "$LOG"

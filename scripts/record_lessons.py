@@ -2,7 +2,9 @@
 
     python scripts/record_lessons.py [--out assets/recorded/lessons_h200.json] [--lessons kv-cache tiling]
 
-On a GPU it also writes assets/recorded/jobs_<gpu>.json: the CPU's default Generate, Compare and fusion
+On a GPU each lesson runs twice after the app's own warm-up: the recording keeps the second run, and the
+first run's seconds, compilation included, for the app's estimate of a lesson's first run in a server.
+It also writes assets/recorded/jobs_<gpu>.json: the CPU's default Generate, Compare and fusion
 ladder run on this GPU with exactly the CPU's settings (the bundled model in float32, the same prompt,
 tokens, lengths and context), which the app shows beside a CPU run of the same job (counterpart.py).
 
@@ -61,11 +63,19 @@ def main():
         raise SystemExit(f"unknown lessons {', '.join(unknown)}; the lessons are {', '.join(lessons.names())}")
 
     t0 = time.perf_counter()
+    if cuda:  # as the app's worker starts: its warm-up compiles the default Generate and ladder
+        from explorer.app.jobs.warm import warm_up
+        from explorer.app.serve import default_job
+
+        for line in warm_up(default_job("cuda")):
+            print(f"warm-up: {line}", flush=True)
     results = {}
     for name in names:
         print(f"{name}: {lessons.describe(lessons.LESSONS[name].settings(size))}", flush=True)
+        first = lessons.run(name, size).seconds if cuda else None  # compiles the lesson's own kernels
         results[name] = lessons.run(name, size)
-        print(f"  {results[name].seconds:.1f} s", flush=True)
+        results[name].first_s = first
+        print(f"  {results[name].seconds:.1f} s" + (f" (first run {first:.1f} s)" if first else ""), flush=True)
     meta = dict(
         gpu=gpu,
         device_type="cuda" if cuda else "cpu",

@@ -83,3 +83,34 @@ def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
     torch_run = settings.RunSettings(prompt="def f(x):", new_tokens=500, backend="torch")
     assert estimate.compile_s("cuda", estimate.generation_keys(torch_run)) == 0
     assert estimate.compile_s("cpu", keys) == 0
+
+
+def test_a_sweep_compiles_each_config_once_on_a_gpu():
+    shape = {"M": 64, "C": 256}
+    configs = len(estimate.sweep_configs("layer_norm"))
+    first = estimate.sweep_s("layer_norm", shape, "cuda", "bfloat16")
+    estimate.compiled("cuda", estimate.sweep_compiles("layer_norm", shape, "bfloat16"))
+    again = estimate.sweep_s("layer_norm", shape, "cuda", "bfloat16")
+    assert first - again == pytest.approx(configs * estimate.COMPILE_S["cuda"]["sweep"])
+    # Another dtype or shape compiles anew; the interpreter never does.
+    assert estimate.sweep_s("layer_norm", shape, "cuda", "float16") == pytest.approx(first)
+    assert estimate.sweep_s("layer_norm", {"M": 64, "C": 512}, "cuda", "bfloat16") > again
+    assert estimate.compile_s("cpu", estimate.sweep_compiles("layer_norm", shape, "float32")) == 0
+
+
+def test_a_lesson_on_a_gpu_is_estimated_from_its_recording(monkeypatch):
+    """On a GPU a lesson's estimate is its recorded run: the first run's seconds (its own kernels compiled)
+    until it has run in this server, then the run's again; with no recording, the modeled seconds."""
+    from explorer.app import lessons
+    from explorer.app.lessons import recorded
+
+    rec = recorded.latest()
+    result = rec.results["kv-cache"]
+    monkeypatch.setattr(lessons, "size", lambda: "gpu")
+    monkeypatch.setattr(result, "first_s", result.seconds + 20.0)
+    assert lessons.estimate("kv-cache") == pytest.approx(result.seconds + 20.0)
+    estimate.compiled("cuda", lessons.compiles("kv-cache"))
+    assert lessons.estimate("kv-cache") == pytest.approx(result.seconds)
+    monkeypatch.setattr(recorded, "latest", lambda: None)
+    lesson = lessons.LESSONS["kv-cache"]
+    assert lessons.estimate("kv-cache") == pytest.approx(lesson.estimate(lesson.settings(lessons.size())))

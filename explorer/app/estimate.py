@@ -29,9 +29,11 @@ FIXED_S = {"cpu": 0.4, "cuda": 0.8}
 # constants follow the width, the rows and the context): seconds on the H200 (benchmarks/RESULTS.md, 2026-12-01:
 # a generation of 64-256 tokens at a new length or width took 2.9-5.9 s more than the same run again; Compare's
 # cache-off runs at new lengths about 25 s more).
+# A sweep compiles each config once per kernel, dtype and shape: about 0.7 s each (a layer_norm sweep of 20
+# configs took 15.1 s the first time, 1.1 s again).
 COMPILE_S = {
-    "cpu": {"generate": 0.0, "cache off": 0.0, "ladder": 0.0},
-    "cuda": {"generate": 4.5, "cache off": 12.0, "ladder": 12.0},
+    "cpu": {"generate": 0.0, "cache off": 0.0, "ladder": 0.0, "sweep": 0.0},
+    "cuda": {"generate": 4.5, "cache off": 12.0, "ladder": 12.0, "sweep": 0.7},
 }
 PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
 TOKENS_PER_UNIT = 96
@@ -41,7 +43,7 @@ SHAPES |= {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 
 POSITIONS = {"bundled": 1024}  # positions of each model; GPT-2's 1024 for the others
 # A tile sweep: seconds per interpreter program on CPU, per config on a GPU (graph capture and replays).
 SWEEP_PROGRAM_S = 0.002
-SWEEP_CONFIG_S = {"cpu": 0.05, "cuda": 0.3}
+SWEEP_CONFIG_S = {"cpu": 0.05, "cuda": 0.05}
 # One input set of a sweep may hold at most this many bytes: the interpreter runs every program in Python,
 # and on a GPU the sweep makes up to 64 rotated copies.
 SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
@@ -111,9 +113,11 @@ def bucket(tokens: int) -> int:
     return 1 << max(0, tokens - 1).bit_length()
 
 
-def compile_s(device: str, keys) -> float:
-    """Triton's compilation for the kinds of work in `keys` not yet compiled here (none on CPU)."""
-    return sum(COMPILE_S[device][key[0]] for key in set(keys) if (device, key) not in _compiled)
+def compile_s(device: str, keys, cost=None) -> float:
+    """Triton's compilation for the kinds of work in `keys` not yet compiled here (none on CPU): each key's
+    COMPILE_S by its kind, or `cost(key)` seconds."""
+    cost = cost or (lambda key: COMPILE_S[device][key[0]])
+    return sum(cost(key) for key in set(keys) if (device, key) not in _compiled)
 
 
 def compiled(device: str, keys) -> None:
@@ -258,15 +262,25 @@ def sweep_programs(kernel: str, g: dict, cfg: dict) -> int:
     return g["B"] * g["H"] * splits * max(1, cdiv(cdiv(g["T"], splits), bn))
 
 
-def sweep_s(kernel: str, shape: dict, device: str) -> float:
+def sweep_configs(kernel: str) -> list[dict]:
     import itertools
 
     grid = GRIDS[kernel]
-    configs = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
-    if device == "cuda":
-        return FIXED_S[device] + len(configs) * SWEEP_CONFIG_S[device]
-    programs = sum(sweep_programs(kernel, shape, c) for c in configs)
-    return FIXED_S[device] + len(configs) * SWEEP_CONFIG_S[device] + programs * SWEEP_PROGRAM_S
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def sweep_compiles(kernel: str, shape: dict, dtype: str) -> list:
+    """Each config of the sweep compiles once for its kernel, dtype and shape."""
+    sizes = tuple(sorted(shape.items()))
+    return [("sweep", kernel, dtype, sizes, tuple(sorted(c.items()))) for c in sweep_configs(kernel)]
+
+
+def sweep_s(kernel: str, shape: dict, device: str, dtype: str = "float32") -> float:
+    configs = sweep_configs(kernel)
+    run = FIXED_S[device] + len(configs) * SWEEP_CONFIG_S[device]
+    if device == "cpu":
+        run += sum(sweep_programs(kernel, shape, c) for c in configs) * SWEEP_PROGRAM_S
+    return run + compile_s(device, sweep_compiles(kernel, shape, dtype))
 
 
 def generation_note(s, device: str) -> str:

@@ -122,15 +122,19 @@ def make(ctx: Context) -> dict:
             ctx.policy.check(s.model)
             units = estimate.generation_units(s, ctx.device)
             seconds = estimate.generation_seconds(s, ctx.device)
+            keys = estimate.generation_keys(s)
+            compiling = estimate.compile_s(ctx.device, keys) > 0
             state = dict(state or NEW_STATE)
             payload = dict(settings=s, previous=state.get("steps") if overlay else None, started=time.time())
             ran = None
-            async for view in run_job(ctx, "generate", payload, seconds, estimate.generation_keys(s)):
+            async for view in run_job(ctx, "generate", payload, seconds, keys):
                 if "state" in view:
                     state = {**state, "previous": state.get("steps"), **view.pop("state")}
                 ran = view.pop("ran_s", ran)
                 yield (*outputs(view, GENERATE_OUT), state)
-            if ran is not None:  # the run's own seconds, a model's first load left out: the next estimate's rate
+            # The run's own seconds, a model's first load left out, are the next estimate's rate; a run that
+            # compiled kernels along the way (new lengths, a new model) would make that rate seconds too slow.
+            if ran is not None and not compiling:
                 estimate.record(ctx.device, s.backend, units, ran)
         except UserError as e:
             raise fail(e) from None
@@ -148,7 +152,9 @@ def make(ctx: Context) -> dict:
             estimate.check_sweep_inputs(kernel, shape, settings.ITEMSIZE[dtype], ctx.device)
             payload = dict(kernel=kernel, shape=shape, dtype=dtype, x=x, y=y, value=value)
             state = dict(state or NEW_STATE)
-            async for view in run_job(ctx, "sweep", payload, estimate.sweep_s(kernel, shape, ctx.device)):
+            seconds = estimate.sweep_s(kernel, shape, ctx.device, dtype)
+            compiles = estimate.sweep_compiles(kernel, shape, dtype)
+            async for view in run_job(ctx, "sweep", payload, seconds, compiles):
                 if "state" in view:
                     state = {**state, **view.pop("state")}
                 yield (*outputs(view, SWEEP_OUT), state)
@@ -200,7 +206,7 @@ def make(ctx: Context) -> dict:
             seconds = lessons.estimate(name)
             title = lessons.LESSONS[name].title.lower()
             yield f"*Running {title} ({estimate.about(seconds, ctx.device)})…*", None, *recorded
-            async for view in run_job(ctx, "lesson", dict(lesson=name), seconds):
+            async for view in run_job(ctx, "lesson", dict(lesson=name), seconds, lessons.compiles(name)):
                 if ctx.lesson_picks.get(session) != mine:
                     return  # closing the job's updates stops it
                 yield (*outputs(view, ["text", "plot"]), *recorded)

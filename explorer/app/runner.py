@@ -80,7 +80,7 @@ class Timeline:
         return (
             f"job {self.name}: {len(self.sent)} messages, left the worker at {self.sent[0]:.2f}-{self.sent[-1]:.2f} s, "
             f"reached the server by {lag:.3f} s after each, went to the page in {len(self.yielded)} updates at "
-            f"{shown[0]:.2f}-{shown[-1]:.2f} s, ended at {time.time() - self.t0:.2f} s"
+            f"{shown[0]:.2f}-{shown[-1]:.2f} s, ended at {time.time() - self.t0:.2f} s (began at {self.t0:.3f})"
         )
 
 

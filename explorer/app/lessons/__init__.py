@@ -36,10 +36,29 @@ def run(name: str, size_: str | None = None) -> Result:
         raise friendly(e) from None
 
 
+# A lesson's compilation on a GPU when no recording says how long it took.
+COMPILE_S = 20.0
+
+
 def estimate(name: str) -> float:
-    """Seconds the lesson's job should take on this device, before it runs."""
+    """Seconds the lesson's job should take on this device, before it runs. On a GPU, the recorded run
+    (scripts/record_lessons.py) when there is one: its time once compiled, and, until the lesson has run
+    in this server, what its first run took (each lesson compiles kernels of its own: the cache-off
+    runs' lengths, the ladder's rungs, the tile sweep's configs)."""
     lesson = LESSONS[name]
-    return lesson.estimate(lesson.settings(size()))
+    modeled = lesson.estimate(lesson.settings(size()))
+    if size() != "gpu":
+        return modeled
+    rec = recorded.latest()
+    r = rec.results.get(name) if rec else None
+    warm = r.seconds if r else modeled
+    first = r.first_s if r and r.first_s else warm + COMPILE_S
+    return warm + cost.compile_s("cuda", compiles(name), lambda key: max(first - warm, 0.0))
+
+
+def compiles(name: str) -> list:
+    """The lesson's own kernels, compiled by its first run in a server (estimate.compiled)."""
+    return [("lesson", name)]
 
 
 def describe(s: dict) -> str:
@@ -64,7 +83,7 @@ def intro(name: str) -> str:
     lesson = LESSONS[name]
     s = lesson.settings(size())
     backends = [s.get("backend", "triton")]
-    note = cost.note(lesson.estimate(s), models.device().type, backends)
+    note = cost.note(estimate(name), models.device().type, backends)
     return f"### {lesson.title}\n{lesson.summary}\n\nRuns {describe(s)}. {note}"
 
 
@@ -104,6 +123,7 @@ __all__ = [
     "Result",
     "choices",
     "estimate",
+    "compiles",
     "intro",
     "live_markdown",
     "names",

@@ -44,6 +44,7 @@ class Result:
     device: str  # what it ran on, as a person names it: "NVIDIA H200", "CPU"
     seconds: float  # the job's wall time, warm-up included
     source: str = "measured just now"  # or "recorded on NVIDIA H200, 2026-11-30"
+    first_s: float | None = None  # a recording's: the lesson's first run in a warmed-up worker, compiling
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from kernels.config import TileConfig
 from kernels.linear import traffic as linear_traffic
 
 from ...measure import metrics, sweeps
-from .. import estimate, models, plots
+from .. import models, plots
 from . import base
 
 
@@ -125,8 +125,8 @@ def figure(r) -> go.Figure:
 
 def estimated(s: dict) -> float:
     configs = len(sweeps.grid_configs("linear", s["grid"]))
-    per_config = 0.2 if base.size() == "cpu" else 2.0  # the interpreter's call; a GPU's compile and replays
-    return configs * per_config + (estimate.COMPILE_S["cuda"]["ladder"] if base.size() == "gpu" else 0)
+    per_config = 0.2 if base.size() == "cpu" else 0.3  # the interpreter's call; a GPU's capture and replays
+    return configs * per_config
 
 
 LESSON = base.Lesson(
