@@ -8,8 +8,8 @@
 #     record    the lessons and the CPU's default jobs recorded for visitors without a GPU
 #     tests:N   the whole test suite under pytest -n 16, N times in a row (Triton's cache kept in .triton-cache,
 #               so a later call on the same warm machine compiles nothing again)
-# The page and the recording each start from an empty Triton cache: their first runs compile, as on a new machine.
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
+# The page and the recording each start from an empty Triton cache: their first runs compile, as on a new machine.
 set -u
 OUT=${OUT:-/tmp/device-out}
 mkdir -p "$OUT"
