@@ -40,7 +40,7 @@ for PART in "${@:-page}"; do
   tests:*)
     for i in $(seq 1 "${PART#tests:}"); do
       say "the test suite, run $i"
-      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TESTS_S:-280}" python3 -m pytest -n 16 -q -p no:cacheprovider tests > "$OUT/gpu-tests-$i.log" 2>&1
+      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TESTS_S:-280}" python3 -m pytest -n 16 -q -p no:cacheprovider --durations=30 tests > "$OUT/gpu-tests-$i.log" 2>&1
       echo "pytest exit $?" | tee -a "$LOG"
       grep -E "passed|failed|error" "$OUT/gpu-tests-$i.log" | tail -n 2 | tee -a "$LOG"
       grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests-$i.log" | head -n 20 | tee -a "$LOG"

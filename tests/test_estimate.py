@@ -23,7 +23,8 @@ def test_cost_grows_with_the_job():
     assert steps(new_tokens=64) > 4 * steps(new_tokens=8)
     assert steps(cache=False, new_tokens=64) > steps(new_tokens=64)  # every cache-off step runs the whole sequence
     assert steps(model="gpt2") == pytest.approx(6 * steps())  # twice the layers, three times the width
-    assert steps(profiled=3) > steps(warmup=True) > steps()  # a GPU compiles in a warm-up run first
+    assert steps(model="gpt2", device="cuda") == pytest.approx(2 * steps(device="cuda"))  # a GPU: the layers
+    assert steps(profiled=3) > steps(device="cuda") > steps()  # a GPU compiles in a warm-up run first
 
 
 def test_the_note_says_it_is_an_estimate_and_where_its_rate_comes_from():

@@ -83,12 +83,17 @@ def advice(kind: str) -> str:
 
 
 def layer_steps(
-    model: str, prompt: int, new_tokens: int, cache: bool, batch: int = 1, profiled: int = 0, warmup: bool = False
+    model: str, prompt: int, new_tokens: int, cache: bool, batch: int = 1, profiled: int = 0, device: str = "cpu"
 ) -> float:
     """Layer-steps of one generation: its prefill and decode steps, `profiled` steps of a profiling pass
-    after it (each rebuilt from a pass over the whole run), and with `warmup` (a GPU's compile run) a prefill
-    and a decode step before it."""
+    after it (each rebuilt from a pass over the whole run), and on a GPU a warm-up prefill and decode step
+    before it. The interpreter's time grows with the width (every program runs in Python); a GPU's, for
+    these small models, with the layers only: their launches, not their bytes, set a step's time (the
+    bundled model's default Generate and GPT-2 small's at 256 tokens, H200, 2026-12-01)."""
     layers, width = SHAPES.get(model, SHAPES["gpt2"])
+    warmup = device == "cuda"
+    if warmup:
+        width = 256
 
     def full(tokens: int) -> float:  # a pass over `tokens` tokens of each sequence
         return PASS_BASE + batch * tokens / TOKENS_PER_UNIT
@@ -153,8 +158,7 @@ def note(total_s: float, device: str, backends=("triton",)) -> str:
 
 def generation_units(s, device: str) -> float:
     tokens = prompt_tokens(s)
-    warm = device == "cuda"
-    return layer_steps(s.model, tokens, s.new_tokens, s.cache, s.batch, profiled=PROFILED[device], warmup=warm)
+    return layer_steps(s.model, tokens, s.new_tokens, s.cache, s.batch, profiled=PROFILED[device], device=device)
 
 
 def prompt_tokens(s) -> int:
@@ -173,11 +177,10 @@ def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
     """Compare runs both backends, the cache on and off, each cache-on run twice with graphs, per length."""
     graphs = s.cuda_graph and device == "cuda"
     out = {}
-    warm = device == "cuda"
     for backend in ("triton", "torch"):
         out[backend] = 0.0
         for cache, runs in ((True, 2 if graphs else 1), (False, 1)):
-            out[backend] += sum(layer_steps(s.model, n, s.new_tokens, cache, warmup=warm) for n in lengths) * runs
+            out[backend] += sum(layer_steps(s.model, n, s.new_tokens, cache, device=device) for n in lengths) * runs
     return out
 
 
@@ -206,7 +209,7 @@ def ladder_seconds(s, device: str, rungs: int = 5) -> float:
 def ladder_units(model: str, batch: int, device: str, rungs: int) -> float:
     """Layer-steps of one decode step per rung (LADDER_STEPS decode steps' worth each)."""
     layers, width = SHAPES.get(model, SHAPES["gpt2"])
-    return rungs * LADDER_STEPS[device] * batch * layers * width / 256
+    return rungs * LADDER_STEPS[device] * batch * layers * (width / 256 if device == "cpu" else 1)
 
 
 def check_lengths(model: str, lengths: list[int], new_tokens: int) -> None:

@@ -146,7 +146,7 @@ def generation_estimate(s: dict, runs=(True,), profiled: int = 0) -> float:
     """Seconds for the lesson's generations, one per cache setting in `runs`."""
     units = sum(
         estimate.layer_steps(
-            s["model"], s["prompt_tokens"], s["new_tokens"], cache, profiled=profiled, warmup=size() == "gpu"
+            s["model"], s["prompt_tokens"], s["new_tokens"], cache, profiled=profiled, device=models.device().type
         )
         for cache in runs
     )
