@@ -5,12 +5,11 @@ gradio_client, stamping every streamed update from the moment of submit: when th
 arrives, when the text stops changing, when the job is done, how many updates came and how they were
 spread (the longest gap between two). Rows: the first Generate after the start (default controls), the
 same warm, Generate with GPT-2 small's shape (random weights, the bundled tokenizer) at 64 and 256 new
-tokens, Compare, the ladder, a sweep, every lesson's first run and one lesson again. "To the job" is how
-long the server took from submit to begin the job (its log says when). Beside each, the same job's own
-timeline run in this process after the server is stopped (the handler's side: no server, no client),
-so the gap between the two is the server's and the page's share; and the estimate the page showed
-before the job, next to its time.
-On CPU the rows are the interpreter's, smaller, and say so.
+tokens, Compare, the ladder, a sweep, every lesson's first run and one lesson again. "To the handler" and
+"to the job": from submit to the event's handler, and to the job's start (the server's log says when).
+Beside each, the same job's own timeline run in this process after the server is stopped (the handler's
+side: no server, no client), so the gap between the two is the server's and the page's share; and the
+estimate the page showed before the job, next to its time. On CPU the rows are the interpreter's, smaller, and say so.
 """
 
 from __future__ import annotations
@@ -193,11 +192,12 @@ def lesson_names() -> list[str]:
     return lessons.names()
 
 
-def began(logged: list[str]) -> float | None:
-    """When the server began the job (epoch seconds), from its line for it ("... (began at 1764585123.456)")."""
+def logged_at(logged: list[str], what: str) -> float | None:
+    """When the server's handler was asked for the job ("asked") or began it ("began"), epoch seconds, from
+    its line for the job ("... (asked at 1764585123.401, began at 1764585123.456)")."""
     for line in logged:
-        if "(began at " in line:
-            return float(line.split("(began at ", 1)[1].split(")", 1)[0])
+        if f"{what} at " in line:
+            return float(line.split(f"{what} at ", 1)[1].split(")", 1)[0].split(",", 1)[0])
     return None
 
 
@@ -214,19 +214,20 @@ def table(rows: list[dict]) -> str:
     def s(x):
         return "" if x is None else f"{x:.2f}"
 
-    heads = ["job", "estimate", "to the job", "first text", "all text", "done", "done / estimate", "updates"]
-    heads += ["longest gap"]
+    heads = ["job", "estimate", "to the handler", "to the job", "first text", "all text", "done"]
+    heads += ["done / estimate", "updates", "longest gap"]
     heads += ["handler: first text", "all text", "done", "gap at done"]
     lines = ["| " + " | ".join(heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
     for r in rows:
         gap = r["done_s"] - r["handler_done_s"] if "handler_done_s" in r else None
         guess = estimated(r.get("server") or [])
         ratio = r["done_s"] / guess if guess else None
-        start = began(r.get("server") or [])
-        wait = start - r["submitted"] if start and "submitted" in r else None
+        asked, began = (logged_at(r.get("server") or [], what) for what in ("asked", "began"))
+        reach = asked - r["submitted"] if asked and "submitted" in r else None
+        wait = began - r["submitted"] if began and "submitted" in r else None
         lines.append(
-            f"| {r['job']} | {s(guess)} | {s(wait)} | {s(r.get('first_text_s'))} | {s(r.get('all_text_s'))} "
-            f"| {s(r['done_s'])} "
+            f"| {r['job']} | {s(guess)} | {s(reach)} | {s(wait)} | {s(r.get('first_text_s'))} "
+            f"| {s(r.get('all_text_s'))} | {s(r['done_s'])} "
             f"| {s(ratio)} | {r['updates']} "
             f"| {s(r['longest_gap_s'])} | {s(r.get('handler_first_text_s'))} | {s(r.get('handler_all_text_s'))} "
             f"| {s(r.get('handler_done_s'))} | {s(gap)} |"

@@ -147,3 +147,19 @@ def test_admission_refuses_a_job_estimated_past_the_budget(monkeypatch):
             client.predict(prompt_tokens=1000, batch=16, new_tokens=24, api_name="/generate")
         assert time.monotonic() - t0 < 10
     assert estimate.budget_s() == budget
+
+
+def test_a_jobs_timeline_says_when_its_handler_was_asked_and_when_it_began():
+    from explorer.app import runner
+
+    token = runner.ASKED.set(1000.25)
+    try:
+        timeline = runner.Timeline("generate", 1.5)
+    finally:
+        runner.ASKED.reset(token)
+    timeline.arrived(("update", 1, {}, timeline.t0 + 0.1, timeline.t0 + 0.102))
+    timeline.passed_on()
+    line = timeline.line()
+    assert line.startswith("job generate (estimated 1.50 s): 1 messages, left the worker at 0.10-0.10 s"), line
+    assert line.endswith(f"(asked at 1000.250, began at {timeline.t0:.3f})"), line
+    assert "asked at" not in runner.Timeline("sweep").line()  # no handler asked: a job started by the server

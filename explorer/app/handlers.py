@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from . import estimate, exports, lessons, settings, validate
+from . import estimate, exports, lessons, runner, settings, validate
 from .errors import UserError
 from .models import Policy, dtype_choices
 from .runner import Job
@@ -64,6 +64,7 @@ def api(names: list[str], fn):
 
         @functools.wraps(fn)
         async def handler(*args):
+            runner.ASKED.set(time.time())
             async for out in fn(dict(zip(names, args, strict=False)), *args[len(names) :]):
                 yield out
     else:

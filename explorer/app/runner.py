@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import os
 import subprocess
@@ -53,6 +54,10 @@ class Job:
     estimate_s: float | None = None  # what the page said it would take (logged beside what it took)
 
 
+# When the event that submits a job reached its handler (set there; the job's timeline reports it).
+ASKED: contextvars.ContextVar[float | None] = contextvars.ContextVar("asked", default=None)
+
+
 class Timeline:
     """When a job's updates left the worker, reached the server and went on to the page (wall clock, seconds
     from the job's submission): one line in the server's log per job, so that a page that waits can be
@@ -60,6 +65,7 @@ class Timeline:
 
     def __init__(self, kind: str, estimate_s: float | None = None):
         self.t0 = time.time()
+        self.asked = ASKED.get()
         self.name = kind if estimate_s is None else f"{kind} (estimated {estimate_s:.2f} s)"
         self.sent, self.got, self.yielded = [], [], []
 
@@ -72,6 +78,9 @@ class Timeline:
     def passed_on(self) -> None:
         self.yielded.append(time.time() - self.t0)
 
+    def asked_at(self) -> str:
+        return "" if self.asked is None else f"asked at {self.asked:.3f}, "
+
     def line(self) -> str:
         if not self.sent:
             return f"job {self.name}: no update in {time.time() - self.t0:.2f} s"
@@ -80,7 +89,8 @@ class Timeline:
         return (
             f"job {self.name}: {len(self.sent)} messages, left the worker at {self.sent[0]:.2f}-{self.sent[-1]:.2f} s, "
             f"reached the server by {lag:.3f} s after each, went to the page in {len(self.yielded)} updates at "
-            f"{shown[0]:.2f}-{shown[-1]:.2f} s, ended at {time.time() - self.t0:.2f} s (began at {self.t0:.3f})"
+            f"{shown[0]:.2f}-{shown[-1]:.2f} s, ended at {time.time() - self.t0:.2f} s "
+            f"({self.asked_at()}began at {self.t0:.3f})"
         )
 
 
