@@ -46,7 +46,9 @@ def test_generate_sends_text_first_then_charts_then_the_profiled_run():
     updates = list(jobs.JOBS["generate"]({"settings": s}, NEVER))
     texts = [u for u in updates if "text" in u]
     assert texts[0]["text"].startswith("import os") and len(texts[-1]["text"]) > len("import os")
-    assert set(texts[0]) == {"text", "summary", "status"}  # no figure holds back the first text
+    assert {"text", "status"} <= set(texts[0]) <= {"text", "summary", "status"}  # no figure holds back the text
+    if not torch.cuda.is_available():  # a token takes most of a second: the summary comes with each
+        assert all("summary" in u for u in texts)
     first_chart = next(i for i, u in enumerate(updates) if "latency" in u)
     assert first_chart > updates.index(texts[0])
     last = updates[-1]

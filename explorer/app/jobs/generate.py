@@ -124,9 +124,16 @@ def run(payload: dict, control: Control):
         now = time.monotonic()
         if not final and now - last_text < TEXT_INTERVAL_S[device]:
             continue
-        yield {"text": _text(texts), "summary": summary()[0], "status": f"{len(steps)} of {s.new_tokens} tokens"}
+        update = {"text": _text(texts), "status": f"{len(steps)} of {s.new_tokens} tokens"}
+        chart = final or now - last_chart >= CHART_INTERVAL_S[device]
+        # The summary table goes with the charts (on a GPU the text comes every few tokens, and a table over
+        # every step so far each time would slow the tokens); on CPU, where a token takes most of a second,
+        # with every token.
+        if chart or device == "cpu":
+            update["summary"] = summary()[0]
+        yield update
         last_text = time.monotonic()
-        if final or last_text - last_chart >= CHART_INTERVAL_S[device]:
+        if chart:
             drawn = charts()
             yield {k: v for k, v in drawn.items() if k not in ("frame", "kernels", "gpu")}
             last_chart = time.monotonic()
