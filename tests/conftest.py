@@ -7,6 +7,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist each worker is a process: the machine's cores are shared among them, and among the app
+# workers they start (which read OMP_NUM_THREADS). Sixteen workers of sixteen PyTorch threads each on the
+# GPU machine's 16 cores spent most of their time waiting for each other: the sampling tests, a few seconds
+# on CPU, took 80-145 s there.
+_share = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+torch.set_num_threads(min(torch.get_num_threads(), _share))
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
