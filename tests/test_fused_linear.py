@@ -37,11 +37,11 @@ def _config(in_features, split_k, form="loop", out_features=1, device=None):
     in 16-wide steps splits as 16 + 1, K=200 in 32-wide steps as 64 + 64 + 64 + 8, K=96 as three splits of
     four asked. The prefetch form (block_k >= 512): slices of cdiv(K, split_k) rounded up to 16 columns, each
     loaded as a power of two and a tail (K=200 in two: 112 = 64 + 64 masked to 48, and 88), 8-column tiles;
-    in the interpreter, outputs wider than 64 take 32-column tiles (still several, the last one ragged: 264
-    is 8 x 32 + 8), since it runs every program in Python."""
+    in the interpreter, outputs wider than 32 take 32-column tiles (still several, the last one ragged: 264
+    is 8 x 32 + 8, 40 is 32 + 8), since it runs every program in Python."""
     if form == "prefetch":
         cpu = device is not None and device.type == "cpu"
-        return TileConfig(block_n=32 if cpu and out_features > 64 else 8, block_k=512, split_k=split_k)
+        return TileConfig(block_n=32 if cpu and out_features > 32 else 8, block_k=512, split_k=split_k)
     return TileConfig(block_n=64, block_k=16 if in_features <= 64 else 32, split_k=split_k)
 
 

@@ -88,7 +88,7 @@ def test_stop_between_steps_keeps_the_worker():
         client = gradio_client.Client(url, verbose=False)
         first = runner.pid
         job = client.submit(prompt="x = 1", new_tokens=1000, backend="torch", api_name="/generate")  # far from its end
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a hang's guard only: tokens come within seconds on an idle machine
         while not any(isinstance(o[0], str) and len(o[0]) > len("x = 1") + 4 for o in job.outputs()):
             assert time.monotonic() < deadline, "no tokens came"
             time.sleep(0.05)
