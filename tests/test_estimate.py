@@ -35,6 +35,12 @@ def test_the_note_says_it_is_an_estimate_and_where_its_rate_comes_from():
     assert estimate.seconds("cpu", "triton", units) == pytest.approx(estimate.FIXED_S["cpu"] + units * 0.01)
     assert "from the last run here" in estimate.note(estimate.seconds("cpu", "triton", units), "cpu")
     assert estimate.note(0.2, "cpu") == "*Estimate: under a second on this CPU.*"
+    # A run whose steps cost less than its fixed part says nothing of the rate: two PyTorch tokens that
+    # took 2.5 s on a busy machine leave a 1000-token run's estimate as it was.
+    short, long = (estimate.layer_steps("bundled", 1, n, True) for n in (2, 1000))
+    before = estimate.seconds("cpu", "torch", long)
+    estimate.record("cpu", "torch", short, wall_s=2.5)
+    assert estimate.seconds("cpu", "torch", long) == before
     assert "min on this GPU" in estimate.note(600, "cuda")
 
 

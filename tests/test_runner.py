@@ -90,6 +90,7 @@ def test_stop_between_steps_keeps_the_worker():
         job = client.submit(prompt="x = 1", new_tokens=1000, backend="torch", api_name="/generate")  # far from its end
         deadline = time.monotonic() + 300  # a hang's guard only: tokens come within seconds on an idle machine
         while not any(isinstance(o[0], str) and len(o[0]) > len("x = 1") + 4 for o in job.outputs()):
+            assert not job.done(), f"the job ended before its tokens: {job.exception()!r}"
             assert time.monotonic() < deadline, "no tokens came"
             time.sleep(0.05)
         t0 = time.monotonic()

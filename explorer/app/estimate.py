@@ -132,8 +132,11 @@ def compiled(device: str, keys) -> None:
 
 
 def record(device: str, backend: str, units: float, wall_s: float) -> None:
-    """A finished job's speed, for the next estimate on this device and backend."""
-    if units > 0 and wall_s > 0:
+    """A finished job's speed, for the next estimate on this device and backend. A job whose steps should
+    cost less than its fixed part cannot tell the two apart and leaves the rate as it was: a 2-token run
+    that took 2.5 s on a busy machine would otherwise make a 1000-token run's estimate 700 s."""
+    rate = _measured.get((device, backend), RATES[(device, backend)])
+    if units > 0 and wall_s > 0 and units * rate >= FIXED_S[device]:
         with _lock:
             _measured[(device, backend)] = max(wall_s - FIXED_S[device], 0.1 * wall_s) / units
 
