@@ -106,8 +106,7 @@ def test_the_text_streams_token_by_token_and_stop_stops_it(browser, url):
     page.wait_for_function("() => window.textChanges.length >= 3", timeout=240_000)
     clicked = page.evaluate("performance.now()")
     page.get_by_role("button", name="Stop", exact=True).click()
-    page.get_by_role("cell", name="by you, before the end").wait_for(timeout=30_000)
-    page.get_by_text(re.compile(r"Stopped by you after \d+ of 60 tokens\.")).wait_for(timeout=10_000)
+    _stopped(page, 60)
     page.wait_for_timeout(3000)
     later = [t for t, _ in page.evaluate("window.textChanges") if t > clicked + 2000]
     assert later == [], "the text still changed more than 2 s after Stop"
@@ -161,8 +160,7 @@ def test_stop_says_so_and_the_sweep_table_starts_with_its_own_columns(browser, u
     page.get_by_role("button", name="Generate", exact=True).click()
     page.get_by_role("cell", name="running").wait_for(timeout=120_000)
     page.get_by_role("button", name="Stop", exact=True).click()
-    page.get_by_role("cell", name="by you, before the end").wait_for(timeout=30_000)
-    page.get_by_text(re.compile(r"Stopped by you after \d+ of 60 tokens\.")).wait_for(timeout=10_000)
+    _stopped(page, 60)
     page.get_by_role("tab", name="Tile sweep").click()
     table = page.get_by_label("every config, impossible ones with the reason")
     page.get_by_text("why not").first.wait_for(timeout=30_000)
@@ -170,6 +168,17 @@ def test_stop_says_so_and_the_sweep_table_starts_with_its_own_columns(browser, u
     assert any("why not" in h for h in headers) and not any(h.strip() in ("1", "2", "3") for h in headers)
     assert table is not None
     page.screenshot(path=str(ARTIFACTS / "stopped-and-sweep.png"), full_page=True)
+
+
+def _stopped(page, tokens: int) -> None:
+    """After Stop: the summary's row and the status line say the visitor stopped the run, and how far it got
+    (on failure, what they said instead)."""
+    try:
+        page.get_by_role("cell", name="by you, before the end").wait_for(timeout=30_000)
+        page.get_by_text(re.compile(rf"Stopped by you after \d+ of {tokens} tokens\.")).wait_for(timeout=10_000)
+    except Exception as e:
+        status, summary = page.inner_text("#generate-status"), page.inner_text("#summary")
+        pytest.fail(f"{type(e).__name__} after Stop; the status said {status!r}, the summary {summary!r}")
 
 
 def _lesson_done(page, name: str, timeout_ms: int = 180_000):

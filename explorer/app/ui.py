@@ -225,12 +225,10 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     generating = g["go"].click(
         api(names, job["generate"]), [*run, g["overlay"], *tiles, state], [*out, state], api_name="generate", **GPU
     )
-    g["stop"].click(
-        handlers.stopped,
-        [g["summary"], g["status"]],
-        [g["summary"], g["status"]],
-        cancels=[generating],
-        api_visibility="private",
+    # Stop cancels the run, then says so: a separate step after the cancel, so that no update of the run
+    # still on its way can land over what Stop wrote (one in six Stops right after the first token did).
+    g["stop"].click(None, None, None, cancels=[generating], api_visibility="private").then(
+        handlers.stopped, [g["summary"], g["status"]], [g["summary"], g["status"]], api_visibility="private"
     )
 
     sweeping = sw["go"].click(
