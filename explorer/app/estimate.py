@@ -90,10 +90,6 @@ def layer_steps(
     before it. The interpreter's time grows with the width (every program runs in Python); a GPU's, for
     these small models, with the layers only: their launches, not their bytes, set a step's time (the
     bundled model's default Generate and GPT-2 small's at 256 tokens, H200, 2026-12-01)."""
-    layers, width = SHAPES.get(model, SHAPES["gpt2"])
-    warmup = device == "cuda"
-    if warmup:
-        width = 256
 
     def full(tokens: int) -> float:  # a pass over `tokens` tokens of each sequence
         return PASS_BASE + batch * tokens / TOKENS_PER_UNIT
@@ -102,9 +98,16 @@ def layer_steps(
     steps = full(prompt) + sum(decode)
     if profiled:  # the prefill again, then each decode position rebuilt: a pass over what came before, a step
         steps += full(prompt) + (profiled - 1) * (full(prompt + new_tokens // 2) + 1)
-    if warmup:
+    if device == "cuda":
         steps += full(prompt) + 1
-    return steps * layers * width / 256
+    return steps * model_scale(model, device)
+
+
+def model_scale(model: str, device: str) -> float:
+    """Layer-steps of the model's step, per layer-step of one 256 wide: layers x width / 256 in the
+    interpreter, the layers alone on a GPU (see layer_steps)."""
+    layers, width = SHAPES.get(model, SHAPES["gpt2"])
+    return layers * (width / 256 if device == "cpu" else 1)
 
 
 def seconds(device: str, backend: str, units: float) -> float:
@@ -211,8 +214,7 @@ def ladder_seconds(s, device: str, rungs: int = 5) -> float:
 
 def ladder_units(model: str, batch: int, device: str, rungs: int) -> float:
     """Layer-steps of one decode step per rung (LADDER_STEPS decode steps' worth each)."""
-    layers, width = SHAPES.get(model, SHAPES["gpt2"])
-    return rungs * LADDER_STEPS[device] * batch * layers * (width / 256 if device == "cpu" else 1)
+    return rungs * LADDER_STEPS[device] * batch * model_scale(model, device)
 
 
 def check_lengths(model: str, lengths: list[int], new_tokens: int) -> None:
