@@ -11,6 +11,7 @@ import textwrap
 
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 
 KIND_COLORS = {
     "embedding": "#9e9e9e",
@@ -24,6 +25,15 @@ KIND_COLORS = {
     "kv write": "#72b7b2",
 }
 PHASE_SYMBOLS = {"prefill": "diamond", "decode": "circle"}
+# Plotly copies a figure's template whole into every figure it makes: a stock template costs about 15 ms a
+# figure, a dozen per chart update, time a GPU run's tokens wait for. Every figure here uses this lean one
+# instead: plotly_white's layout and its styles for the four kinds of trace drawn here, copied in 0.3 ms.
+_WHITE = pio.templates["plotly_white"]
+pio.templates["explorer"] = go.layout.Template(
+    layout=_WHITE.layout,
+    data=dict(bar=_WHITE.data.bar, scatter=_WHITE.data.scatter, heatmap=_WHITE.data.heatmap, pie=_WHITE.data.pie),
+)
+pio.templates.default = "explorer"
 # The Generate tab sets two charts side by side in two thirds of the page, about 380 px each on a laptop,
 # and plotly never wraps a title: a note under one is wrapped to what its small type fits in there.
 NARROW_PX = 380
@@ -68,7 +78,6 @@ def _layout(
         uirevision="keep",  # live updates keep the user's zoom
         margin=dict(l=60, r=20, t=top, b=bottom),
         legend=dict(orientation="h", yanchor="top", y=-BELOW_PLOT_PX / plot_px, xanchor="left", x=0, **legend),
-        template="plotly_white",
         height=top + plot_px + bottom,
         uniformtext=dict(minsize=10, mode="hide"),  # labels too small to read are dropped, not overlapped
     )

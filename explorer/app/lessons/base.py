@@ -254,7 +254,6 @@ def big(
     fig.update_layout(
         title=dict(text=f"{title}<br><sup>{source}</sup>", x=0.01, font=dict(size=FONT + 6)),
         font=dict(size=FONT),
-        template="plotly_white",
         height=height + LEGEND_ROW_PX * rows,
         margin=dict(l=80, r=30, t=100, b=70 + LEGEND_ROW_PX * rows),
         legend=dict(font=dict(size=FONT), **(legend or below)),
