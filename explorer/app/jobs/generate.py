@@ -125,7 +125,9 @@ def run(payload: dict, control: Control):
         if not final and now - last_text < TEXT_INTERVAL_S[device]:
             continue
         update = {"text": _text(texts), "status": f"{len(steps)} of {s.new_tokens} tokens"}
-        chart = final or now - last_chart >= CHART_INTERVAL_S[device]
+        # The last step's charts are drawn once, by finish(): on CPU right away, on a GPU with the kernels'
+        # profile a fraction of a second later (drawing them here as well would delay either by as long).
+        chart = not final and now - last_chart >= CHART_INTERVAL_S[device]
         # The summary table goes with the charts (on a GPU the text comes every few tokens, and a table over
         # every step so far each time would slow the tokens); on CPU, where a token takes most of a second,
         # with every token.
