@@ -126,8 +126,9 @@ def test_a_job_past_its_budget_is_stopped_even_in_the_middle_of_a_launch():
         t0 = time.monotonic()
         updates = asyncio.run(go())
         took = time.monotonic() - t0
-        if GPU:  # it stopped itself between two configs
-            assert "time budget" in updates[-1]["status"] and took < budget + 5, (updates[-1]["status"], took)
+        if GPU:  # it stops itself between two configs (its last table says so), or is ended GRACE_S later
+            said = updates[-1].get("status") or updates[-1].get("best", "")
+            assert "time budget" in said and took < budget + 5, (said, took)
         else:
             assert updates[-1]["status"] == "Stopped at the time budget (1 s)."
             assert took < 1.1 * budget + 10, took
