@@ -1,0 +1,136 @@
+"""Where a warm Generate's seconds go: the same job (GPT-2 small's shape, 256 tokens, default controls) run
+in this process and in the job worker, update by update, with and without a previous run to overlay, before
+and after the worker's warm-up (the default Generate and ladder), and once under cProfile.
+
+    python experiments/worker_gap.py [--tokens 256]
+"""
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def phases(updates) -> dict:
+    """Seconds from the start to the last text, to the profiling pass, to the end; and the updates seen."""
+    t0, out, n, last = time.monotonic(), {}, 0, {}
+    for u in updates:
+        n += 1
+        now = time.monotonic() - t0
+        if "text" in u:
+            out["text_s"] = now
+        if u.get("status") == "Profiling…":
+            out["profiling_from_s"] = now
+        if "state" in u:
+            last = u["state"]
+    out |= {"done_s": time.monotonic() - t0, "updates": n}
+    return out, last.get("steps")
+
+
+def through_runner(runner, payload):
+    from explorer.app.runner import Job
+
+    async def stamped():
+        async for u in runner.run(Job("generate", payload, 600.0)):
+            yield u
+
+    loop = asyncio.new_event_loop()
+    stamps, t0 = [], time.monotonic()
+
+    async def go():
+        async for u in stamped():
+            stamps.append((time.monotonic() - t0, u))
+
+    loop.run_until_complete(go())
+    loop.close()
+    out = {"done_s": time.monotonic() - t0, "updates": len(stamps)}
+    for at, u in stamps:
+        if "text" in u:
+            out["text_s"] = at
+        if u.get("status") == "Profiling…":
+            out["profiling_from_s"] = at
+    steps = next((u["state"]["steps"] for _, u in reversed(stamps) if "state" in u), None)
+    return out, steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=256)
+    args = parser.parse_args()
+    from benchmarks.page import gpt2_shaped
+
+    folder = Path(tempfile.mkdtemp())
+    gpt2 = gpt2_shaped(folder)
+    os.environ["EXPLORER_MODELS"] = f"distilgpt2,gpt2,{gpt2}"
+    from explorer.app import jobs, models, serve, settings
+    from explorer.app.runner import ProcessRunner
+
+    d = settings.defaults("cuda", {"dtype": models.default_dtype()})
+    base = dict(prompt="def fibonacci(n):", cache=True, model=gpt2, new_tokens=args.tokens)
+    s = settings.RunSettings(**{k: base.get(k, d[k]) for k in settings.RUN if k != "tiles"})
+    never = jobs.Control(lambda: False, float("inf"))
+
+    def here(previous):
+        return phases(jobs.JOBS["generate"]({"settings": s, "previous": previous}, never))
+
+    print("in this process, no warm-up of the worker's kind yet")
+    for _ in range(2):  # compile, capture
+        _, prev = here(None)
+    for label, p in (("no previous", None), ("previous", prev)):
+        for _ in range(3):
+            row, prev2 = here(p)
+            print(f"  {label:12s} {row}", flush=True)
+    print("in this process, after the worker's warm-up (default Generate and ladder)")
+    for line in jobs.warm_up(serve.default_job("cuda")):
+        print("  warm-up:", line)
+    for _ in range(3):
+        row, _ = here(prev)
+        print(f"  previous     {row}", flush=True)
+    print("in this process, the profiling pass's parts")
+    from explorer.app.jobs.generate import prepare
+    from explorer.measure import launches
+    from explorer.measure.profile import profile_run
+    from explorer.model.generate import generate
+
+    model, _, ids = prepare(s)
+    steps = list(generate(model, [ids], max_new_tokens=args.tokens, cache=True, tiles=s.tiles))
+    for _ in range(3):
+        t0 = time.monotonic()
+        launches.decode_step_launches(model, [ids], cache=True, graph=None, tiles=s.tiles, backend=s.backend)
+        t1 = time.monotonic()
+        profile_run(model, [ids], steps, cache=True, tiles=s.tiles, backend=s.backend, samples=5)
+        t2 = time.monotonic()
+        print(f"  launches counted in {t1 - t0:.3f} s, kernels profiled at 6 steps in {t2 - t1:.3f} s", flush=True)
+    prof = cProfile.Profile()
+    prof.enable()
+    here(prev)
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+    for warm in (None, serve.default_job("cuda")):
+        lines = []
+        runner = ProcessRunner(warm=warm, log=lines.append)
+        runner.start()
+        try:
+            print(f"in the worker, warm-up {'none' if warm is None else 'default'}")
+            _, wprev = through_runner(runner, {"settings": s})
+            _, wprev = through_runner(runner, {"settings": s})
+            for _ in range(3):
+                row, _ = through_runner(runner, {"settings": s, "previous": wprev})
+                print(f"  previous     {row}", flush=True)
+            for line in lines[-3:]:
+                print("   ", line)
+        finally:
+            runner.close()
+
+
+if __name__ == "__main__":
+    main()
