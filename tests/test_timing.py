@@ -176,11 +176,16 @@ def test_copy_bandwidth_past_l2_matches_a_plain_large_copy():
     # A kernel that copies (x * 1): a plain copy_ is captured as a memcpy node, which a graph runs on a
     # copy engine at ~2.5 TB/s on the H200 instead of the SMs' ~4.2 TB/s, and would compare unlike things.
     scale = lambda src, dst: torch.mul(src, 1.0, out=dst)
-    t = timing.device_time(scale, make)
-    assert t.sets == 1 and t.regime == timing.COLD_REGIME
-    gbs = 2 * n * 4 / t.ms / 1e6
     src, dst = make()
-    eager = 2 * n * 4 / do_bench(lambda: scale(src, dst), warmup=10, rep=50, return_mode="median") / 1e6
+    graphed, eager = [], []
+    # Under pytest -n other workers' kernels share the GPU and slow whichever timing they overlap: the best
+    # of three alternating measurements of each is the least disturbed one.
+    for _ in range(3):
+        t = timing.device_time(scale, make)
+        assert t.sets == 1 and t.regime == timing.COLD_REGIME
+        graphed.append(2 * n * 4 / t.ms / 1e6)
+        eager.append(2 * n * 4 / do_bench(lambda: scale(src, dst), warmup=10, rep=50, return_mode="median") / 1e6)
+    gbs, eager = max(graphed), max(eager)
     assert 200 < gbs < 10_000, gbs  # a GPU's HBM, not L2 (tens of TB/s) nor a host link
     assert 0.8 < gbs / eager < 1.25, (gbs, eager)  # at 1 GB launch overhead is nothing: the two must agree
 
