@@ -4,14 +4,14 @@ and, as elementwise.add, elementwise.bias_add and elementwise.gelu, the separate
 decoder makes."""
 
 from . import elementwise
-from .attention import attention
-from .attention_decode import decode_attention
+from .attn.decode import decode_attention
+from .attn.kernel import attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
-from .decode_layer import decode_layer
-from .fused_linear import decode_linear
-from .kv_write import kv_write
-from .layer_norm import layer_norm
-from .linear import linear
+from .kv_cache.kernel import kv_write
+from .layer.kernel import decode_layer
+from .matmul.decode import decode_linear
+from .matmul.kernel import linear
+from .norm.kernel import layer_norm
 
 __all__ = [
     "TileConfig",

@@ -31,7 +31,7 @@ _stages: dict[torch.device, torch.Tensor] = {}
 
 def stage_counters(device: torch.device, stages: int) -> torch.Tensor:
     """The device's zeroed stage counters (kernels.barrier), apart from the arrival counters: a launch that
-    waits at stage counters may also use arrival counters (decode attention's, inside kernels.decode_layer)."""
+    waits at stage counters may also use arrival counters (decode attention's, inside kernels.layer.kernel)."""
     return _zeroed(_stages, device, stages, STAGE_SLOTS, "stage")
 
 

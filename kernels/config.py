@@ -76,7 +76,7 @@ BOUNDS = {
     },
     "attention": {"block_m": (16, 256), "block_n": (16, 256), "num_warps": (1, 16), "num_stages": (1, 8)},
     "decode_attention": {"block_n": (16, 1024), "split_k": (1, 256), "num_warps": (1, 16), "num_stages": (1, 8)},
-    # kernels.elementwise: block_n elements of the flat view per program.
+    # kernels.elementwise.kernel: block_n elements of the flat view per program.
     **{name: {"block_n": (16, 65536), "num_warps": (1, 32)} for name in ("add", "bias_add", "gelu")},
 }
 

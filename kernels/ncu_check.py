@@ -87,13 +87,14 @@ def h200_limits():
 
 def model(case: Case, dtype, device):
     """(Traffic, TileConfig or None) of one case from the kernel's own model."""
-    import importlib
-
     import torch
+
+    from . import attn, kv_cache, matmul, norm
 
     item = torch.empty((), dtype=dtype).element_size()
     s = case.shape
-    mod = importlib.import_module(f"kernels.{'attention_decode' if case.kind == 'decode_attention' else case.kind}")
+    kinds = dict(layer_norm=norm, linear=matmul, attention=attn, decode_attention=attn, kv_write=kv_cache)
+    mod = kinds[case.kind]  # each operation's package: its tile rules and traffic model
     if case.kind == "layer_norm":
         return mod.traffic(s["rows"], s["width"], item, residual=True, device=device), mod.resolve_config(
             None, s["rows"], s["width"], device

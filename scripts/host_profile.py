@@ -55,7 +55,7 @@ def split_layer_norm(x, ln):
     """Where one eager LayerNorm launch's host time goes, part by part."""
     from triton.runtime.driver import driver
 
-    from kernels.layer_norm import _layer_norm_kernel, resolve_config
+    from kernels.norm.kernel import _layer_norm_kernel, resolve_config
 
     rows, width = x.shape
     cfg = resolve_config(None, rows, width, x.device)

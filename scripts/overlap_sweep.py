@@ -18,8 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-attn = importlib.import_module("kernels.attention_decode_tiles")  # the defaults resolve_decode_config reads
-import kernels.fused_linear_tiles as fl  # noqa: E402 (the tile rules resolve_config reads)
+attn = importlib.import_module("kernels.attn.decode_tiles")  # the defaults resolve_decode_config reads
+import kernels.matmul.decode_tiles as fl  # noqa: E402 (the tile rules resolve_config reads)
 from explorer.measure.ladder import random_cache, reset, rung_row  # noqa: E402
 from explorer.model.graphs import DecodeGraph  # noqa: E402
 from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402

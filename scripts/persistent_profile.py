@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-DL = importlib.import_module("kernels.decode_layer")
+DL = importlib.import_module("kernels.layer.kernel")
 
 POINTS = [
     "start",

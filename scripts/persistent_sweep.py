@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-DL = importlib.import_module("kernels.decode_layer")
+DL = importlib.import_module("kernels.layer.kernel")
 from overlap_sweep import logits, steps  # noqa: E402
 
 from explorer.measure.ladder import rung_row  # noqa: E402

@@ -115,10 +115,10 @@ GPUS = {  # what device_limits reads on GPUs a Space may have
 def test_default_tiles_are_valid_on_every_space_gpu(gpu, dtype):
     """The defaults a GPU picks pass the same validation a user's choice does, for GPT-2 shapes from
     one decode row to long prompts (resolved with that GPU's limits, no GPU needed)."""
-    from kernels.attention import resolve_config
-    from kernels.attention_decode import resolve_decode_config
-    from kernels.layer_norm import resolve_config as ln_resolve
-    from kernels.linear import resolve_config as lin_resolve
+    from kernels.attn.decode import resolve_decode_config
+    from kernels.attn.kernel import resolve_config
+    from kernels.matmul.kernel import resolve_config as lin_resolve
+    from kernels.norm.kernel import resolve_config as ln_resolve
 
     limits = GPUS[gpu]
     for rows in (1, 5, 16, 17, 1000, 8192):

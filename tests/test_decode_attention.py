@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from kernels import TileConfig, arrival, decode_attention, reference
-from kernels.attention_decode import decode_split, launch_plan, resolve_decode_config
+from kernels.attn.decode import decode_split, launch_plan, resolve_decode_config
 from kernels.config import DeviceLimits
 from tests.tolerances import DTYPES, assert_close, f64
 
@@ -169,7 +169,7 @@ def test_one_launch_replays_in_a_cuda_graph(device):
 
 
 def _forms(batch_heads, max_len, head_dim, cfg, device="cpu"):
-    """The loop form a launch takes (kernels.attention_decode): 'held' (one key tile at once), 'vector', 'dot'."""
+    """The loop form a launch takes (kernels.attn.decode): 'held' (one key tile at once), 'vector', 'dot'."""
     plan = launch_plan(cfg, batch_heads, max_len, head_dim, torch.float16, device)
     return "held" if plan[5] else "dot" if plan[6] else "vector"
 

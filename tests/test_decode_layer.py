@@ -1,4 +1,4 @@
-"""kernels.decode_layer: one GPT-2 block in one launch, against PyTorch and against the decode rung's launches."""
+"""kernels.layer.kernel: one GPT-2 block in one launch, against PyTorch and against the decode rung's launches."""
 
 import pytest
 import torch
@@ -114,7 +114,7 @@ def test_bad_blocks_are_refused_with_the_reason(device):
 @pytest.mark.parametrize("rows,width,heads,max_len", [(1, 768, 12, 1001), (16, 768, 12, 64), (4, 1024, 16, 2048)])
 def test_a_gpu_launch_fits_one_program_per_sm_with_about_one_item_each(sms, rows, width, heads, max_len):
     from kernels.config import DeviceLimits
-    from kernels.decode_layer import ELEMENTS, plan
+    from kernels.layer.kernel import ELEMENTS, plan
 
     limits = DeviceLimits("GPU", 232448, sms, (9, 0), True)
     p = plan(rows, width, heads, max_len, torch.bfloat16, limits)
@@ -151,7 +151,7 @@ def test_stamps_are_refused_off_the_gpu_and_in_the_wrong_shape(device):
 
 
 def test_the_cases_cover_both_forms_of_attention_item_in_the_interpreter(device):
-    from kernels.decode_layer import plan
+    from kernels.layer.kernel import plan
 
     if device.type == "cuda":
         pytest.skip("CPU behaviour")
@@ -162,7 +162,7 @@ def test_the_cases_cover_both_forms_of_attention_item_in_the_interpreter(device)
 
 
 def test_the_interpreter_runs_one_program(device):
-    from kernels.decode_layer import plan
+    from kernels.layer.kernel import plan
 
     if device.type == "cuda":
         pytest.skip("CPU behaviour")

@@ -2,18 +2,15 @@
 launches it replaces (layer_norm, linear, kv_write), and for what it leaves behind: counters at zero and
 every cache element but the new rows untouched."""
 
-import importlib
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+import kernels
+import kernels.matmul.decode as fused
 from kernels import TileConfig, arrival, decode_linear, kv_write, layer_norm, linear, reference
 from kernels.config import SECTOR, DeviceLimits, cdiv, sectors
 from tests.tolerances import DTYPES, assert_close, f64, float16_here
-
-fused = importlib.import_module("kernels.fused_linear")
-linear_mod = importlib.import_module("kernels.linear")
 
 # The decoder's uses, by flag combination. The attention's and the MLP's c_proj share one (bias and the
 # residual; they differ only in shape, covered by SHAPES), so four entries stand for five layers.
@@ -391,7 +388,7 @@ def test_one_launch_saves_hbm_bytes_and_pays_for_the_norm_in_l2_reads(rows):
     split-K pair and kv_write. HBM: the normalised rows, the reduce's reads of y and the cache write's reads
     are gone. L2 -> SM: every program re-reads x's full rows for the statistics and every column tile its
     slice of the LN weight and bias, which is what the fused launch adds over the unfused ones, at most."""
-    ln, lin, kv = (importlib.import_module(f"kernels.{m}") for m in ("layer_norm", "linear", "kv_write"))
+    ln, lin, kv = kernels.norm, kernels.matmul, kernels.kv_cache
     cfg = TileConfig(block_m=16, block_n=32, block_k=128, split_k=2)  # the K loop, split as linear's pair
     args = dict(config=cfg, dtype=torch.bfloat16, device=H200)  # the same tiles for both
     fused_t = fused.traffic(rows, 2304, 768, 2, norm=True, kv=12, **args)

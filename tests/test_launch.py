@@ -1,14 +1,11 @@
 """kernels.launch: a compiled kernel is reused only for calls whose arguments it was compiled for."""
 
-import importlib
-
 import pytest
 import torch
 
+import kernels.matmul.decode as fused
 from kernels import decode_linear, launch, reference
 from tests.tolerances import assert_close
-
-fused = importlib.import_module("kernels.fused_linear")
 
 
 def test_the_signature_separates_alignment_dtype_device_and_values():

@@ -1,8 +1,7 @@
-import importlib
-
 import pytest
 import torch
 
+import kernels.matmul.kernel
 from kernels import TileConfig, linear, reference
 from tests.tolerances import DTYPES, assert_close, f64, float16_here
 
@@ -78,7 +77,7 @@ def test_linear_split_k_decode_path(device, dtype, rows, k, n, epi, cfg):
     "cfg", [None, TileConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_stages=2)], ids=str
 )
 def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg, monkeypatch):
-    module = importlib.import_module("kernels.linear")
+    module = kernels.matmul.kernel
     monkeypatch.setattr(module, "PERSISTENT", True)
     launched = []
     persistent = module._launch_persistent
@@ -89,7 +88,7 @@ def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg, monkeypatch
 
 def test_linear_persistent_form_falls_back_where_rows_are_not_aligned(device, monkeypatch):
     """Rows of 33 halves (66 bytes) cannot be described to TMA: the tile kernel runs instead, correctly."""
-    module = importlib.import_module("kernels.linear")
+    module = kernels.matmul.kernel
     monkeypatch.setattr(module, "PERSISTENT", True)
     monkeypatch.setattr(module, "_launch_persistent", lambda *a: pytest.fail("the persistent form ran"))
     _check(device, torch.float16, 40, 33, 24, EPILOGUES[1], None)

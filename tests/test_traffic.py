@@ -10,12 +10,12 @@ import torch
 
 from kernels.config import SECTOR, DeviceLimits, TileConfig, Traffic, cdiv, device_limits
 
-linear_mod = importlib.import_module("kernels.linear")
-attention_mod = importlib.import_module("kernels.attention")
-decode_mod = importlib.import_module("kernels.attention_decode")
-layer_norm_mod = importlib.import_module("kernels.layer_norm")
-kv_write_mod = importlib.import_module("kernels.kv_write")
-elementwise = importlib.import_module("kernels.elementwise")
+linear_mod = importlib.import_module("kernels.matmul.kernel")
+attention_mod = importlib.import_module("kernels.attn.kernel")
+decode_mod = importlib.import_module("kernels.attn.decode")
+layer_norm_mod = importlib.import_module("kernels.norm.kernel")
+kv_write_mod = importlib.import_module("kernels.kv_cache.kernel")
+elementwise = importlib.import_module("kernels.elementwise.kernel")
 
 H200 = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True, l2_bytes=50 * 1024 * 1024)
 BF16 = torch.bfloat16

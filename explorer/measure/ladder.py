@@ -22,8 +22,8 @@ from collections.abc import Iterator
 
 import torch
 
-from kernels.linear import DECODE_ROWS
-from kernels.linear import resolve_config as linear_config
+from kernels.matmul.kernel import DECODE_ROWS
+from kernels.matmul.kernel import resolve_config as linear_config
 
 from ..model.cache import KVCache
 from ..model.graphs import DecodeGraph

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from kernels.attention import traffic as attention_traffic
-from kernels.attention import traffic_naive
-from kernels.layer_norm import traffic as layer_norm_traffic
-from kernels.layer_norm import traffic_unfused as layer_norm_unfused
-from kernels.linear import traffic as linear_traffic
-from kernels.linear import traffic_unfused as linear_unfused
+from kernels.attn.kernel import traffic as attention_traffic
+from kernels.attn.kernel import traffic_naive
+from kernels.matmul.kernel import traffic as linear_traffic
+from kernels.matmul.kernel import traffic_unfused as linear_unfused
+from kernels.norm.kernel import traffic as layer_norm_traffic
+from kernels.norm.kernel import traffic_unfused as layer_norm_unfused
 
 from ..model.ops import Tiles
 from .traffic import step_traffic

@@ -16,11 +16,11 @@ import torch
 
 import kernels
 from kernels import timing
-from kernels.attention import traffic as attention_traffic
-from kernels.attention_decode import decode_traffic
+from kernels.attn.decode import decode_traffic
+from kernels.attn.kernel import traffic as attention_traffic
 from kernels.config import TileConfig
-from kernels.layer_norm import traffic as layer_norm_traffic
-from kernels.linear import traffic as linear_traffic
+from kernels.matmul.kernel import traffic as linear_traffic
+from kernels.norm.kernel import traffic as layer_norm_traffic
 
 from ..model.generate import generate
 from ..model.ops import Tiles

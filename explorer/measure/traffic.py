@@ -14,17 +14,17 @@ from __future__ import annotations
 import functools
 
 from kernels import elementwise
-from kernels.attention import traffic as attention_traffic
-from kernels.attention import traffic_floor
-from kernels.attention_decode import decode_traffic
+from kernels.attn.decode import decode_traffic
+from kernels.attn.kernel import traffic as attention_traffic
+from kernels.attn.kernel import traffic_floor
 from kernels.config import Traffic
-from kernels.decode_layer import traffic as decode_layer_traffic
-from kernels.fused_linear import traffic as fused_linear_traffic
-from kernels.kv_write import traffic as kv_write_traffic
-from kernels.layer_norm import traffic as layer_norm_traffic
-from kernels.layer_norm import traffic_unfused as layer_norm_unfused
-from kernels.linear import traffic as linear_traffic
-from kernels.linear import traffic_unfused as linear_unfused
+from kernels.kv_cache.kernel import traffic as kv_write_traffic
+from kernels.layer.kernel import traffic as decode_layer_traffic
+from kernels.matmul.decode import traffic as fused_linear_traffic
+from kernels.matmul.kernel import traffic as linear_traffic
+from kernels.matmul.kernel import traffic_unfused as linear_unfused
+from kernels.norm.kernel import traffic as layer_norm_traffic
+from kernels.norm.kernel import traffic_unfused as layer_norm_unfused
 
 from ..model.ops import Op
 

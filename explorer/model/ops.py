@@ -30,12 +30,12 @@ import torch
 
 import kernels
 from kernels import elementwise, reference
-from kernels.attention import tuned_config
-from kernels.attention_decode import tuned_decode_config
-from kernels.fused_linear import tuned_config as decode_linear_tuned
-from kernels.layer_norm import tuned_config as layer_norm_tuned
-from kernels.linear import DECODE_ROWS
-from kernels.linear import tuned_config as linear_tuned
+from kernels.attn.decode import tuned_decode_config
+from kernels.attn.kernel import tuned_config
+from kernels.matmul.decode import tuned_config as decode_linear_tuned
+from kernels.matmul.kernel import DECODE_ROWS
+from kernels.matmul.kernel import tuned_config as linear_tuned
+from kernels.norm.kernel import tuned_config as layer_norm_tuned
 
 BACKENDS = ("triton", "torch")
 FUSIONS = ("none", "epilogue", "decode", "overlap", "persistent")

@@ -35,10 +35,10 @@ PROFILED = {"cuda": 5}  # decode positions the profiling pass times on a GPU (be
 def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int) -> None:
     """Resolve every kernel's tiles for this run's shapes up front, so a config the device cannot run
     is refused before the first launch rather than in the middle of a step."""
-    from kernels.attention import resolve_config as attention_tiles
-    from kernels.attention_decode import resolve_decode_config
-    from kernels.layer_norm import resolve_config as layer_norm_tiles
-    from kernels.linear import resolve_config as linear_tiles
+    from kernels.attn.decode import resolve_decode_config
+    from kernels.attn.kernel import resolve_config as attention_tiles
+    from kernels.matmul.kernel import resolve_config as linear_tiles
+    from kernels.norm.kernel import resolve_config as layer_norm_tiles
 
     cfg, dev, dt = model.config, model.device, model.dtype
     layer_norm_tiles(tiles.fixed("layer_norm"), batch * prompt_len, cfg.n_embd, dev)

@@ -5,7 +5,7 @@ for the LayerNorm before it and a fourth for the KV-cache write after c_attn. He
 (column tiles, splits) does all of it:
 
     prologue   with norm=(w, b, eps): each program computes every row's mean and rstd over the full row in
-               fp32 (mean, then the variance as the mean of squared differences, as kernels.layer_norm),
+               fp32 (mean, then the variance as the mean of squared differences, as kernels.norm.kernel),
                normalises its own K slice, applies w and b and rounds to x's dtype: that is its dot operand.
     body       the split-K kernel's loop: the program's x rows times its weight slice, fp32 accumulator.
     arrival    with several splits, each program stores its fp32 partial, then increments its column tile's
@@ -21,7 +21,7 @@ tiles with tl.dot on a 16-row tile. The prefetch form (block_k 512 and up, the G
 program's whole weight slice at once, then multiplies it by each row on the vector units; launched with
 pdl=True (kernels.pdl) it does that load before waiting for the kernel ahead, so the weights stream in
 while that kernel finishes. Both give the same result up to the order of the fp32 sums. The device functions
-of their work items are in kernels.fused_linear_items; the tile rules and traffic model in kernels.fused_linear_tiles.
+of their work items are in kernels.matmul.decode_items; the tile rules and traffic model in kernels.matmul.decode_tiles.
 
 Memory traffic: the weight is read exactly once, as in the split-K path. The LayerNorm output never goes
 to memory: each program re-reads x's rows for the statistics instead (a few KB, from L2), so the cost of
@@ -36,16 +36,16 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune, launch, pdl
-from .config import (
+from .. import arrival, autotune, launch, pdl
+from ..config import (
     cdiv,
     explain_resources,
     new_output,
     next_pow2,
     overlaps_launches,
 )
-from .fused_linear_items import _finish, load_slice, slice_item
-from .fused_linear_tiles import (
+from .decode_items import _finish, load_slice, slice_item
+from .decode_tiles import (
     prefetches,
     resolve_config,
     slice_tiles,
@@ -53,7 +53,7 @@ from .fused_linear_tiles import (
     stats_tile,
     traffic,  # noqa: F401 (decode_linear's traffic model, named beside it)
 )
-from .linear import DECODE_ROWS, check_args
+from .kernel import DECODE_ROWS, check_args
 
 NAME = "decode_linear"
 
@@ -222,7 +222,7 @@ def _check(x, weight, bias, activation, residual, norm, kv):
 def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, config=None, pdl=False):
     """y = act(LN(x) @ weight.T + bias) + residual for decode-shaped x (..., in) with at most 16 rows, one launch.
 
-    norm=(ln_weight, ln_bias, eps): x is layer-normed in the prologue (as kernels.layer_norm would, rounded to
+    norm=(ln_weight, ln_bias, eps): x is layer-normed in the prologue (as kernels.norm.kernel would, rounded to
     x's dtype before the dot). kv=(k_cache, v_cache, lengths): weight is c_attn's (3C, C); columns [C, 2C) and
     [2C, 3C) of each row b are also stored into k_cache[b, h, lengths[b], d] / v_cache[...] (caches (B, H, T_max,
     D), one layer's views, D = C // H, lengths (B,) int32/int64 on the device, 0 <= lengths[b] < T_max, which the

@@ -14,8 +14,8 @@ import functools
 import triton
 import triton.language as tl
 
-from . import autotune, launch
-from .config import (
+from .. import autotune, launch
+from ..config import (
     TileConfig,
     Traffic,
     as_config,

@@ -1,5 +1,5 @@
-"""The work items of decode_linear, shared by its two kernels (kernels.fused_linear) and by the decode layer
-kernel (kernels.decode_layer): the LayerNorm statistics of the rows, the rows times a weight slice, the
+"""The work items of decode_linear, shared by its two kernels (kernels.matmul.decode) and by the decode layer
+kernel (kernels.layer.kernel): the LayerNorm statistics of the rows, the rows times a weight slice, the
 arrival of split partials and the epilogue (bias, GELU, residual, the KV-cache write).
 
 A prefetch-form item is two calls: load_slice issues the loads of its weight slice, and slice_item waits for
@@ -10,8 +10,8 @@ in flight while the program waits.
 import triton
 import triton.language as tl
 
-from . import barrier, pdl
-from .linear import _bias_gelu_residual
+from .. import barrier, pdl
+from .kernel import _bias_gelu_residual
 
 
 @triton.jit
@@ -78,7 +78,7 @@ def _finish(acc, rows, cols, pid_n, split, Bias, R, Y, P, Counters, KC, VC, Leng
 
 @triton.jit
 def _row_stats(X, M, K, eps, stride_xm, stride_xk, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
-    """Each row's mean and rstd over its K columns, as kernels.layer_norm computes them: (ROWS,) each."""
+    """Each row's mean and rstd over its K columns, as kernels.norm.kernel computes them: (ROWS,) each."""
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, STATS_COLS)
     mean = tl.zeros((ROWS,), dtype=tl.float32)

@@ -35,10 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, barrier, pdl
-from .attention_decode import attend_item
-from .attention_decode import launch_plan as attention_plan
-from .config import (
+from .. import arrival, barrier, pdl
+from ..attn.decode import attend_item
+from ..attn.decode import launch_plan as attention_plan
+from ..config import (
     SECTOR,
     TileConfig,
     Traffic,
@@ -49,11 +49,11 @@ from .config import (
     overlaps_launches,
     prev_pow2,
 )
-from .fused_linear import _check as check_decode_linear
-from .fused_linear_items import load_slice, slice_item
-from .fused_linear_tiles import PREFETCH_BLOCK_K, PREFETCH_ELEMENTS, slice_tiles
-from .fused_linear_tiles import traffic as linear_traffic
-from .linear import DECODE_ROWS
+from ..matmul.decode import _check as check_decode_linear
+from ..matmul.decode_items import load_slice, slice_item
+from ..matmul.decode_tiles import PREFETCH_BLOCK_K, PREFETCH_ELEMENTS, slice_tiles
+from ..matmul.decode_tiles import traffic as linear_traffic
+from ..matmul.kernel import DECODE_ROWS
 
 NAME = "decode_layer"
 ELEMENTS = 24576  # the most weight elements one item holds: the decode rung's prefetch form at 8 x 3072
@@ -277,7 +277,7 @@ def traffic(lengths, width, heads, max_len, itemsize, *, dtype=torch.float16, de
     move them (fused_linear.traffic, attention_decode.decode_traffic), and each program's arrival at every
     stage counter (one sector each way). The polls of a waiting program are not modeled: they depend on
     how long it waits."""
-    from .attention_decode import decode_traffic
+    from ..attn.decode import decode_traffic
 
     rows = len(lengths)
     p = plan(rows, width, heads, max_len, dtype, device)

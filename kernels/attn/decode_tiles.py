@@ -1,4 +1,4 @@
-"""Decode attention's tiles, plan and traffic model (kernels.attention_decode runs the kernels): which key tiles
+"""Decode attention's tiles, plan and traffic model (kernels.attn.decode runs the kernels): which key tiles
 and how many splits a cache gets, what each launch passes, and the bytes one call moves.
 """
 
@@ -7,8 +7,7 @@ import math
 
 import torch
 
-from .attention import LOG2E
-from .config import (
+from ..config import (
     BOUNDS,
     SECTOR,
     TileConfig,
@@ -26,6 +25,7 @@ from .config import (
     prev_pow2,
     sectors,
 )
+from .kernel import LOG2E
 
 
 def decode_shared_memory(cfg: TileConfig, head_dim: int, itemsize: int) -> int:
@@ -85,7 +85,7 @@ def decode_split(max_len: int, cfg: TileConfig) -> tuple[int, int]:
 
 
 def loops_in_dot_form(max_len: int, cfg: TileConfig) -> bool:
-    """Whether a split spans several key tiles, which loop in the dot form (kernels.attention_decode._decode_chunk
+    """Whether a split spans several key tiles, which loop in the dot form (kernels.attn.decode._decode_chunk
     with DOT); a split of one tile is scored on the vector units, or held whole."""
     return decode_split(max_len, cfg)[0] > cfg.block_n
 

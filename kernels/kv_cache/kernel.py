@@ -11,8 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launch
-from .config import SECTOR, Traffic, check_dtype, next_pow2, sectors
+from .. import launch
+from ..config import SECTOR, Traffic, check_dtype, next_pow2, sectors
 
 
 @triton.jit

@@ -2,7 +2,7 @@
 
     add(x, y)          x + y for two tensors of one shape (the residual add)
     bias_add(x, bias)  x + bias, with bias (C,) broadcast over x's last dimension (..., C)
-    gelu(x)            GPT-2's tanh GELU, the formula kernels.linear's epilogue applies
+    gelu(x)            GPT-2's tanh GELU, the formula kernels.matmul.kernel's epilogue applies
 
 They are the "no fusion" rung of the fusion ladder: each operation is its own kernel, and each kernel
 reads its whole input from memory and writes its whole output back, where a fused kernel keeps the
@@ -14,7 +14,7 @@ traffic models do not count); the output is always contiguous.
 
 Memory traffic, L2 <-> SM and HBM alike: each input read once and the output written once, the floor
 for an operation on its own, from cold caches (a launch that reads what the previous one wrote may
-find it in L2: the caller's to model, as kernels.linear.traffic_unfused does). The exception is
+find it in L2: the caller's to model, as kernels.matmul.traffic_unfused does). The exception is
 bias_add's bias: each program loads the bias columns its span of the flat view covers, in whole
 32-byte sectors (all of them when the span holds a row or more); HBM serves the bias once.
 """
@@ -26,8 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launch
-from .config import (
+from .. import launch
+from ..config import (
     SECTOR,
     TileConfig,
     Traffic,
@@ -41,7 +41,7 @@ from .config import (
     next_pow2,
     sectors,
 )
-from .linear import _gelu_tanh
+from ..matmul.kernel import _gelu_tanh
 
 CPU_BLOCK = 65536  # largest default span on CPU: few programs for the interpreter
 
@@ -151,7 +151,7 @@ def traffic_add(n: int, itemsize: int) -> Traffic:
 
 def traffic_gelu(n: int, itemsize: int) -> Traffic:
     """Modeled traffic of gelu over n elements: read once, written once (both levels); about 10 flops each,
-    as kernels.linear counts its fused GELU."""
+    as kernels.matmul.kernel counts its fused GELU."""
     return Traffic(n * itemsize, n * itemsize, 10 * n, 2 * n * itemsize)
 
 

@@ -16,8 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import autotune, launch
-from .config import (
+from .. import autotune, launch
+from ..config import (
     TileConfig,
     Traffic,
     as_config,

@@ -1,6 +1,6 @@
 """decode_linear's tiles: the rules that choose them, their validation, and the traffic a launch at them moves.
 
-Two forms of the kernel take the same TileConfig (kernels.fused_linear): block_k from PREFETCH_BLOCK_K up
+Two forms of the kernel take the same TileConfig (kernels.matmul.decode): block_k from PREFETCH_BLOCK_K up
 chooses the prefetch form, which holds each split's whole K slice in registers; below it, the K loop, whose
 tiles go through shared memory as linear's do.
 """
@@ -9,7 +9,7 @@ import functools
 
 import torch
 
-from .config import (
+from ..config import (
     BOUNDS,
     SECTOR,
     TileConfig,
@@ -25,7 +25,7 @@ from .config import (
     prev_pow2,
     sectors,
 )
-from .linear import operand_bytes, shared_memory
+from .kernel import operand_bytes, shared_memory
 
 NAME = "decode_linear"
 

@@ -23,9 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import arrival, autotune, barrier, launch, pdl
-from .attention import check_qkv
-from .attention_decode_tiles import (  # noqa: F401 (the tiles, plan and traffic model, named beside the kernels)
+from .. import arrival, autotune, barrier, launch, pdl
+from ..config import explain_resources, new_output
+from .decode_tiles import (  # noqa: F401 (the tiles, plan and traffic model, named beside the kernels)
     PREFETCH_ELEMENTS_PER_WARP,
     decode_shared_memory,
     decode_split,
@@ -34,7 +34,7 @@ from .attention_decode_tiles import (  # noqa: F401 (the tiles, plan and traffic
     launch_plan,
     resolve_decode_config,
 )
-from .config import explain_resources, new_output
+from .kernel import check_qkv
 
 
 @triton.jit

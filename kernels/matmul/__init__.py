@@ -1,0 +1,60 @@
+"""Linear layers: the prefill matmul with its fused epilogues (kernel.py), and the decode step's one-launch
+linear with a LayerNorm prologue and a KV-cache-write epilogue (decode.py; its work items in decode_items.py,
+its tiles and traffic in decode_tiles.py)."""
+
+from .decode import decode_linear
+from .decode_items import load_slice, slice_item
+from .decode_tiles import (
+    CPU_BLOCK_N,
+    CPU_PREFETCH_ELEMENTS,
+    PREFETCH_BLOCK_K,
+    PREFETCH_ELEMENTS,
+    PREFETCH_SLICE,
+    STATS_ELEMENTS,
+    cpu_config,
+    prefetches,
+    slice_tiles,
+    splits_of,
+    stats_tile,
+)
+from .kernel import (
+    DECODE_ROWS,
+    check_args,
+    default_config,
+    linear,
+    operand_bytes,
+    persistent_form,
+    resolve_config,
+    shared_memory,
+    traffic,
+    traffic_unfused,
+    tuned_config,
+)
+
+__all__ = [
+    "CPU_BLOCK_N",
+    "CPU_PREFETCH_ELEMENTS",
+    "DECODE_ROWS",
+    "PREFETCH_BLOCK_K",
+    "PREFETCH_ELEMENTS",
+    "PREFETCH_SLICE",
+    "STATS_ELEMENTS",
+    "check_args",
+    "cpu_config",
+    "decode_linear",
+    "default_config",
+    "linear",
+    "load_slice",
+    "operand_bytes",
+    "persistent_form",
+    "prefetches",
+    "resolve_config",
+    "shared_memory",
+    "slice_item",
+    "slice_tiles",
+    "splits_of",
+    "stats_tile",
+    "traffic",
+    "traffic_unfused",
+    "tuned_config",
+]
