@@ -22,6 +22,8 @@ def _cases(dtype, arch):
     from .config import DeviceLimits, TileConfig
     from .elementwise import kernel as E
     from .kv_cache import kernel as KV
+    from .layer import kernel as DL
+    from .matmul import decode as FL
     from .matmul import kernel as L
     from .norm import kernel as LN
 
@@ -59,7 +61,6 @@ def _cases(dtype, arch):
                     PRECISION=prec, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, PROGRAMS=132)  # fmt: skip
         yield (f"linear persistent{' + res' if residual else ''}", L._linear_persistent_kernel, args, cfg.num_warps,
                cfg.num_stages, L.shared_memory(cfg, item, limits, True, residual))  # fmt: skip
-    from .matmul import decode as FL
     pdl = arch >= 90  # programmatic dependent launch from Hopper on (kernels.pdl)
     cache_strides = {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
     ptrs = dict.fromkeys(("X", "W", "Bias", "R", "Y", "LnW", "LnB", "KC", "VC"), t)
@@ -106,7 +107,6 @@ def _cases(dtype, arch):
                    **ostrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64,
                    BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64, PDL=pdl, PREFETCH=prefetch, DOT=dot), cfg.num_warps,
                    cfg.num_stages, est)  # fmt: skip
-    from .layer import kernel as DL
     plan = DL.plan(1, 768, 12, 1024, tdt, limits)
     layer = dict.fromkeys(("X", "Ln1W", "Ln1B", "Wa", "Ba", "QKV", "KC", "VC", "Attn", "Wo", "Bo", "X1", "Ln2W", "Ln2B",
                            "Wf", "Bf", "Hid", "Wp", "Bp", "Out", "Times"),

@@ -35,6 +35,7 @@ from .decode_tiles import (  # noqa: F401 (the tiles, plan and traffic model, na
     resolve_decode_config,
 )
 from .kernel import check_qkv
+from .softmax import online_step
 
 
 @triton.jit
@@ -73,10 +74,7 @@ def _decode_chunk(
             else:
                 qk = tl.dot(q_rows, tl.trans(k))
             qk = tl.where((cols < hi)[None, :], qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
+            m_new, alpha, p, l_i = online_step(m_i, l_i, qk, 1)
             if v.dtype == tl.float32:
                 acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
             else:
@@ -100,10 +98,7 @@ def _decode_chunk(
             k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
             qk = tl.sum(q[None, :] * k.to(tl.float32), axis=1)
             qk = tl.where(cols < hi, qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, axis=0))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(qk - m_new)
-            l_i = l_i * alpha + tl.sum(p, axis=0)
+            m_new, alpha, p, l_i = online_step(m_i, l_i, qk, 0)
             v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
             acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
             m_i = m_new

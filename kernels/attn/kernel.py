@@ -35,6 +35,7 @@ from ..config import (
     pipeline_stages,
     resident_programs,
 )
+from .softmax import online_step
 
 LOG2E = 1.4426950408889634
 MASKED_SCORE = tl.constexpr(-1.0e30)  # finite, so a row whose first tile is all masked gives no inf - inf = NaN
@@ -59,10 +60,7 @@ def _attention_tiles(
             if CAUSAL:
                 keep = keep & (cols[None, :] <= rows[:, None] + offset)
             qk = tl.where(keep, qk, MASKED_SCORE)
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_new, alpha, p, l_i = online_step(m_i, l_i, qk, 1)
         v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new

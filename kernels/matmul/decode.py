@@ -44,6 +44,7 @@ from ..config import (
     next_pow2,
     overlaps_launches,
 )
+from ..norm.stats import moments
 from .decode_items import _finish, load_slice, slice_item
 from .decode_tiles import (
     prefetches,
@@ -91,9 +92,7 @@ def _decode_linear_kernel(
             s_mask = (s_rows < M)[:, None] & (s_cols < K)[None, :]
             xs = tl.load(X + s_rows[:, None] * stride_xm + s_cols[None, :] * stride_xk, mask=s_mask, other=0.0)
             xs = xs.to(tl.float32)
-            mean_r = tl.sum(xs, axis=1) / K
-            s_diff = tl.where(s_mask, xs - mean_r[:, None], 0.0)
-            rstd_r = 1.0 / tl.sqrt(tl.sum(s_diff * s_diff, axis=1) / K + eps)
+            mean_r, rstd_r, _ = moments(xs, s_mask, K, eps, 1)
             # From STATS_ROWS rows to the dot's 16-row tile: row i takes row i's statistics.
             pick = rows[:, None] == s_rows[None, :]
             mean = tl.sum(tl.where(pick, mean_r[None, :], 0.0), axis=1)

@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from .. import barrier, pdl
+from ..norm.stats import moments
 from .kernel import _bias_gelu_residual
 
 
@@ -85,11 +86,9 @@ def _row_stats(X, M, K, eps, stride_xm, stride_xk, ROWS: tl.constexpr, STATS_COL
     rstd = tl.zeros((ROWS,), dtype=tl.float32)
     for r in tl.static_range(ROWS):  # rows past M (ROWS is M rounded up to a power of two) load zeros
         x = tl.load(X + r * stride_xm + cols * stride_xk, mask=(cols < K) & (cols * 0 + r < M), other=0.0)
-        x = x.to(tl.float32)
-        m = tl.sum(x, axis=0) / K
-        diff = tl.where(cols < K, x - m, 0.0)
+        m, s, _ = moments(x.to(tl.float32), cols < K, K, eps, 0)
         mean = tl.where(rows == r, m, mean)
-        rstd = tl.where(rows == r, 1.0 / tl.sqrt(tl.sum(diff * diff, axis=0) / K + eps), rstd)
+        rstd = tl.where(rows == r, s, rstd)
     return mean, rstd
 
 

@@ -28,6 +28,7 @@ from ..config import (
     new_output,
     next_pow2,
 )
+from .stats import moments
 
 
 @triton.jit
@@ -51,10 +52,7 @@ def _layer_norm_kernel(
         tl.store(S + rows[:, None] * stride_sm + cols[None, :], x, mask=mask)
     x = x.to(tl.float32)
 
-    mean = tl.sum(x, axis=1) / N
-    diff = tl.where(mask, x - mean[:, None], 0.0)
-    var = tl.sum(diff * diff, axis=1) / N
-    rstd = 1.0 / tl.sqrt(var + eps)
+    _, rstd, diff = moments(x, mask, N, eps, 1)
 
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)

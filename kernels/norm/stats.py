@@ -1,0 +1,20 @@
+"""LayerNorm's statistics, written once for every kernel that normalises rows (LayerNorm itself, and the
+decode step's linear with the LayerNorm in its prologue)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def moments(x, mask, n, eps, AXIS: tl.constexpr):
+    """Mean and 1 / sqrt(variance + eps) of x along AXIS over its n valid entries, and x less its mean (zero
+    where `mask` is false). x is fp32 and zero where masked. The variance is the mean of squared differences
+    from the mean, two passes over registers as PyTorch computes it; AXIS 1 for rows of a 2-D tile, 0 for one
+    row."""
+    mean = tl.sum(x, axis=AXIS) / n
+    if AXIS == 1:
+        diff = tl.where(mask, x - mean[:, None], 0.0)
+    else:
+        diff = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=AXIS) / n + eps)
+    return mean, rstd, diff
