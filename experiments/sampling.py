@@ -4,7 +4,7 @@ Greedy decoding of the bundled 6M-parameter model loops ("facility of the facili
 setting this runs the four prompts at 32 and 64 new tokens with seeds 0..4 on the PyTorch backend and counts
 the runs whose continuation holds a phrase of three words twice (explorer.model.sampling.repeated_phrase).
 
-    PYTHONPATH=. python experiments/sampling.py [--seeds N] [--only ROW ...] [--samples]
+    PYTHONPATH=. python -m experiments.sampling [--seeds N] [--only ROW ...] [--samples]
 
 Run on 2026-12-01 (CPU, torch backend): runs with a repeated phrase, out of 40 (160 with --seeds 20, 320 with
 --seeds 40). Greedy repeats in half the runs; sampling alone (any temperature, top-k or top-p) in 5 to 13 of

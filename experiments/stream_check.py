@@ -2,7 +2,7 @@
 with httpx, and gradio_client's iteration. Starts `python app.py`; prints both timelines and the server's
 own log line for each job (explorer.app.runner.Timeline).
 
-    python experiments/stream_check.py [--tokens 256] [--model bundled]
+    python -m experiments.stream_check [--tokens 256] [--model bundled]
 """
 
 import argparse

@@ -2,7 +2,7 @@
 in this process and in the job worker, update by update, with and without a previous run to overlay, before
 and after the worker's warm-up (the default Generate and ladder), and once under cProfile.
 
-    python experiments/worker_gap.py [--tokens 256]
+    python -m experiments.worker_gap [--tokens 256]
 """
 
 import argparse
@@ -10,13 +10,11 @@ import asyncio
 import cProfile
 import os
 import pstats
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def phases(updates) -> dict:
@@ -65,6 +63,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=256)
     args = parser.parse_args()
+    from kernels.timing import require_cuda
+
+    require_cuda("experiments/worker_gap.py")
     from benchmarks.page import gpt2_shaped
 
     folder = Path(tempfile.mkdtemp())

@@ -28,7 +28,7 @@ for PART in "${@:-page}"; do
   case "$PART" in
   stream)
     say "streamed updates, raw and through gradio_client"
-    timeout 150 python3 experiments/stream_check.py --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG" ;;
+    timeout 150 python3 -m experiments.stream_check --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG" ;;
   page)
     say "the page, timed through the server"
     TRITON_CACHE_DIR=$(mktemp -d) timeout 480 python3 benchmarks/page.py ${PAGE_ARGS:-} --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"

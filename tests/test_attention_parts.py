@@ -1,20 +1,12 @@
-"""scripts/attention_parts.py times a stripped-down copy of the one-launch decode attention kernel in parts; its
+"""experiments/attention_parts.py times a stripped-down copy of the one-launch decode attention kernel in parts; its
 whole form must still be decode attention, or the parts it times are parts of something else."""
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from experiments import attention_parts as parts
 from tests.tolerances import DTYPES, assert_close
-
-_spec = importlib.util.spec_from_file_location(
-    "attention_parts", Path(__file__).parent.parent / "scripts/attention_parts.py"
-)
-parts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(parts)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

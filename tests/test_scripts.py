@@ -9,12 +9,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+CPU_TOO = ("sampling", "stream_check")  # experiments that run on CPU as well
 GPU_ONLY = [
-    *sorted(
-        str(p.relative_to(ROOT))
-        for p in (ROOT / "scripts").glob("*.py")
-        if p.name not in ("train_tiny.py", "record_lessons.py")
-    ),
+    *sorted(f"-m experiments.{p.stem}" for p in (ROOT / "experiments").glob("*.py") if p.stem not in CPU_TOO),
     "benchmarks/generation.py",
     "benchmarks/ladder.py",
     "benchmarks/sdpa_lengths.py",

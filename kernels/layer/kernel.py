@@ -146,7 +146,7 @@ def _stage(
 
 @triton.jit
 def _stamp(Times, pid, k, STAMPS: tl.constexpr):
-    """With STAMPS (scripts/persistent_profile.py), the GPU's global timer in ns at point k of program pid."""
+    """With STAMPS (experiments/persistent_profile.py), the GPU's global timer in ns at point k of program pid."""
     if STAMPS:
         t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [pid], dtype=tl.int64, is_pure=False, pack=1)
         tl.store(Times + pid * 8 + k, t)
@@ -209,7 +209,7 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *,
     kv = (k_cache, v_cache, lengths, next_lengths): the layer's caches (B, H, T_max, D), each sequence's
     write position (the new token's K and V go there) and the keys it then attends over (lengths + 1), as
     int32/int64 tensors on the device, which the caller keeps valid (the kernel cannot check them).
-    stamps: None, or an int64 (programs, 8) tensor for scripts/persistent_profile.py's timer stamps."""
+    stamps: None, or an int64 (programs, 8) tensor for experiments/persistent_profile.py's timer stamps."""
     c_attn, c_proj, c_fc, mlp_proj = ((w.contiguous(), b.contiguous()) for w, b in (c_attn, c_proj, c_fc, mlp_proj))
     rows, heads = _check(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps)
     k_cache, v_cache, lengths, next_lengths = kv

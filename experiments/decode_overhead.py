@@ -1,4 +1,4 @@
-"""Where one decode step's host time goes, on a GPU: python scripts/decode_overhead.py [STEPS]
+"""Where one decode step's host time goes, on a GPU: python -m experiments.decode_overhead [STEPS]
 
 GPT-2-small-shaped random weights, bf16, cache on. Prints the step's wall time, the device time of the
 same step replayed from a CUDA graph, and the Python functions that cost the most host time (cProfile).
@@ -8,14 +8,11 @@ import cProfile
 import pstats
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from explorer.model.cache import KVCache  # noqa: E402
-from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
+from explorer.model.cache import KVCache
+from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 
 def main(steps: int):
@@ -78,5 +75,5 @@ def main(steps: int):
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/decode_overhead.py")
+    require_cuda("experiments/decode_overhead.py")
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 50)

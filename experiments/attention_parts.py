@@ -1,6 +1,6 @@
 """Where one-launch decode attention's time goes at B=1: the read, the merge, the lengths.
 
-    python scripts/attention_parts.py [--keys 8192] [--sweep]
+    python -m experiments.attention_parts [--keys 8192] [--sweep]
 
 GPU only. A stripped-down copy of kernels.attn.decode's one-launch kernel (one sequence, contiguous
 caches, no PDL) is timed the one way (kernels.timing: CUDA-graph replays, inputs rotated past L2) in parts,
@@ -11,22 +11,18 @@ next to SDPA and our kernel, all in one run:
 - release atomic, and a fence in the last arrival only;
 - lengths read from memory first (as ours does) rather than passed as an argument.
 The difference between whole and no merge is what the merge costs; the fastest pure read of the same bytes
-is `scripts/read_floor.py`'s. `--sweep` also times the whole kernel over key tiles, splits and warps, with V
+is `experiments/read_floor.py`'s. `--sweep` also times the whole kernel over key tiles, splits and warps, with V
 loaded before or after the scores.
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kernels import decode_attention, timing  # noqa: E402
+from kernels import decode_attention, timing
 
 WHOLE, NO_MERGE, RELAXED, RELEASE = (tl.constexpr(i) for i in range(4))  # what the kernel runs after its partial
 PARTS = {0: "whole", 1: "no merge", 2: "relaxed atomic", 3: "release atomic + fence"}
@@ -159,5 +155,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/attention_parts.py")
+    require_cuda("experiments/attention_parts.py")
     main()

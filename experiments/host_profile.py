@@ -1,6 +1,6 @@
 """Where an eager decode step's host time goes, and each kernel's launch cost next to PyTorch's.
 
-    python scripts/host_profile.py [--steps 30] [--calls] [--split]
+    python -m experiments.host_profile [--steps 30] [--calls] [--split]
 
 GPU only. Host time per call: the mean of many back-to-back calls timed by the wall clock (the median of
 seven rounds, alternating ours and PyTorch's), with the device kept ahead (the GPU finishes each small
@@ -14,19 +14,15 @@ import argparse
 import cProfile
 import pstats
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import kernels  # noqa: E402
-from explorer.measure.ladder import random_cache, reset  # noqa: E402
-from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
-from kernels import launch  # noqa: E402
+import kernels
+from explorer.measure.ladder import random_cache, reset
+from explorer.model.weights import config_from_hf, from_hf_state_dict
+from kernels import launch
 
 
 def host_us(fn, n=400, wait=True):
@@ -156,5 +152,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/host_profile.py")
+    require_cuda("experiments/host_profile.py")
     main()

@@ -1,6 +1,6 @@
 """The overlap rung on a GPU: tile rules for decode_linear's prefetch form, each with and without PDL.
 
-    python scripts/overlap_sweep.py [--context 1000] [--replays 100]
+    python -m experiments.overlap_sweep [--context 1000] [--replays 100]
 
 GPT-2 small's shape, random weights, bf16, batch 1, one decode step at `context` keys, replayed from a
 CUDA graph (explorer.measure.ladder.rung_row: median of CUDA-event-timed replays). Each rule replaces
@@ -10,21 +10,16 @@ and stay within bf16's margin of the torch backend's.
 """
 
 import argparse
-import importlib
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-attn = importlib.import_module("kernels.attn.decode_tiles")  # the defaults resolve_decode_config reads
-import kernels.matmul.decode_tiles as fl  # noqa: E402 (the tile rules resolve_config reads)
-from explorer.measure.ladder import random_cache, reset, rung_row  # noqa: E402
-from explorer.model.graphs import DecodeGraph  # noqa: E402
-from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
-from kernels import TileConfig  # noqa: E402
-from kernels.config import cdiv, device_limits, next_pow2, overlaps_launches  # noqa: E402
+import kernels.attn.decode_tiles as attn  # the defaults resolve_decode_config reads
+import kernels.matmul.decode_tiles as fl
+from explorer.measure.ladder import random_cache, reset, rung_row
+from explorer.model.graphs import DecodeGraph
+from explorer.model.weights import config_from_hf, from_hf_state_dict
+from kernels import TileConfig
+from kernels.config import cdiv, device_limits, next_pow2, overlaps_launches
 
 DEFAULT = fl.default_config
 
@@ -159,5 +154,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/overlap_sweep.py")
+    require_cuda("experiments/overlap_sweep.py")
     main()

@@ -3,17 +3,12 @@ model's count of loads issued, ncu's L1 metrics (global loads and cp.async, requ
 whether the L1 served the difference. Run on a GPU:
 
     ncu --cache-control all --profile-from-start off --metrics regex:l1tex__t_sectors_pipe_lsu_mem_global_op_.*
-        --csv python scripts/ncu_l1_probe.py
+        --csv python -m experiments.ncu_l1_probe
 """
-
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kernels.ncu_check import CASES, make_call  # noqa: E402
+from kernels.ncu_check import CASES, make_call
 
 NAMES = ("linear M=1024 768->3072 +GELU", "attention causal B1 H12 T1024 D64", "attention causal B4 H12 T4096 D64")
 
@@ -33,5 +28,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/ncu_l1_probe.py")
+    require_cuda("experiments/ncu_l1_probe.py")
     main()

@@ -1,6 +1,6 @@
 """Prefill linear on a GPU: the tile kernel and the persistent form's tile rules next to cuBLAS.
 
-    python scripts/linear_sweep.py [--rows 1024 4096 8192]
+    python -m experiments.linear_sweep [--rows 1024 4096 8192]
 
 bf16, GPT-2 small's c_fc (768 -> 3072, bias and GELU) and c_proj (3072 -> 768, bias and residual).
 Every row is kernels.timing.device_time (CUDA-graph replays, inputs rotated past L2) on the same
@@ -10,15 +10,11 @@ Each config is checked against the baseline before it is timed.
 
 import argparse
 import importlib
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kernels import TileConfig, reference, timing  # noqa: E402
-from kernels.bench import linear_inputs  # noqa: E402
+from kernels import TileConfig, reference, timing
+from kernels.bench import linear_inputs
 
 L = importlib.import_module("kernels.matmul.kernel")  # the package re-exports a function of that name
 
@@ -85,5 +81,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/linear_sweep.py")
+    require_cuda("experiments/linear_sweep.py")
     main()

@@ -1,6 +1,6 @@
 """Where a persistent decode layer's time goes: each program's global-timer stamps at its stage boundaries.
 
-    python scripts/persistent_profile.py [--context 1000] [--layers 12]
+    python -m experiments.persistent_profile [--context 1000] [--layers 12]
 
 GPU only. GPT-2 small's block shape, random bf16 weights for `layers` blocks (together past the L2, as in a
 step), batch 1, caches holding `context` random rows. Each block's launch stamps, per program, the global timer
@@ -12,12 +12,8 @@ get there (medians over the blocks). A stage's time on the critical path is the 
 import argparse
 import importlib
 import statistics
-import sys
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 DL = importlib.import_module("kernels.layer.kernel")
 
@@ -82,5 +78,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/persistent_profile.py")
+    require_cuda("experiments/persistent_profile.py")
     main()

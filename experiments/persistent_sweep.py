@@ -1,7 +1,7 @@
 """The persistent rung on a GPU: its launch (PDL or not), its attention tiles and its column tiles, one whole
 decode step each, next to the overlap rung.
 
-    python scripts/persistent_sweep.py [--context 1000] [--replays 100]
+    python -m experiments.persistent_sweep [--context 1000] [--replays 100]
 
 GPT-2 small's shape, random weights, bf16, batch 1, one decode step at `context` keys, replayed from a CUDA
 graph (explorer.measure.ladder.rung_row: median of CUDA-event-timed replays). PDL does not change what is
@@ -11,20 +11,13 @@ is also compared to the torch backend.
 """
 
 import argparse
-import importlib
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-DL = importlib.import_module("kernels.layer.kernel")
-from overlap_sweep import logits, steps  # noqa: E402
-
-from explorer.measure.ladder import rung_row  # noqa: E402
-from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
+import kernels.layer.kernel as DL
+from experiments.overlap_sweep import logits, steps
+from explorer.measure.ladder import rung_row
+from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 COLUMN_TILE = DL.column_tile
 
@@ -85,5 +78,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/persistent_sweep.py")
+    require_cuda("experiments/persistent_sweep.py")
     main()

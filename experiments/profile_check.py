@@ -1,26 +1,25 @@
 """The profiled device time of a decode step next to its graph replay, per rung and sampling mode.
 
-    python scripts/profile_check.py
+    python -m experiments.profile_check
 
 GPU only. A 6-layer GPT-2-small-wide model (vocabulary 4096), bf16, prompt 32, 24 new tokens: the
 median replayed step (CUDA events around the replay and the pick), and the median over three profiled
 steps of the summed per-operation device times (explorer.measure.profile) and launch times.
 """
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from explorer.measure.profile import profile_run  # noqa: E402
-from explorer.model.generate import generate  # noqa: E402
-from tests.test_graphs import random_model  # noqa: E402
+from explorer.measure.profile import profile_run
+from explorer.model.generate import generate
+from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 
 def main():
-    model = random_model("cuda", torch.bfloat16, n_positions=256, n_layer=6, n_embd=768, n_head=12, vocab=4096)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(7)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=6, n_head=12, n_embd=768, n_positions=256, vocab_size=4096)).eval()
+    model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device="cuda", dtype=torch.bfloat16)
     prompt = list(range(1, 33))
     print("| rung | pick | replay ms | profiled device ms | profiled launch ms |\n|---|---|---:|---:|---:|")
     for fusion in ("epilogue", "decode", "overlap"):
@@ -39,5 +38,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/profile_check.py")
+    require_cuda("experiments/profile_check.py")
     main()

@@ -1,6 +1,6 @@
 """How fast the bytes of decode attention can be read at all: the floor under any decode attention kernel.
 
-    python scripts/read_floor.py [--keys 8192] [--batch 1]
+    python -m experiments.read_floor [--keys 8192] [--batch 1]
 
 GPU only. A kernel that only reads K and V (and sums them, so the loads stay) is timed the one way
 (kernels.timing: CUDA-graph replays, inputs rotated past L2) over a sweep of tiles, next to SDPA and our
@@ -10,17 +10,13 @@ kernel over a sweep of tiles, those whose split is one key tile (held at once) a
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kernels import TileConfig, decode_attention, timing  # noqa: E402
+from kernels import TileConfig, decode_attention, timing
 
 
 @triton.jit
@@ -113,5 +109,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/read_floor.py")
+    require_cuda("experiments/read_floor.py")
     main()

@@ -1,4 +1,4 @@
-"""Where the decode rung's step spends its time, on a GPU: python scripts/decode_profile.py
+"""Where the decode rung's step spends its time, on a GPU: python -m experiments.decode_profile
 
 1. GPT-2-small-shaped random weights, bf16, context 1000, the decode rung's step replayed from a CUDA
    graph: torch.profiler's kernel durations per replay, by kernel name.
@@ -8,20 +8,16 @@
 """
 
 import itertools
-import sys
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from explorer.measure.ladder import random_cache  # noqa: E402
-from explorer.model.graphs import DecodeGraph  # noqa: E402
-from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
-from kernels import TileConfig, decode_attention, decode_linear  # noqa: E402
-from kernels.timing import device_time  # noqa: E402
+from explorer.measure.ladder import random_cache
+from explorer.model.graphs import DecodeGraph
+from explorer.model.weights import config_from_hf, from_hf_state_dict
+from kernels import TileConfig, decode_attention, decode_linear
+from kernels.timing import device_time
 
 
 def gpt2(layers=12, width=768, heads=12, vocab=50257):
@@ -134,7 +130,7 @@ def profiled_ops():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("scripts/decode_profile.py")
+    require_cuda("experiments/decode_profile.py")
     profiled_ops()
     kernel_times(gpt2().with_fusion("decode"), 1000)
     kernel_times(gpt2(2, 64, 4, 97).with_fusion("decode"), 17)
