@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from explorer.app import estimate, settings
 from tests.serve import running_app
 
+pytestmark = pytest.mark.slow  # a server (and a browser) per test: CI runs these in a step of their own
+
 gradio_client = pytest.importorskip("gradio_client")
 
 GENERIC = "has not enabled verbose error reporting"
@@ -97,7 +99,6 @@ def requests(draw):
     return endpoint, name, params
 
 
-@pytest.mark.slow
 @hsettings(max_examples=100, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(request=requests())
 def test_every_endpoint_answers_bad_values_clearly_and_in_time(client, request):
