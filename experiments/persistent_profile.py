@@ -10,12 +10,11 @@ get there (medians over the blocks). A stage's time on the critical path is the 
 """
 
 import argparse
-import importlib
 import statistics
 
 import torch
 
-DL = importlib.import_module("kernels.layer.kernel")
+import kernels.layer.kernel as DL
 
 POINTS = [
     "start",

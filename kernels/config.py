@@ -8,6 +8,7 @@ ValueError that names the field, the value and the limit, never a crash inside a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, fields, replace
 
@@ -275,15 +276,25 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-# Tests switch this on so every output buffer starts as NaN and an element a kernel forgot to
-# write fails the comparison instead of passing by luck.
-POISON_OUTPUTS = False
+_poisoned = False  # see poisoned_outputs
+
+
+@contextlib.contextmanager
+def poisoned_outputs(on: bool = True):
+    """Within this block every output buffer a launcher allocates starts as NaN (the tests run in one), so an
+    element a kernel forgot to write fails the comparison instead of passing by luck."""
+    global _poisoned
+    before, _poisoned = _poisoned, on
+    try:
+        yield
+    finally:
+        _poisoned = before
 
 
 def new_output(like: torch.Tensor, shape=None, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new contiguous tensor on like's device, of like's shape and dtype unless given. Made from `like`, not by
     torch.empty(shape, dtype=, device=): parsing those arguments costs the host more than the rest of a launch."""
-    if POISON_OUTPUTS:
+    if _poisoned:
         shape = like.shape if shape is None else shape
         return torch.full(shape, float("nan"), dtype=dtype or like.dtype, device=like.device)
     if shape is None:

@@ -26,11 +26,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def poison_outputs(monkeypatch):
+def poison_outputs():
     """Every buffer a launcher allocates starts as NaN, so an unwritten element fails its test."""
     import kernels.config
 
-    monkeypatch.setattr(kernels.config, "POISON_OUTPUTS", True)
+    with kernels.config.poisoned_outputs():
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -133,16 +133,17 @@ def test_default_tiles_are_valid_on_every_space_gpu(gpu, dtype):
 
 
 @pytest.mark.parametrize("poison", [False, True])
-def test_new_outputs_are_contiguous_on_their_model_tensors_device(monkeypatch, device, poison):
+def test_new_outputs_are_contiguous_on_their_model_tensors_device(device, poison):
     import kernels.config
 
-    monkeypatch.setattr(kernels.config, "POISON_OUTPUTS", poison)
     like = torch.randn(3, 5, 7, device=device, dtype=torch.float16).transpose(0, 2)  # not contiguous
-    for out, shape, dtype in (
-        (kernels.config.new_output(like), (7, 5, 3), torch.float16),
-        (kernels.config.new_output(like, dtype=torch.float32), (7, 5, 3), torch.float32),
-        (kernels.config.new_output(like, (2, 9)), (2, 9), torch.float16),
-        (kernels.config.new_output(like, (4,), torch.float32), (4,), torch.float32),
-    ):
+    with kernels.config.poisoned_outputs(poison):
+        made = (
+            (kernels.config.new_output(like), (7, 5, 3), torch.float16),
+            (kernels.config.new_output(like, dtype=torch.float32), (7, 5, 3), torch.float32),
+            (kernels.config.new_output(like, (2, 9)), (2, 9), torch.float16),
+            (kernels.config.new_output(like, (4,), torch.float32), (4,), torch.float32),
+        )
+    for out, shape, dtype in made:
         assert out.shape == shape and out.dtype == dtype and out.device == like.device and out.is_contiguous()
         assert not poison or out.isnan().all()  # unpoisoned memory may hold anything, NaN included

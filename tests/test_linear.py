@@ -78,20 +78,20 @@ def test_linear_split_k_decode_path(device, dtype, rows, k, n, epi, cfg):
 )
 def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg, monkeypatch):
     module = kernels.matmul.kernel
-    monkeypatch.setattr(module, "PERSISTENT", True)
     launched = []
     persistent = module._launch_persistent
     monkeypatch.setattr(module, "_launch_persistent", lambda *a: launched.append(a) or persistent(*a))
-    _check(device, dtype, rows, k, n, epi, cfg)
+    with module.forced_form(persistent=True):
+        _check(device, dtype, rows, k, n, epi, cfg)
     assert len(launched) == 1
 
 
 def test_linear_persistent_form_falls_back_where_rows_are_not_aligned(device, monkeypatch):
     """Rows of 33 halves (66 bytes) cannot be described to TMA: the tile kernel runs instead, correctly."""
     module = kernels.matmul.kernel
-    monkeypatch.setattr(module, "PERSISTENT", True)
     monkeypatch.setattr(module, "_launch_persistent", lambda *a: pytest.fail("the persistent form ran"))
-    _check(device, torch.float16, 40, 33, 24, EPILOGUES[1], None)
+    with module.forced_form(persistent=True):
+        _check(device, torch.float16, 40, 33, 24, EPILOGUES[1], None)
 
 
 def test_linear_keeps_leading_dims(device):

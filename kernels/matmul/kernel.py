@@ -14,6 +14,7 @@ SPLIT_K programs that each read a distinct slice of the weight (the weight is re
 write fp32 partial sums, and a small second kernel adds the partials and applies the epilogue.
 """
 
+import contextlib
 import functools
 
 import torch
@@ -206,7 +207,7 @@ def default_config(
         split_k = 1 << (split_k.bit_length() - 1)  # tiles are powers of two: round down
         return TileConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k,
                           num_warps=4, num_stages=stages + 1)  # fmt: skip
-    if dtype != torch.float32 and limits.capability >= (9, 0):  # the persistent form (PERSISTENT)
+    if dtype != torch.float32 and limits.capability >= (9, 0):  # the persistent form (forced_form)
         # The fastest of 9 tile rules on an H200 (scripts/linear_sweep.py, benchmarks/RESULTS.md): 128x256 in
         # 8 warps, 3 stages, for c_fc + GELU at M = 1024-8192. With a residual that tile leaves room for only
         # 2 stages (the residual's layout change needs shared memory too), and 128x128 in 4 stages won.
@@ -218,17 +219,28 @@ def default_config(
     return TileConfig(block_m=64, block_n=128, block_k=block_k, group_m=8, split_k=1, num_warps=4, num_stages=stages)
 
 
-# Whether prefill-shaped inputs take _linear_persistent_kernel. None: where the GPU has a TMA unit (sm_90
-# on) and the dtype is 16-bit; True: wherever the layout allows, the interpreter included (tests); False:
-# never (sweeps that time the tile kernel). Either way, rows whose layout TMA cannot describe fall back.
-PERSISTENT = None
+_forced: bool | None = None  # see forced_form
+
+
+@contextlib.contextmanager
+def forced_form(persistent: bool | None):
+    """Within this block prefill-shaped inputs take _linear_persistent_kernel wherever the layout allows, the
+    interpreter included (persistent=True: tests), or never (False: sweeps that time the tile kernel); None
+    is the default, where the GPU has a TMA unit (sm_90 on) and the dtype is 16-bit. Either way, rows whose
+    layout TMA cannot describe fall back to the tile kernel."""
+    global _forced
+    before, _forced = _forced, persistent
+    try:
+        yield
+    finally:
+        _forced = before
 
 
 def persistent_form(rows: int, dtype: torch.dtype, device) -> bool:
     if rows <= DECODE_ROWS:
         return False
-    if PERSISTENT is not None:
-        return PERSISTENT
+    if _forced is not None:
+        return _forced
     return dtype in (torch.float16, torch.bfloat16) and device_limits(device).capability >= (9, 0)
 
 
