@@ -27,6 +27,7 @@ import torch
 from kernels.config import TileConfig
 
 from .app import settings as table
+from .app import validate
 from .app.errors import UserError
 from .measure import launches, metrics
 from .measure.ladder import ladder_rows
@@ -41,13 +42,15 @@ GRAPH_CHOICES = {"auto": None, "on": True, "off": False}
 MANY = {"backend": None, "fusion": None, "cache": CACHE_CHOICES, "cuda_graph": GRAPH_CHOICES}
 
 
-def _parse_shape(text: str | None) -> dict:
+def _parse_shape(text: str | None, default: dict) -> dict:
+    """The sweep's shape: --shape read as the app reads its shape field (every size of the kernel once, digits
+    only), or the default for this device."""
     if not text:
-        return {}
+        return default
     try:
-        return {k.strip(): int(v) for k, v in (part.split("=") for part in text.split(","))}
-    except ValueError:
-        raise SystemExit(f"--shape {text!r}: expected KEY=INT pairs such as B=1,H=12,T=1024,D=64") from None
+        return validate.shape("--shape", text, default)
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def _parse_grid(text: str | None) -> dict | None:
@@ -191,7 +194,7 @@ def _run(args):
         print("CUDA graphs need a GPU: every step runs eager")
         graphs = (False,)
     if args.sweep == "tiles":
-        shape = _parse_shape(args.shape) or table.SWEEP_SHAPES[device.type][args.kernel]
+        shape = _parse_shape(args.shape, table.SWEEP_SHAPES[device.type][args.kernel])
         progress = _tqdm_progress(f"tile sweep {args.kernel}")
         grid = _parse_grid(args.grid)
         frame = tile_sweep(args.kernel, shape, dtype=dtype, device=device, grid=grid, progress=progress)

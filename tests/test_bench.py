@@ -132,3 +132,18 @@ def test_cli_chooses_the_interpreter_itself_and_fails_when_no_config_could_run()
     assert none.returncode != 0
     assert "error: none of the 2 configs could run on this device" in none.stderr
     assert "smaller than the row width 100" in none.stderr
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ("M=1_0,C=4", "numbers written with the digits 0-9; 'M=1_0' is not one"),
+        ("M=3,M=4,C=4", "--shape gives M twice"),
+        ("M=3", "must give every size of this kernel (M=...,C=...); missing C"),
+        ("M=3,C=4,X=2", "X is not a size of this kernel; it takes M, C"),
+    ],
+)
+def test_cli_shape_is_read_as_the_app_reads_it(shape, message):
+    """--shape refuses what the app's shape field refuses, with the same message, before anything runs."""
+    done = _bench("tiles", "--kernel", "layer_norm", "--shape", shape)
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
