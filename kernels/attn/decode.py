@@ -245,7 +245,9 @@ def _decode_one_launch_kernel(
         Counters, 0,
         stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
         stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_od,
-        H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, PDL, PREFETCH, False, DOT,
+        H, SPLITS, CHUNK, qk_scale,
+        SPLIT=SPLIT, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D,
+        PDL=PDL, PREFETCH=PREFETCH, BARRIER=False, DOT=DOT,
     )  # fmt: skip
 
 

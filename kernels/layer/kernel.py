@@ -86,8 +86,9 @@ def _decode_layer_kernel(
     # Every buffer is (M, width) and contiguous, every weight (out, in); the caches are (B, H, T_max, D) views.
     _stage(
         n_a, pid, P, Wa, X, Ba, X, QKV, Ln1W, Ln1B, M, 3 * C, C, eps1, Sync, 0, KC, VC, Lengths, HEAD_DIM,
-        skb, skh, skt, skd, svb, svh, svt, svd, True, False, False, True, PDL, False, ROWS, BN_A, HEAD_C, TAIL_C,
-        STATS_COLS,
+        skb, skh, skt, skd, svb, svh, svt, svd,
+        NORM=True, GELU=False, RESIDUAL=False, KV=True, PDL=PDL, BARRIER=False,
+        ROWS=ROWS, BN=BN_A, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
     )  # fmt: skip
     _stamp(Times, pid, 1, STAMPS)
     # A program with no stage-0 item has not waited yet; under PDL it must, before it touches the counters
@@ -101,25 +102,33 @@ def _decode_layer_kernel(
         attend_item(
             tl.cast(item // SPLITS, tl.int64), item % SPLITS, M * H, QKV, KC, VC, NextLengths, Part, Heads, Attn,
             Sync, P, 3 * C, HEAD_DIM, 1, skb, skh, skt, skd, svb, svh, svt, svd, C, HEAD_DIM, 1,
-            H, SPLITS, CHUNK, qk_scale, SPLIT, HEAD_DIM, BLOCK_N, BLOCK_S, BLOCK_D, False, ATT_PREFETCH, True, False,
+            H, SPLITS, CHUNK, qk_scale,
+            SPLIT=SPLIT, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D,
+            PDL=False, PREFETCH=ATT_PREFETCH, BARRIER=True, DOT=False,
         )  # fmt: skip
     _stamp(Times, pid, 3, STAMPS)
     barrier.arrive(Sync, 1)
     _stage(
         n_o, pid, P, Wo, Attn, Bo, X, X1, Ln1W, Ln1B, M, C, C, eps1, Sync, 1, X1, X1, Sync, HEAD_DIM,
-        0, 0, 0, 0, 0, 0, 0, 0, False, False, True, False, False, True, ROWS, BN_O, HEAD_C, TAIL_C, STATS_COLS,
+        0, 0, 0, 0, 0, 0, 0, 0,  # no cache written
+        NORM=False, GELU=False, RESIDUAL=True, KV=False, PDL=False, BARRIER=True,
+        ROWS=ROWS, BN=BN_O, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
     )  # fmt: skip
     _stamp(Times, pid, 4, STAMPS)
     barrier.arrive(Sync, 2)
     _stage(
         n_f, pid, P, Wf, X1, Bf, X1, Hid, Ln2W, Ln2B, M, F, C, eps2, Sync, 2, Hid, Hid, Sync, HEAD_DIM,
-        0, 0, 0, 0, 0, 0, 0, 0, True, True, False, False, False, True, ROWS, BN_F, HEAD_C, TAIL_C, STATS_COLS,
+        0, 0, 0, 0, 0, 0, 0, 0,  # no cache written
+        NORM=True, GELU=True, RESIDUAL=False, KV=False, PDL=False, BARRIER=True,
+        ROWS=ROWS, BN=BN_F, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
     )  # fmt: skip
     _stamp(Times, pid, 5, STAMPS)
     barrier.arrive(Sync, 3)
     _stage(
         n_p, pid, P, Wp, Hid, Bp, X1, Out, Ln2W, Ln2B, M, C, F, eps2, Sync, 3, Out, Out, Sync, HEAD_DIM,
-        0, 0, 0, 0, 0, 0, 0, 0, False, False, True, False, False, True, ROWS, BN_P, HEAD_F, TAIL_F, STATS_COLS,
+        0, 0, 0, 0, 0, 0, 0, 0,  # no cache written
+        NORM=False, GELU=False, RESIDUAL=True, KV=False, PDL=False, BARRIER=True,
+        ROWS=ROWS, BN=BN_P, HEAD_K=HEAD_F, TAIL_K=TAIL_F, STATS_COLS=STATS_COLS,
     )  # fmt: skip
     _stamp(Times, pid, 6, STAMPS)
     barrier.finish(Sync, 4, P)  # counters 0-3 after stages 0-3, 4 for the end
@@ -140,7 +149,8 @@ def _stage(
         slice_item(
             w0, w1, t, 0, X, Bias, R, Y, Y, Sync, LnW, LnB, KC, VC, Lengths, M, N, K, K, 1, eps, HEAD_DIM,
             K, 1, N if RESIDUAL else 0, N, skb, skh, skt, skd, svb, svh, svt, svd, Sync, stage, P,
-            NORM, True, GELU, RESIDUAL, KV, False, PDL, BARRIER, ROWS, BN, HEAD_K, TAIL_K, STATS_COLS,
+            HAS_NORM=NORM, HAS_BIAS=True, APPLY_GELU=GELU, HAS_RESIDUAL=RESIDUAL, HAS_KV=KV, ARRIVE=False,
+            PDL=PDL, BARRIER=BARRIER, ROWS=ROWS, BLOCK_N=BN, HEAD_K=HEAD_K, TAIL_K=TAIL_K, STATS_COLS=STATS_COLS,
         )  # fmt: skip
 
 

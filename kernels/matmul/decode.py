@@ -157,8 +157,9 @@ def _decode_prefetch_kernel(
         M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM, stride_xm, stride_xk, stride_rm, stride_ym,
         stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
         Counters, 0, 0,
-        HAS_NORM, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, ARRIVE, PDL, False, ROWS, BLOCK_N, HEAD_K, TAIL_K,
-        STATS_COLS,
+        HAS_NORM=HAS_NORM, HAS_BIAS=HAS_BIAS, APPLY_GELU=APPLY_GELU, HAS_RESIDUAL=HAS_RESIDUAL, HAS_KV=HAS_KV,
+        ARRIVE=ARRIVE, PDL=PDL, BARRIER=False, ROWS=ROWS, BLOCK_N=BLOCK_N, HEAD_K=HEAD_K, TAIL_K=TAIL_K,
+        STATS_COLS=STATS_COLS,
     )  # fmt: skip
 
 
