@@ -89,8 +89,9 @@ def through_server(port: int, gpt2: str, device: str, only: str = "") -> tuple[l
 
     env = dict(os.environ, PORT=str(port), EXPLORER_MODELS=f"distilgpt2,gpt2,{gpt2}", GRADIO_ANALYTICS_ENABLED="False")
     t0 = time.monotonic()
-    server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     log = []
     try:
         serving = threading.Event()

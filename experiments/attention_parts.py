@@ -29,9 +29,25 @@ PARTS = {0: "whole", 1: "no merge", 2: "relaxed atomic", 3: "release atomic + fe
 
 
 @triton.jit
-def _parts_kernel(Q, K, V, Lengths, Part, Counters, Out, N, SPLITS, CHUNK, scale,
-                  D: tl.constexpr, TILE: tl.constexpr, BLOCK_S: tl.constexpr, EARLY_V: tl.constexpr,
-                  PART: tl.constexpr, LOAD_LENGTH: tl.constexpr):  # fmt: skip
+def _parts_kernel(
+    Q,
+    K,
+    V,
+    Lengths,
+    Part,
+    Counters,
+    Out,
+    N,
+    SPLITS,
+    CHUNK,
+    scale,
+    D: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    EARLY_V: tl.constexpr,
+    PART: tl.constexpr,
+    LOAD_LENGTH: tl.constexpr,
+):
     h = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     dims = tl.arange(0, D)
@@ -74,14 +90,16 @@ def _parts_kernel(Q, K, V, Lengths, Part, Counters, Out, N, SPLITS, CHUNK, scale
             arrived = tl.atomic_add(Counters + h, 1, sem="acq_rel", scope="gpu")
         if arrived == SPLITS - 1:
             if PART == RELEASE:
-                tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
-                                          is_pure=False, pack=1)  # fmt: skip
+                tl.inline_asm_elementwise(
+                    "fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+                )
             splits = tl.arange(0, BLOCK_S)
             m = tl.load(part_m + h * SPLITS + splits, mask=splits < SPLITS, other=float("-inf"))
             w = tl.where(m > float("-inf"), tl.exp2(m - tl.max(m, axis=0)), 0.0)
             l_sum = tl.sum(w * tl.load(part_l + h * SPLITS + splits, mask=splits < SPLITS, other=0.0), axis=0)
-            partials = tl.load(Part + (h * SPLITS + splits)[:, None] * D + dims[None, :],
-                               mask=(splits < SPLITS)[:, None], other=0.0)  # fmt: skip
+            partials = tl.load(
+                Part + (h * SPLITS + splits)[:, None] * D + dims[None, :], mask=(splits < SPLITS)[:, None], other=0.0
+            )
             tl.store(Out + h * D + dims, (tl.sum(w[:, None] * partials, axis=0) / l_sum).to(Out.dtype.element_ty))
             tl.store(Counters + h, 0)
 
@@ -91,10 +109,26 @@ def attend(q, k, v, lengths, part, counters, *, chunk, tile, warps, early_v=Fals
     splits = triton.cdiv(n, chunk)
     out = torch.full_like(q, float("nan"))  # an element left unwritten shows
     _parts_kernel[(heads, splits)](
-        q, k, v, lengths, part, counters, out, n, splits, chunk, 1.4426950408889634 / d**0.5,
-        D=d, TILE=tile, BLOCK_S=max(2, triton.next_power_of_2(splits)), EARLY_V=early_v, PART=part_kind,
-        LOAD_LENGTH=load_length, num_warps=warps, num_stages=1,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        lengths,
+        part,
+        counters,
+        out,
+        n,
+        splits,
+        chunk,
+        1.4426950408889634 / d**0.5,
+        D=d,
+        TILE=tile,
+        BLOCK_S=max(2, triton.next_power_of_2(splits)),
+        EARLY_V=early_v,
+        PART=part_kind,
+        LOAD_LENGTH=load_length,
+        num_warps=warps,
+        num_stages=1,
+    )
     return out
 
 
@@ -115,8 +149,10 @@ def main():
     part = torch.empty(heads * 1024 * (d + 2), device="cuda", dtype=torch.float32)
     counters = torch.zeros(heads, device="cuda", dtype=torch.int32)
     ours = lambda q, k, v, n: decode_attention(q, k, v, n, one_launch=True)
-    rows = [("SDPA", lambda q, k, v, n: F.scaled_dot_product_attention(q, k, v), True),
-            ("ours, one launch (default tiles)", ours, True)]  # fmt: skip
+    rows = [
+        ("SDPA", lambda q, k, v, n: F.scaled_dot_product_attention(q, k, v), True),
+        ("ours, one launch (default tiles)", ours, True),
+    ]
     tilings = ((128, 128, 2), (64, 64, 1), (64, 64, 2), (128, 64, 2))  # (keys per split, key tile, warps)
     for chunk, tile, warps in tilings:
         tiles = dict(chunk=chunk, tile=tile, warps=warps)
@@ -124,10 +160,20 @@ def main():
             fn = lambda q, k, v, n, t=tiles, p=kind: attend(q, k, v, n, part, counters, **t, part_kind=p)
             rows.append((f"{chunk} keys per split in {tile}-key tiles, {warps} warps: {what}", fn, kind == 0))
         fn = lambda q, k, v, n, t=tiles: attend(q, k, v, n, part, counters, **t, load_length=False)
-        rows.append((f"{chunk} keys per split in {tile}-key tiles, {warps} warps: whole, length as an argument", fn,
-                     True))  # fmt: skip
-    sweep = ((128, 128, 4), (64, 128, 2), (64, 128, 4), (32, 128, 2), (32, 64, 2), (32, 32, 1), (64, 256, 4),
-             (128, 256, 4), (128, 512, 8))  # fmt: skip
+        rows.append(
+            (f"{chunk} keys per split in {tile}-key tiles, {warps} warps: whole, length as an argument", fn, True)
+        )
+    sweep = (
+        (128, 128, 4),
+        (64, 128, 2),
+        (64, 128, 4),
+        (32, 128, 2),
+        (32, 64, 2),
+        (32, 32, 1),
+        (64, 256, 4),
+        (128, 256, 4),
+        (128, 512, 8),
+    )
     for tile, chunk, warps in sweep if args.sweep else ():
         for early in (False, True):
             t = dict(chunk=chunk, tile=tile, warps=warps, early_v=early)

@@ -60,8 +60,10 @@ def main(steps: int):
         end.record()
         torch.cuda.synchronize()
         replay = start.elapsed_time(end) / steps
-        print(f"{backend}: eager step {eager:.3f} ms (host enqueue {host:.3f} ms), graph replay {replay:.3f} ms, "
-              f"graph vs eager max |diff| {err:.3g}")  # fmt: skip
+        print(
+            f"{backend}: eager step {eager:.3f} ms (host enqueue {host:.3f} ms), graph replay {replay:.3f} ms, "
+            f"graph vs eager max |diff| {err:.3g}"
+        )
         if backend == "triton":
             prof = cProfile.Profile()
             prof.enable()

@@ -71,9 +71,13 @@ def split_layer_norm(x, ln):
         ("torch.empty of the output", lambda: torch.empty(x.shape, dtype=x.dtype, device=x.device)),
         ("launch.fast(...)[grid](...), outputs made", lambda: fast[grid](*args, **kw)),
         ("launch._bind of the 13 arguments", lambda: launch._bind(args)),
-        ("the launcher's C entry point alone", lambda: entry(grid[0], 1, 1, stream, kernel.function, *between,
-                                                             kernel.packed_metadata, None, None, None, *full)),
-    ]  # fmt: skip
+        (
+            "the launcher's C entry point alone",
+            lambda: entry(
+                grid[0], 1, 1, stream, kernel.function, *between, kernel.packed_metadata, None, None, None, *full
+            ),
+        ),
+    ]
     print(f"\n### one LayerNorm {rows}x{width} launch: host µs, issued without waiting (bound: {launch.ENABLED})")
     print("| part | µs |\n|---|---:|")
     for name, fn in parts:
@@ -97,15 +101,27 @@ def main():
     lens = torch.tensor([1024], device=dev, dtype=torch.int32)
     rows = [
         ("layer_norm 4096x768", lambda: kernels.layer_norm(big, *ln), lambda: F.layer_norm(big, (768,), *ln)),
-        ("linear+GELU M=1 (kernels.linear)", lambda: kernels.linear(x, w, b, activation="gelu"),
-         lambda: F.gelu(F.linear(x, w, b), approximate="tanh")),
-        ("decode_linear LN+c_fc+GELU M=1", lambda: kernels.decode_linear(x, w, b, activation="gelu", norm=ln),
-         lambda: F.gelu(F.linear(F.layer_norm(x, (768,), *ln), w, b), approximate="tanh")),
-        ("decode attention B=1 N=1024", lambda: kernels.decode_attention(q, kc, vc, lens),
-         lambda: F.scaled_dot_product_attention(q, kc, vc)),
-        ("decode attention one launch", lambda: kernels.decode_attention(q, kc, vc, lens, one_launch=True),
-         lambda: F.scaled_dot_product_attention(q, kc, vc)),
-    ]  # fmt: skip
+        (
+            "linear+GELU M=1 (kernels.linear)",
+            lambda: kernels.linear(x, w, b, activation="gelu"),
+            lambda: F.gelu(F.linear(x, w, b), approximate="tanh"),
+        ),
+        (
+            "decode_linear LN+c_fc+GELU M=1",
+            lambda: kernels.decode_linear(x, w, b, activation="gelu", norm=ln),
+            lambda: F.gelu(F.linear(F.layer_norm(x, (768,), *ln), w, b), approximate="tanh"),
+        ),
+        (
+            "decode attention B=1 N=1024",
+            lambda: kernels.decode_attention(q, kc, vc, lens),
+            lambda: F.scaled_dot_product_attention(q, kc, vc),
+        ),
+        (
+            "decode attention one launch",
+            lambda: kernels.decode_attention(q, kc, vc, lens, one_launch=True),
+            lambda: F.scaled_dot_product_attention(q, kc, vc),
+        ),
+    ]
     if args.calls:  # where each of our calls spends its host time
         for name, ours, _ in rows:
             prof = cProfile.Profile()

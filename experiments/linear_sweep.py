@@ -58,8 +58,9 @@ def main():
             cfg = None
             if rule:
                 bm, bn, bk, stages, warps = rule
-                cfg = TileConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, split_k=1, num_warps=warps,
-                                 num_stages=stages)  # fmt: skip
+                cfg = TileConfig(
+                    block_m=bm, block_n=bn, block_k=bk, group_m=8, split_k=1, num_warps=warps, num_stages=stages
+                )
             ours = lambda x, w, b, r, act=act, res=res, cfg=cfg: L.linear(
                 x, w, b, activation=act, residual=r if res else None, config=cfg
             )

@@ -42,8 +42,7 @@ def prefetch_rule(block_n=16, slice_max=768, warps=4, per_sm=1, lm_head_prefetch
         split_k = max(fl.prev_pow2(max(1, min(wanted, k // 128))), cdiv(k, slice_max))
         split_k = next_pow2(split_k)
         block_k = max(fl.PREFETCH_BLOCK_K, next_pow2(cdiv(k, split_k)))
-        return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=split_k,
-                          num_warps=warps, num_stages=1)  # fmt: skip
+        return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=split_k, num_warps=warps, num_stages=1)
 
     return rule
 
@@ -142,8 +141,10 @@ def main():
             ]
             same.append(torch.equal(steps(model, "decode", args.context), steps(model, "overlap", args.context)))
             diff = (logits(model, "overlap", args.context, True) - ref).abs().max().item()
-            print(f"| {label} | {d['step_ms']:.3f} | {o['step_ms']:.3f} | {o['kernels']} | {same} | {diff:.3f} |",
-                  flush=True)  # fmt: skip
+            print(
+                f"| {label} | {d['step_ms']:.3f} | {o['step_ms']:.3f} | {o['kernels']} | {same} | {diff:.3f} |",
+                flush=True,
+            )
         except Exception as e:  # one failing rule must not hide the others' numbers
             print(f"| {label} | failed: {type(e).__name__}: {str(e)[:300]} |", flush=True)
     use_attention(None)

@@ -34,8 +34,9 @@ def main() -> None:
 
     port = free_port()
     env = dict(os.environ, PORT=str(port), GRADIO_ANALYTICS_ENABLED="False")
-    server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     t0, log, up = time.monotonic(), [], threading.Event()
 
     def read():

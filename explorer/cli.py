@@ -129,7 +129,7 @@ COMMAND_DEFAULTS = {
     "generate": dict(backend=["triton"], fusion=[table.FIELDS["fusion"].default], cache=["on"], cuda_graph=["auto"]),
     "sequence": dict(
         backend=["triton", "torch"], fusion=[table.FIELDS["fusion"].default], cache=["on", "off"], cuda_graph=["auto"]
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -9,11 +9,19 @@ from kernels import TileConfig
 
 CPU = torch.device("cpu")
 # An FFN input projection of 4 rows, 16 -> 32, bias and GELU, in fp16, with one 16x32 tile.
-FFN = Op("mlp.c_fc", "linear", "triton", (4, 32, 16, 1, 1, 0), torch.float16, CPU,
-         TileConfig(block_m=16, block_n=32, block_k=16, split_k=1))  # fmt: skip
+FFN = Op(
+    "mlp.c_fc",
+    "linear",
+    "triton",
+    (4, 32, 16, 1, 1, 0),
+    torch.float16,
+    CPU,
+    TileConfig(block_m=16, block_n=32, block_k=16, split_k=1),
+)
 # Decode attention over a cache of 64 positions, 2 heads of 16, in 16-key splits.
-DECODE = Op("attn", "decode_attention", "triton", (1, 2, 64, 16, 0), torch.float16, CPU,
-            TileConfig(block_n=16, split_k=4))  # fmt: skip
+DECODE = Op(
+    "attn", "decode_attention", "triton", (1, 2, 64, 16, 0), torch.float16, CPU, TileConfig(block_n=16, split_k=4)
+)
 PREFILL = Op("attn", "attention", "triton", (1, 2, 4, 4, 16), torch.float16, CPU, TileConfig(block_m=16, block_n=16))
 
 

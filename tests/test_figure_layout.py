@@ -77,7 +77,7 @@ def _kernels(kinds: list[str], steps: int = 8, ms: float = 700.0) -> pd.DataFram
             kernel_ms=ms + i,
             launch_ms=math.nan,
             profiled_step=s,
-        )  # fmt: skip
+        )
         for s in range(steps)
         for i, k in enumerate(kinds)
     ]

@@ -327,8 +327,14 @@ def test_cpu_defaults_are_few_large_programs():
     cpu = torch.device("cpu")
     resolve = lambda rows, out_f, in_f, dtype: fused.resolve_config(None, rows, out_f, in_f, dtype, cpu)
     for dtype in (torch.float32, torch.float16):
-        for out_f, in_f, programs in ((768, 256, 1), (1024, 256, 1), (256, 256, 1), (4096, 256, 1), (256, 1024, 1),
-                                      (2304, 768, 3)):  # fmt: skip
+        for out_f, in_f, programs in (
+            (768, 256, 1),
+            (1024, 256, 1),
+            (256, 256, 1),
+            (4096, 256, 1),
+            (256, 1024, 1),
+            (2304, 768, 3),
+        ):
             cfg = resolve(1, out_f, in_f, dtype)
             assert fused.prefetches(cfg) and cfg.split_k == 1, (out_f, in_f, cfg)
             # As wide as the interpreter's budget holds the whole K slice: 1024 columns of 768, one tile of 4096 x 256.

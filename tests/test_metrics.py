@@ -167,9 +167,14 @@ def test_summary_keeps_prefill_warmup_device_steps_and_the_wall_clock_apart():
 
 def test_kernel_frame_takes_times_from_the_nearest_profiled_step_of_its_phase():
     steps = [step(i, 1.0) for i in range(8)]
-    prof = profile([(0, "prefill", 5, "mlp.c_fc", "ffn", 9.0, 0.5), (1, "decode", 6, "mlp.c_fc", "ffn", 1.0, 0.1),
-                    (1, "decode", 6, "attn", "decode attention", 0.2, 0.1),
-                    (7, "decode", 12, "mlp.c_fc", "ffn", 3.0, 0.1)])  # fmt: skip
+    prof = profile(
+        [
+            (0, "prefill", 5, "mlp.c_fc", "ffn", 9.0, 0.5),
+            (1, "decode", 6, "mlp.c_fc", "ffn", 1.0, 0.1),
+            (1, "decode", 6, "attn", "decode attention", 0.2, 0.1),
+            (7, "decode", 12, "mlp.c_fc", "ffn", 3.0, 0.1),
+        ]
+    )
     frame = metrics.kernel_frame(steps, prof)
     ffn = frame[frame.kind == "ffn"].set_index("step")
     assert ffn.kernel_ms.tolist() == [9.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0]  # steps 2-4 nearer 1, 5-7 nearer 7

@@ -74,8 +74,14 @@ def test_attribute_sums_a_cases_kernels_and_adds_the_next_flushs_write_backs():
 def run(*args):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PATH="/usr/bin:/bin")  # no GPU, no ncu
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return subprocess.run([sys.executable, "-m", "kernels.ncu_check", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kernels.ncu_check", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_without_gpu_or_ncu_it_says_what_is_missing_in_one_line_and_fails():

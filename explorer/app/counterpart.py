@@ -101,8 +101,15 @@ def _of(rec: Recording, kind: str, key: dict) -> Counterpart | None:
     if job is None or job["key"] != key:
         return None
     label = f"{rec.meta['gpu']}, recorded {rec.date}: the same job"
-    return Counterpart(True, rec.meta["gpu"], label, rec.meta["bandwidth_gbs"], rec.meta["tflops"],
-                       dict(job["tables"]), dict(job["summary"]))  # fmt: skip
+    return Counterpart(
+        True,
+        rec.meta["gpu"],
+        label,
+        rec.meta["bandwidth_gbs"],
+        rec.meta["tflops"],
+        dict(job["tables"]),
+        dict(job["summary"]),
+    )
 
 
 def _modeled(rec: Recording, tables: dict[str, pd.DataFrame]) -> Counterpart:

@@ -119,7 +119,7 @@ FIELDS: dict[str, Field] = {
             choices=FUSIONS,
             widget="radio",
             info=FUSION_HELP,
-        ),  # fmt: skip
+        ),
         Field("cache", "KV cache", "flag", True, widget="checkbox"),
         Field("cuda_graph", "CUDA graph", "flag", True, widget="checkbox", info=GRAPH_INFO),
         Field(
@@ -131,7 +131,7 @@ FIELDS: dict[str, Field] = {
             2,
             widget="slider",
             step=0.05,
-        ),  # fmt: skip
+        ),
         Field("top_k", "top-k (0: all)", "whole", SUGGESTED["top_k"], 0, 200, widget="slider"),
         Field("top_p", "top-p (1: all)", "number", SUGGESTED["top_p"], 0.05, 1, widget="slider", step=0.05),
         Field(
@@ -143,7 +143,7 @@ FIELDS: dict[str, Field] = {
             2,
             widget="slider",
             step=0.05,
-        ),  # fmt: skip
+        ),
         Field("seed", "seed", "whole", 0, 0, validate.MAX_SEED, widget="number"),
         Field("overlay", "overlay previous run", "flag", True, widget="checkbox"),
         Field("lengths", "prompt lengths (tokens)", "lengths", _lengths_default, 1, 1023, widget="textbox"),
@@ -151,22 +151,48 @@ FIELDS: dict[str, Field] = {
         Field("value", "show", "choice", "ms", choices=("ms", "gbs", "tflops"), widget="radio"),
     ]
 }
-RUN = ["model", "prompt", "prompt_tokens", "new_tokens", "batch", "dtype", "backend", "fusion", "cache",
-       "cuda_graph", "temperature", "top_k", "top_p", "repetition_penalty", "seed"]  # fmt: skip
+RUN = [
+    "model",
+    "prompt",
+    "prompt_tokens",
+    "new_tokens",
+    "batch",
+    "dtype",
+    "backend",
+    "fusion",
+    "cache",
+    "cuda_graph",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "seed",
+]
 DYNAMIC = ("model", "dtype")  # fields whose choices depend on the operator or the device
 
 # The tile choices per kernel (the Tiles field each sets, and its allowed values), one Field each, plus
 # an autotune box per kernel: attention_block_m, ..., attention_autotune.
 TILE_CHOICES = {
-    "attention": {"block_m": [16, 32, 64, 128, 256], "block_n": [16, 32, 64, 128], "num_warps": [2, 4, 8],
-                  "num_stages": [1, 2, 3, 4]},
-    "decode_attention": {"block_n": [16, 32, 64, 128, 256], "split_k": [1, 2, 4, 8, 16, 32, 64],
-                         "num_warps": [2, 4, 8]},
+    "attention": {
+        "block_m": [16, 32, 64, 128, 256],
+        "block_n": [16, 32, 64, 128],
+        "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3, 4],
+    },
+    "decode_attention": {
+        "block_n": [16, 32, 64, 128, 256],
+        "split_k": [1, 2, 4, 8, 16, 32, 64],
+        "num_warps": [2, 4, 8],
+    },
     "layer_norm": {"block_m": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8]},
-    "linear": {"block_m": [16, 32, 64, 128], "block_n": [32, 64, 128, 256], "block_k": [16, 32, 64, 128],
-               "num_stages": [1, 2, 3, 4]},
+    "linear": {
+        "block_m": [16, 32, 64, 128],
+        "block_n": [32, 64, 128, 256],
+        "block_k": [16, 32, 64, 128],
+        "num_stages": [1, 2, 3, 4],
+    },
     "linear_decode": {"block_n": [16, 32, 64, 128, 256], "block_k": [32, 64, 128, 256], "split_k": [1, 2, 4, 8, 16]},
-}  # fmt: skip
+}
 TILE_FIELDS: list[Field] = []
 for _kernel, _fields in TILE_CHOICES.items():
     for _name, _values in _fields.items():

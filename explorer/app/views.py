@@ -70,8 +70,13 @@ def summary_markdown(summary: dict, gpu: Counterpart | None = None) -> str:
 
 # The figures and rows a GPU's answer fills in beside a CPU run: its times, and the rates made of them.
 GPU_TIMINGS = ("waited_s", "ttft_ms", "step_ms_p50", "step_ms_p90", "device_tokens_per_s", "achieved_gbs")
-GPU_ROWS = {"time to first token", "first step", "decode step p50 / p90", "tokens/s at the decode step's pace",
-            "achieved bandwidth"}  # fmt: skip
+GPU_ROWS = {
+    "time to first token",
+    "first step",
+    "decode step p50 / p90",
+    "tokens/s at the decode step's pace",
+    "achieved bandwidth",
+}
 
 
 def _rows(summary: dict, clock: str) -> list[tuple[str, str]]:

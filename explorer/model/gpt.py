@@ -107,9 +107,13 @@ class Block(nn.Module):
         k_cache, v_cache = cache.k[layer], cache.v[layer]
         a, m = self.attn, self.mlp
         qkv = ops.decode_linear(
-            "ln_1+attn.c_attn+kv write", x, a.c_attn.weight, a.c_attn.bias,
-            norm=(self.ln_1.weight, self.ln_1.bias, eps), kv=(k_cache, v_cache, cache.lengths),
-        )  # fmt: skip
+            "ln_1+attn.c_attn+kv write",
+            x,
+            a.c_attn.weight,
+            a.c_attn.bias,
+            norm=(self.ln_1.weight, self.ln_1.bias, eps),
+            kv=(k_cache, v_cache, cache.lengths),
+        )
         nh = attend.n_head
         q = qkv[..., :C].view(B, 1, nh, C // nh).transpose(1, 2)  # (B, nh, 1, hs)
         o = ops.decode_attention("attn", q, k_cache, v_cache, cache.next_lengths)

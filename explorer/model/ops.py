@@ -174,9 +174,14 @@ class Ops:
         """One block in one launch; `block` gives its parameters as explorer.model.gpt.Block names them, `kv` is
         (k_cache, v_cache, lengths, next_lengths)."""
         a, m = block.attn, block.mlp
-        params = [(block.ln_1.weight, block.ln_1.bias), (a.c_attn.weight, a.c_attn.bias),
-                  (a.c_proj.weight, a.c_proj.bias), (block.ln_2.weight, block.ln_2.bias),
-                  (m.c_fc.weight, m.c_fc.bias), (m.c_proj.weight, m.c_proj.bias)]  # fmt: skip
+        params = [
+            (block.ln_1.weight, block.ln_1.bias),
+            (a.c_attn.weight, a.c_attn.bias),
+            (a.c_proj.weight, a.c_proj.bias),
+            (block.ln_2.weight, block.ln_2.bias),
+            (m.c_fc.weight, m.c_fc.bias),
+            (m.c_proj.weight, m.c_proj.bias),
+        ]
         b, heads, max_len, _ = kv[0].shape
         run = lambda: kernels.decode_layer(x, *params, kv, eps)
         return self._run(name, "decode_layer", x, (b, x.shape[-1], heads, max_len), None, run)
