@@ -49,6 +49,7 @@ def main():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
     from explorer.app import lessons
     from explorer.app.lessons import recorded
+    from kernels.compiled import compiled
 
     size = args.size or lessons.size()
     if size == "gpu" and not cuda:
@@ -72,10 +73,13 @@ def main():
     results = {}
     for name in names:
         print(f"{name}: {lessons.describe(lessons.LESSONS[name].settings(size))}", flush=True)
+        before = compiled()
         first = lessons.run(name, size).seconds if cuda else None  # compiles the lesson's own kernels
+        new = sorted(compiled() - before)
         results[name] = lessons.run(name, size)
-        results[name].first_s = first
-        print(f"  {results[name].seconds:.1f} s" + (f" (first run {first:.1f} s)" if first else ""), flush=True)
+        results[name].first_s, results[name].kernels = first, tuple(new)
+        first_run = f" (first run {first:.1f} s, {len(new)} kernel specializations compiled)" if first else ""
+        print(f"  {results[name].seconds:.1f} s{first_run}", flush=True)
     meta = dict(
         gpu=gpu,
         device_type="cuda" if cuda else "cpu",

@@ -121,3 +121,41 @@ def test_a_lesson_on_a_gpu_is_estimated_from_its_recording(monkeypatch):
     monkeypatch.setattr(recorded, "latest", lambda: None)
     lesson = lessons.LESSONS["kv-cache"]
     assert lessons.estimate("kv-cache") == pytest.approx(lesson.estimate(lesson.settings(lessons.size())))
+
+
+def test_a_lesson_counts_only_the_kernels_its_recording_compiled_that_are_not_compiled_yet(monkeypatch):
+    """A recording that names the kernel specializations its first run compiled: each not yet compiled in the
+    worker adds an equal share of that run's compilation, whatever ran before (a Generate of the same shape
+    compiles most of the memory lesson's kernels)."""
+    import dataclasses
+
+    from explorer.app import lessons
+    from explorer.app.lessons import recorded
+
+    rec = recorded.latest()
+    result = dataclasses.replace(rec.results["memory"], seconds=1.0, first_s=21.0, kernels=("a", "b", "c", "d"))
+    monkeypatch.setattr(lessons, "size", lambda: "gpu")
+    monkeypatch.setattr(recorded, "latest", lambda: recorded.Recording(rec.meta, {"memory": result}))
+    assert lessons.estimate("memory") == pytest.approx(21.0)
+    assert lessons.estimate("memory", {"a", "b", "x"}) == pytest.approx(11.0)
+    assert lessons.estimate("memory", {"a", "b", "c", "d"}) == pytest.approx(1.0)
+
+
+def test_compiled_kernels_are_named_alike_in_any_process_and_none_under_the_interpreter(monkeypatch):
+    """kernels.compiled names each cached specialization by its kernel and key; the interpreter caches none."""
+    import sys
+    import types
+
+    from kernels.compiled import compiled
+
+    assert compiled() == set()  # the interpreter: nothing compiled, whatever ran
+    fake = types.ModuleType("kernels.fake")
+
+    class Kernel:  # what a compiled triton.jit function holds: per device, a cache of specializations
+        __module__, __name__ = "kernels.fake", "_kernel"
+        device_caches = {0: ({"key-1": object(), "key-2": object()}, None, None, None)}
+
+    fake._kernel = Kernel()
+    monkeypatch.setitem(sys.modules, "kernels.fake", fake)
+    first = compiled()
+    assert len(first) == 2 and compiled() == first  # stable names, one per specialization

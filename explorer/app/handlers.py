@@ -204,7 +204,7 @@ def make(ctx: Context) -> dict:
             name = validate.choice("lesson", values["lesson"], lessons.names())
             text, figure = lessons.recorded_view(name)
             recorded = (text, gr.update(value=figure, visible=figure is not None))
-            seconds = lessons.estimate(name)
+            seconds = lessons.estimate(name, ctx.runner.compiled)
             title = lessons.LESSONS[name].title.lower()
             yield f"*Running {title} ({estimate.about(seconds, ctx.device)})…*", None, *recorded
             async for view in run_job(ctx, "lesson", dict(lesson=name), seconds, lessons.compiles(name)):

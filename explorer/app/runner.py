@@ -109,6 +109,7 @@ class ProcessRunner:
         self.warm = warm  # what the worker runs before it takes jobs (worker.warm_up), or None
         self.log = log
         self.info: dict = {}  # what the worker said about its device when it was ready
+        self.compiled: set[str] = set()  # the kernel specializations its worker has compiled (kernels.compiled)
         self.restarts = 0
         self._lock = asyncio.Lock()
         self._ready = threading.Event()
@@ -171,6 +172,7 @@ class ProcessRunner:
                 self.log(msg[1])
             elif kind == "ready":
                 self.info = msg[1]
+                self.compiled = set(self.info.get("compiled", ()))  # a fresh worker has compiled only these
                 self._ready.set()
             else:
                 self._deliver(msg)
@@ -256,6 +258,7 @@ class ProcessRunner:
     async def _finish(self, msg) -> None:
         kind = msg[0]
         if kind == "done":
+            self.compiled.update(msg[2] or ())
             return
         if kind == "error":
             raise UserError(msg[2])
@@ -297,6 +300,7 @@ class InlineRunner:
     def __init__(self, wrap: Callable = lambda fn, job: fn):
         self.wrap = wrap
         self.info: dict = {}
+        self.compiled: set[str] = set()  # none kept: each GPU call may be a fresh process on another GPU
         self._lock = asyncio.Lock()
 
     def busy(self) -> bool:

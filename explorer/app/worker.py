@@ -41,7 +41,10 @@ def main(jobs_fd: int, out_fd: int, stop_fd: int) -> None:
     if warm:
         for line in jobs.warm_up(warm):
             out.send(("log", f"worker: {line}"))
-    out.send(("ready", jobs.device_info() | {"start_s": time.monotonic() - t0}))
+    from kernels.compiled import compiled
+
+    known = compiled()  # the kernels this worker has compiled: each job's end reports those it added
+    out.send(("ready", jobs.device_info() | {"start_s": time.monotonic() - t0, "compiled": sorted(known)}))
     while True:
         try:
             msg = inbox.recv()
@@ -58,7 +61,9 @@ def main(jobs_fd: int, out_fd: int, stop_fd: int) -> None:
         except Exception as e:  # every failure becomes one message; the worker takes the next job
             out.send(("error", job_id, str(jobs.friendly(e))))
             continue
-        out.send(("done", job_id, None, time.time()))
+        now = compiled()
+        out.send(("done", job_id, sorted(now - known), time.time()))
+        known = now
 
 
 if __name__ == "__main__":

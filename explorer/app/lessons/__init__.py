@@ -40,11 +40,13 @@ def run(name: str, size_: str | None = None) -> Result:
 COMPILE_S = 20.0
 
 
-def estimate(name: str) -> float:
+def estimate(name: str, compiled: set[str] | frozenset[str] = frozenset()) -> float:
     """Seconds the lesson's job should take on this device, before it runs. On a GPU, the recorded run
-    (scripts/record_lessons.py) when there is one: its time once compiled, and, until the lesson has run
-    in this server, what its first run took (each lesson compiles kernels of its own: the cache-off
-    runs' lengths, the ladder's rungs, the tile sweep's configs)."""
+    (scripts/record_lessons.py) when there is one: its time once compiled, plus its first run's compilation
+    (each lesson compiles kernels of its own: the cache-off runs' lengths, the ladder's rungs, the tile
+    sweep's configs). Where the recording names the kernel specializations its first run compiled, only
+    those not yet in `compiled` (the worker's, kernels.compiled) count, each an equal share; otherwise all,
+    until the lesson has run in this server."""
     lesson = LESSONS[name]
     modeled = lesson.estimate(lesson.settings(size()))
     if size() != "gpu":
@@ -53,6 +55,9 @@ def estimate(name: str) -> float:
     r = rec.results.get(name) if rec else None
     warm = r.seconds if r else modeled
     first = r.first_s if r and r.first_s else warm + COMPILE_S
+    if r and r.kernels:
+        missing = len(set(r.kernels) - set(compiled))
+        return warm + max(first - warm, 0.0) * missing / len(r.kernels)
     return warm + cost.compile_s("cuda", compiles(name), lambda key: max(first - warm, 0.0))
 
 

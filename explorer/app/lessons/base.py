@@ -45,6 +45,7 @@ class Result:
     seconds: float  # the job's wall time, warm-up included
     source: str = "measured just now"  # or "recorded on NVIDIA H200, 2026-11-30"
     first_s: float | None = None  # a recording's: the lesson's first run in a warmed-up worker, compiling
+    kernels: tuple[str, ...] = ()  # a recording's: the kernel specializations that first run compiled
 
 
 @dataclass(frozen=True)

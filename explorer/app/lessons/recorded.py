@@ -86,6 +86,7 @@ def to_json(meta: dict, results: dict[str, Result]) -> dict:
             device=r.device,
             seconds=round(r.seconds, 2),
             first_s=None if r.first_s is None else round(r.first_s, 2),
+            kernels=list(r.kernels),
             tables={k: _table(v) for k, v in r.tables.items()},
         )
         for name, r in results.items()
@@ -113,7 +114,8 @@ def _load(path: str, mtime: float) -> Recording:
     recording = Recording(meta, {})
     for name, d in data["lessons"].items():
         tables = {k: _frame(v) for k, v in d["tables"].items()}
-        result = Result(name, d["settings"], d["facts"], tables, d["device"], d["seconds"], first_s=d.get("first_s"))
+        result = Result(name, d["settings"], d["facts"], tables, d["device"], d["seconds"])
+        result.first_s, result.kernels = d.get("first_s"), tuple(d.get("kernels", ()))
         recording.results[name] = result
         recording.results[name].source = recording.label
     return recording
