@@ -5,6 +5,7 @@ import torch
 
 from explorer.model.generate import Step
 from explorer.model.ops import Op
+from explorer.model.sizes import AttentionSizes, DecodeAttentionSizes, LinearSizes
 from kernels import TileConfig
 
 CPU = torch.device("cpu")
@@ -13,16 +14,30 @@ FFN = Op(
     "mlp.c_fc",
     "linear",
     "triton",
-    (4, 32, 16, 1, 1, 0),
+    LinearSizes(4, 32, 16, bias=True, gelu=True, residual=False),
     torch.float16,
     CPU,
     TileConfig(block_m=16, block_n=32, block_k=16, split_k=1),
 )
 # Decode attention over a cache of 64 positions, 2 heads of 16, in 16-key splits.
 DECODE = Op(
-    "attn", "decode_attention", "triton", (1, 2, 64, 16, 0), torch.float16, CPU, TileConfig(block_n=16, split_k=4)
+    "attn",
+    "decode_attention",
+    "triton",
+    DecodeAttentionSizes(1, 2, 64, 16, one_launch=False),
+    torch.float16,
+    CPU,
+    TileConfig(block_n=16, split_k=4),
 )
-PREFILL = Op("attn", "attention", "triton", (1, 2, 4, 4, 16), torch.float16, CPU, TileConfig(block_m=16, block_n=16))
+PREFILL = Op(
+    "attn",
+    "attention",
+    "triton",
+    AttentionSizes(1, 2, 4, 4, 16),
+    torch.float16,
+    CPU,
+    TileConfig(block_m=16, block_n=16),
+)
 
 
 def step(i, ms, *, batch=1, kv=0, ops=None, wall_s=None, peak=None, graph=False, warmup_ms=None) -> Step:

@@ -40,11 +40,12 @@ def launches_of(op) -> int | None:
     None for the torch backend, whose operations launch as many kernels as PyTorch chooses (counted on a GPU)."""
     if op.backend != "triton":
         return None
-    if op.kernel == "linear" and op.sizes[0] <= DECODE_ROWS:
-        cfg = linear_config(op.config, *op.sizes[:3], op.dtype, op.device)
+    s = op.sizes
+    if op.kernel == "linear" and s.rows <= DECODE_ROWS:
+        cfg = linear_config(op.config, s.rows, s.out_features, s.in_features, op.dtype, op.device)
         return 2 if cfg.split_k > 1 else 1
     if op.kernel == "decode_attention":
-        return 1 if op.sizes[4] else 2
+        return 1 if s.one_launch else 2
     if op.kernel == "embedding":
         return 3  # two gathers and an add
     return 1

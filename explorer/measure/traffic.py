@@ -67,50 +67,44 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
     item = op.dtype.itemsize
     on = dict(dtype=op.dtype, device=op.device)
     triton = op.backend == "triton"
+    s = op.sizes
     if op.kernel == "layer_norm":
-        rows, width, residual = op.sizes
         if triton:
-            return layer_norm_traffic(rows, width, item, residual=bool(residual), config=op.config, device=op.device)
-        return layer_norm_unfused(rows, width, item, residual=bool(residual), device=op.device)
-    if op.kernel == "linear":
-        rows, out_f, in_f, bias, gelu, residual = op.sizes
-        flags = dict(bias=bool(bias), activation="gelu" if gelu else None, residual=bool(residual))
+            return layer_norm_traffic(s.rows, s.width, item, residual=s.residual, config=op.config, device=op.device)
+        return layer_norm_unfused(s.rows, s.width, item, residual=s.residual, device=op.device)
+    if op.kernel in ("linear", "decode_linear"):
+        flags = dict(bias=bool(s.bias), activation="gelu" if s.gelu else None, residual=bool(s.residual))
+        if op.kernel == "decode_linear":
+            kv = s.kv_heads or None
+            return fused_linear_traffic(*s[:3], item, **flags, norm=s.norm, kv=kv, config=op.config, **on)
         if triton:
-            return linear_traffic(rows, out_f, in_f, item, **flags, config=op.config, **on)
-        return linear_unfused(rows, out_f, in_f, item, **flags, device=op.device)
-    if op.kernel == "decode_linear":
-        rows, out_f, in_f, bias, gelu, residual, norm, heads = op.sizes
-        flags = dict(bias=bool(bias), activation="gelu" if gelu else None, residual=bool(residual), norm=bool(norm))
-        return fused_linear_traffic(rows, out_f, in_f, item, **flags, kv=heads or None, config=op.config, **on)
+            return linear_traffic(*s[:3], item, **flags, config=op.config, **on)
+        return linear_unfused(*s[:3], item, **flags, device=op.device)
     if op.kernel == "bias_add":
-        return elementwise.traffic_bias_add(*op.sizes, item)
+        return elementwise.traffic_bias_add(s.rows, s.width, item)
     if op.kernel == "gelu":
-        return elementwise.traffic_gelu(op.sizes[0], item)
+        return elementwise.traffic_gelu(s.elements, item)
     if op.kernel == "add":
-        return elementwise.traffic_add(op.sizes[0], item)
+        return elementwise.traffic_add(s.elements, item)
     if op.kernel == "attention":
-        b, h, tq, tk, d = op.sizes
         if triton:
-            return attention_traffic(b, h, tq, tk, d, item, config=op.config, **on)
-        return traffic_floor(b, h, tq, tk, d, item)
+            return attention_traffic(*s, item, config=op.config, **on)
+        return traffic_floor(*s, item)
     if op.kernel == "decode_attention":
-        b, h, max_len, d, one_launch = op.sizes
         if triton:
             return decode_traffic(
-                list(lengths), h, max_len, d, item, config=op.config, one_launch=bool(one_launch), **on
+                list(lengths), s.heads, s.max_len, s.head_dim, item, config=op.config, one_launch=s.one_launch, **on
             )
-        return traffic_floor(b, h, 1, max_len, d, item, causal=False)  # the masked SDPA reads every slot
+        return traffic_floor(s.batch, s.heads, 1, s.max_len, s.head_dim, item, causal=False)  # SDPA reads every slot
     if op.kernel == "decode_layer":
-        b, width, heads, max_len = op.sizes
-        return decode_layer_traffic(list(lengths), width, heads, max_len, item, **on)
+        return decode_layer_traffic(list(lengths), s.width, s.heads, s.max_len, item, **on)
     if op.kernel == "kv_write":
-        b, h, t, d, decode = op.sizes
-        if decode and triton:
-            return kv_write_traffic(b, h, d, item)
-        moved = 2 * b * h * t * d * item  # K and V rows read from the projection, written to the cache
+        if s.decode and triton:
+            return kv_write_traffic(s.batch, s.heads, s.head_dim, item)
+        moved = 2 * s.batch * s.heads * s.tokens * s.head_dim * item  # K and V rows read, written to the cache
         return Traffic(moved, moved, 0, 2 * moved)
     if op.kernel == "embedding":
-        n = op.sizes[0] * op.sizes[1]  # two rows gathered and added per token
+        n = s.rows * s.width  # two rows gathered and added per token
         return Traffic(2 * n * item, n * item, n, 3 * n * item)
     raise ValueError(f"no traffic model for kernel {op.kernel!r}")
 

@@ -37,6 +37,8 @@ from kernels.matmul.kernel import DECODE_ROWS
 from kernels.matmul.kernel import tuned_config as linear_tuned
 from kernels.norm.kernel import tuned_config as layer_norm_tuned
 
+from .sizes import BY_KERNEL
+
 BACKENDS = ("triton", "torch")
 FUSIONS = ("none", "epilogue", "decode", "overlap", "persistent")
 DEFAULT_FUSION = "overlap"
@@ -62,27 +64,13 @@ class Tiles:
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One named operation of a forward pass, as an observer sees it.
-
-    `sizes` by kernel:
-      layer_norm        rows, width, residual (0/1)
-      linear            rows, out_features, in_features, bias (0/1), gelu (0/1), residual (0/1)
-      decode_linear     rows, out_features, in_features, bias, gelu, residual, norm (each 0/1), heads of
-                        the KV cache written in the epilogue (0: none)
-      bias_add          rows, width
-      gelu, add         elements
-      attention         batch, heads, queries, keys, head_dim
-      decode_attention  batch, heads, max_len, head_dim, one launch (0/1) (each sequence reads its own
-                        length of the cache)
-      kv_write          batch, heads, tokens, head_dim, decode (0/1)
-      decode_layer      batch, width, heads, max_len (each sequence reads its own length of the cache)
-      embedding         rows, width
-    """
+    """One named operation of a forward pass, as an observer sees it: its sizes are the kernel's record of
+    them (explorer.model.sizes: NormSizes for layer_norm, LinearSizes for linear, ...)."""
 
     name: str
     kernel: str
     backend: str
-    sizes: tuple[int, ...]
+    sizes: tuple  # sizes.BY_KERNEL[kernel]
     dtype: torch.dtype
     device: torch.device
     config: kernels.TileConfig | None = None  # the tiles the call used; None: the kernel's defaults
@@ -114,7 +102,7 @@ class Ops:
     def _run(self, name: str, kernel: str, x: torch.Tensor, sizes: tuple, config, run):
         if self.observer is None:
             return run()
-        op = Op(name, kernel, self.backend, tuple(int(s) for s in sizes), x.dtype, x.device, config)
+        op = Op(name, kernel, self.backend, BY_KERNEL[kernel](*sizes), x.dtype, x.device, config)
         return self.observer(op, run)
 
     def _tuned(self, cfg, tune):
@@ -122,7 +110,7 @@ class Ops:
 
     def layer_norm(self, name, x, weight, bias, eps, *, residual=None):
         cfg = self._tuned(self.tiles.layer_norm, lambda: layer_norm_tuned(x, weight, bias, eps, residual=residual))
-        sizes = (x.numel() // x.shape[-1], x.shape[-1], residual is not None)
+        sizes = (x.numel() // x.shape[-1], int(x.shape[-1]), residual is not None)
         run = lambda: self.fn.layer_norm(x, weight, bias, eps, residual=residual, config=cfg)
         return self._run(name, "layer_norm", x, sizes, cfg, run)
 
@@ -132,7 +120,7 @@ class Ops:
         rows = x.numel() // x.shape[-1]
         cfg = self.tiles.linear_decode if rows <= DECODE_ROWS else self.tiles.linear
         cfg = self._tuned(cfg, lambda: linear_tuned(x, weight, bias, activation=activation, residual=residual))
-        sizes = (rows, *weight.shape, bias is not None, activation == "gelu", residual is not None)
+        sizes = (rows, *map(int, weight.shape), bias is not None, activation == "gelu", residual is not None)
         run = lambda: self.fn.linear(x, weight, bias, activation=activation, residual=residual, config=cfg)
         return self._run(name, "linear", x, sizes, cfg, run)
 
@@ -158,9 +146,9 @@ class Ops:
         rows = x.numel() // x.shape[-1]
         tune = lambda: decode_linear_tuned(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv)
         cfg = self._tuned(self.tiles.linear_decode, tune)
-        heads = kv[0].shape[1] if kv else 0  # the cache rows the epilogue writes depend on the head count
+        heads = int(kv[0].shape[1]) if kv else 0  # the cache rows the epilogue writes depend on the head count
         flags = (bias is not None, activation == "gelu", residual is not None, bool(norm), heads)
-        sizes = (rows, *weight.shape, *flags)
+        sizes = (rows, *map(int, weight.shape), *flags)
         run = lambda: kernels.decode_linear(
             x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg, pdl=self.pdl
         )
@@ -199,9 +187,9 @@ class Ops:
             run = lambda: kernels.decode_attention(
                 q, k_cache, v_cache, lengths, config=cfg, one_launch=True, pdl=self.pdl
             )
-            return self._run(name, "decode_attention", q, (b, h, max_len, d, 1), cfg, run)
+            return self._run(name, "decode_attention", q, (b, h, max_len, d, True), cfg, run)
         run = lambda: self.fn.decode_attention(q, k_cache, v_cache, lengths, config=cfg)
-        return self._run(name, "decode_attention", q, (b, h, max_len, d, 0), cfg, run)
+        return self._run(name, "decode_attention", q, (b, h, max_len, d, False), cfg, run)
 
     def kv_write(self, name, cache, layer: int, k, v, *, decode: bool):
         b, h, t, d = k.shape
@@ -210,7 +198,7 @@ class Ops:
 
     def embedding(self, name, wte, wpe, ids, positions):
         run = lambda: wte(ids) + wpe(positions)  # (B, T, C)
-        return self._run(name, "embedding", wte.weight, (ids.numel(), wte.weight.shape[1]), None, run)
+        return self._run(name, "embedding", wte.weight, (ids.numel(), int(wte.weight.shape[1])), None, run)
 
 
 def check_fusion(fusion: str) -> None:

@@ -1,0 +1,85 @@
+"""The sizes an operation runs at, one record per kernel (Op.sizes): what a traffic model, a launch count
+or a chart reads of a call, by name."""
+
+from typing import NamedTuple
+
+
+class NormSizes(NamedTuple):  # layer_norm
+    rows: int
+    width: int
+    residual: bool  # the residual add fused in front
+
+
+class LinearSizes(NamedTuple):  # linear
+    rows: int
+    out_features: int
+    in_features: int
+    bias: bool
+    gelu: bool
+    residual: bool
+
+
+class DecodeLinearSizes(NamedTuple):  # decode_linear
+    rows: int
+    out_features: int
+    in_features: int
+    bias: bool
+    gelu: bool
+    residual: bool
+    norm: bool  # the LayerNorm in its prologue
+    kv_heads: int  # heads of the KV cache its epilogue writes (0: none)
+
+
+class RowsSizes(NamedTuple):  # bias_add, embedding
+    rows: int
+    width: int
+
+
+class ElementsSizes(NamedTuple):  # gelu, add
+    elements: int
+
+
+class AttentionSizes(NamedTuple):  # attention
+    batch: int
+    heads: int
+    queries: int
+    keys: int
+    head_dim: int
+
+
+class DecodeAttentionSizes(NamedTuple):  # decode_attention: each sequence reads its own length of the cache
+    batch: int
+    heads: int
+    max_len: int
+    head_dim: int
+    one_launch: bool
+
+
+class KVWriteSizes(NamedTuple):  # kv_write
+    batch: int
+    heads: int
+    tokens: int
+    head_dim: int
+    decode: bool
+
+
+class DecodeLayerSizes(NamedTuple):  # decode_layer: each sequence reads its own length of the cache
+    batch: int
+    width: int
+    heads: int
+    max_len: int
+
+
+BY_KERNEL = {
+    "layer_norm": NormSizes,
+    "linear": LinearSizes,
+    "decode_linear": DecodeLinearSizes,
+    "bias_add": RowsSizes,
+    "embedding": RowsSizes,
+    "gelu": ElementsSizes,
+    "add": ElementsSizes,
+    "attention": AttentionSizes,
+    "decode_attention": DecodeAttentionSizes,
+    "kv_write": KVWriteSizes,
+    "decode_layer": DecodeLayerSizes,
+}
