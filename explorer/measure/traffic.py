@@ -28,37 +28,10 @@ from kernels.norm.kernel import traffic_unfused as layer_norm_unfused
 
 from ..model.ops import Op
 
-# Chart categories, by operation name; "attn" is split by kernel (prefill or decode attention).
-CATEGORIES = {
-    "ln_1": "layer_norm",
-    "ln_2": "layer_norm",
-    "ln_f": "layer_norm",
-    "attn.c_attn": "qkv/out proj",
-    "attn.c_proj": "qkv/out proj",
-    "mlp.c_fc": "ffn",
-    "mlp.c_proj": "ffn",
-    "lm_head": "lm_head",
-    "wte/wpe": "embedding",
-    "kv write": "kv write",
-}
-
-
-PROJECTIONS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj", "lm_head")
-
 
 def category(op: Op) -> str:
-    """A name's chart category. A fused launch ("ln_2+mlp.c_fc") falls under its projection, and a
-    projection's separate bias, GELU or residual launch ("mlp.c_fc.gelu") under the projection too."""
-    if op.name == "attn":
-        return "decode attention" if op.kernel == "decode_attention" else "attention"
-    if op.kernel == "decode_layer":
-        return "decode layer"
-    if op.name in CATEGORIES:
-        return CATEGORIES[op.name]
-    for name in PROJECTIONS:
-        if name in op.name.split("+") or op.name.startswith(name + "."):
-            return CATEGORIES[name]
-    return op.name
+    """An operation's chart category (Op.category)."""
+    return op.category
 
 
 @functools.lru_cache(maxsize=8192)

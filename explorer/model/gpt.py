@@ -113,6 +113,7 @@ class Block(nn.Module):
             a.c_attn.bias,
             norm=(self.ln_1.weight, self.ln_1.bias, eps),
             kv=(k_cache, v_cache, cache.lengths),
+            part="attn.c_attn",
         )
         nh = attend.n_head
         q = qkv[..., :C].view(B, 1, nh, C // nh).transpose(1, 2)  # (B, nh, 1, hs)
@@ -126,6 +127,7 @@ class Block(nn.Module):
             m.c_fc.bias,
             activation="gelu",
             norm=(self.ln_2.weight, self.ln_2.bias, eps),
+            part="mlp.c_fc",
         )
         return ops.decode_linear("mlp.c_proj", h, m.c_proj.weight, m.c_proj.bias, residual=x)
 
@@ -203,7 +205,8 @@ class GPT(nn.Module):
         if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
             x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
         if attend.mode == "decode" and ops.fuses_decode(x.shape[0]):
-            return ops.decode_linear("ln_f+lm_head", x, t.wte.weight, norm=(t.ln_f.weight, t.ln_f.bias, eps))
+            norm = (t.ln_f.weight, t.ln_f.bias, eps)
+            return ops.decode_linear("ln_f+lm_head", x, t.wte.weight, norm=norm, part="lm_head")
         x = ops.layer_norm("ln_f", x, t.ln_f.weight, t.ln_f.bias, eps)
         return ops.linear("lm_head", x, t.wte.weight)  # tied to the token embedding
 

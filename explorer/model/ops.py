@@ -62,6 +62,22 @@ class Tiles:
         return None if cfg == "autotune" else cfg
 
 
+# The charts' categories, by the part of the block an operation computes with, and for attention by kernel.
+CATEGORIES = {
+    "ln_1": "layer_norm",
+    "ln_2": "layer_norm",
+    "ln_f": "layer_norm",
+    "attn.c_attn": "qkv/out proj",
+    "attn.c_proj": "qkv/out proj",
+    "mlp.c_fc": "ffn",
+    "mlp.c_proj": "ffn",
+    "lm_head": "lm_head",
+    "wte/wpe": "embedding",
+    "kv write": "kv write",
+}
+KERNEL_CATEGORIES = {"attention": "attention", "decode_attention": "decode attention", "decode_layer": "decode layer"}
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One named operation of a forward pass, as an observer sees it: its sizes are the kernel's record of
@@ -74,6 +90,16 @@ class Op:
     dtype: torch.dtype
     device: torch.device
     config: kernels.TileConfig | None = None  # the tiles the call used; None: the kernel's defaults
+    part: str = ""  # the block's parameters it computes with ("mlp.c_fc"), where the name says more; else the name
+
+    @property
+    def category(self) -> str:
+        """What it is in the charts: attention by kernel, the rest by the part of the block it belongs to (a
+        fused launch "ln_2+mlp.c_fc" and a separate "mlp.c_fc.gelu" both under the projection's)."""
+        if self.kernel in KERNEL_CATEGORIES:
+            return KERNEL_CATEGORIES[self.kernel]
+        part = self.part or self.name
+        return CATEGORIES.get(part, part)
 
 
 Observer = Callable[[Op, Callable[[], object]], object]
@@ -99,10 +125,10 @@ class Ops:
         # The decode step's cache write: one Triton kernel per layer; the torch backend indexes.
         self.kv_writer = kernels.kv_write if backend == "triton" else None
 
-    def _run(self, name: str, kernel: str, x: torch.Tensor, sizes: tuple, config, run):
+    def _run(self, name: str, kernel: str, x: torch.Tensor, sizes: tuple, config, run, part: str = ""):
         if self.observer is None:
             return run()
-        op = Op(name, kernel, self.backend, BY_KERNEL[kernel](*sizes), x.dtype, x.device, config)
+        op = Op(name, kernel, self.backend, BY_KERNEL[kernel](*sizes), x.dtype, x.device, config, part)
         return self.observer(op, run)
 
     def _tuned(self, cfg, tune):
@@ -129,20 +155,25 @@ class Ops:
         y = self.linear(name, x, weight)
         rows, width = y.numel() // y.shape[-1], y.shape[-1]
         if bias is not None:
-            y = self._run(f"{name}.bias", "bias_add", y, (rows, width), None, lambda: elementwise.bias_add(y, bias))
+            run = lambda: elementwise.bias_add(y, bias)
+            y = self._run(f"{name}.bias", "bias_add", y, (rows, width), None, run, part=name)
         if activation == "gelu":
-            y = self._run(f"{name}.gelu", "gelu", y, (y.numel(),), None, lambda: elementwise.gelu(y))
+            y = self._run(f"{name}.gelu", "gelu", y, (y.numel(),), None, lambda: elementwise.gelu(y), part=name)
         if residual is not None:
-            y = self._run(f"{name}.residual", "add", y, (y.numel(),), None, lambda: elementwise.add(residual, y))
+            run = lambda: elementwise.add(residual, y)
+            y = self._run(f"{name}.residual", "add", y, (y.numel(),), None, run, part=name)
         return y
 
     def fuses_decode(self, rows: int) -> bool:
         """Whether a decode step of this many sequences runs the decode rung's fused kernels."""
         return self.fusion in DECODE_RUNGS and rows <= DECODE_ROWS
 
-    def decode_linear(self, name, x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None):
+    def decode_linear(
+        self, name, x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, part: str = ""
+    ):
         """One launch: LayerNorm `norm` = (weight, bias, eps) of x, the projection, its epilogue, and with
-        `kv` = (k_cache, v_cache, lengths) the new K and V rows stored in the cache."""
+        `kv` = (k_cache, v_cache, lengths) the new K and V rows stored in the cache. `part`: the projection's
+        name where `name` names the fused launch."""
         rows = x.numel() // x.shape[-1]
         tune = lambda: decode_linear_tuned(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv)
         cfg = self._tuned(self.tiles.linear_decode, tune)
@@ -152,7 +183,7 @@ class Ops:
         run = lambda: kernels.decode_linear(
             x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg, pdl=self.pdl
         )
-        return self._run(name, "decode_linear", x, sizes, cfg, run)
+        return self._run(name, "decode_linear", x, sizes, cfg, run, part=part)
 
     def runs_layers_whole(self, rows: int) -> bool:
         """Whether a decode step of this many sequences runs each block in one launch (the persistent rung)."""
