@@ -2,7 +2,7 @@
 the KV cache on and off, next to transformers' own generate and a minimal PyTorch CUDA-graph loop
 (benchmarks/torch_loop.py) on the same weights and GPU.
 
-    python benchmarks/generation.py [--new-tokens 256] [--prompt 32] [--dtype bfloat16]
+    python -m benchmarks.generation [--new-tokens 256] [--prompt 32] [--dtype bfloat16]
 
 Weights are random, of GPT-2 small's shape (12 layers, width 768, vocabulary 50257); every run is
 greedy, forced to the full length, warmed up once, then timed end to end (wall clock after a device
@@ -16,18 +16,14 @@ step on the device clock. Their ratio is the share of the device's pace that rea
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
-
-from benchmarks.torch_loop import TorchGraphLoop  # noqa: E402
-from explorer.measure import metrics  # noqa: E402
-from explorer.model.generate import generate  # noqa: E402
-from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
+from benchmarks.torch_loop import TorchGraphLoop
+from explorer.measure import metrics
+from explorer.model.generate import generate
+from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 
 def _timed(fn, repeats):

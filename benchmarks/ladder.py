@@ -1,6 +1,6 @@
 """The fusion ladder on a GPU, next to plain PyTorch and torch.compile, all in one run.
 
-    python benchmarks/ladder.py [--context 1000] [--replays 200] [--no-compile]
+    python -m benchmarks.ladder [--context 1000] [--replays 200] [--no-compile]
 
 GPT-2 small's shape (12 layers, width 768, vocabulary 50257) with random weights, bf16, batch 1, one
 decode step at `context` keys with the cache holding random keys and values. Every row is the same step
@@ -15,18 +15,14 @@ counted by torch.profiler over one replay.
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
-
-from benchmarks.torch_loop import TorchGraphLoop  # noqa: E402
-from explorer.measure.ladder import ladder_rows, replay_ms  # noqa: E402
-from explorer.measure.launches import device_activity  # noqa: E402
-from explorer.model.weights import config_from_hf, from_hf_state_dict  # noqa: E402
+from benchmarks.torch_loop import TorchGraphLoop
+from explorer.measure.ladder import ladder_rows, replay_ms
+from explorer.measure.launches import device_activity
+from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 
 def time_loop(loop: TorchGraphLoop, context: int, replays: int) -> tuple[float, int]:

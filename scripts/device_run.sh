@@ -47,9 +47,9 @@ for PART in "${@:-page}"; do
     done ;;
   bench)
     say "the fusion ladder next to PyTorch and torch.compile"
-    timeout 240 python3 benchmarks/ladder.py 2>&1 | tail -n 20 | tee -a "$LOG"
+    timeout 240 python3 -m benchmarks.ladder 2>&1 | tail -n 20 | tee -a "$LOG"
     say "whole generations"
-    timeout 200 python3 benchmarks/generation.py --repeats 2 2>&1 | tail -n 20 | tee -a "$LOG" ;;
+    timeout 200 python3 -m benchmarks.generation --repeats 2 2>&1 | tail -n 20 | tee -a "$LOG" ;;
   *) echo "unknown part: $PART" | tee -a "$LOG" ;;
   esac
 done

@@ -12,9 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CPU_TOO = ("sampling", "stream_check")  # experiments that run on CPU as well
 GPU_ONLY = [
     *sorted(f"-m experiments.{p.stem}" for p in (ROOT / "experiments").glob("*.py") if p.stem not in CPU_TOO),
-    "benchmarks/generation.py",
-    "benchmarks/ladder.py",
-    "benchmarks/sdpa_lengths.py",
+    "-m benchmarks.generation",
+    "-m benchmarks.ladder",
     "-m kernels.bench",
 ]
 

@@ -1,6 +1,6 @@
 """What PyTorch's scaled_dot_product_attention costs at a sequence length it has not seen before.
 
-    python benchmarks/sdpa_lengths.py
+    python -m experiments.sdpa_lengths
 
 Causal bf16 attention, 12 heads of 64, one call at each of 40 new lengths, then 10 repeated ones;
 by default, with cuDNN's backend alone, and with it excluded. A backend that plans per shape pays
@@ -9,15 +9,11 @@ the plan at every step of a decode without a KV cache, where every step has a ne
 
 import contextlib
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def timed_call_ms(t: int, backends) -> float:
@@ -48,5 +44,5 @@ def main():
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("benchmarks/sdpa_lengths.py")
+    require_cuda("experiments/sdpa_lengths.py")
     main()
