@@ -12,7 +12,7 @@ import pytest
 
 from tests.serve import running_app
 
-pytestmark = pytest.mark.slow  # a server (and a browser) per test: CI runs these in a step of their own
+pytestmark = pytest.mark.slow  # a server (and a browser) per test
 
 gradio_client = pytest.importorskip("gradio_client")
 httpx = pytest.importorskip("httpx")

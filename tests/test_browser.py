@@ -12,7 +12,7 @@ from explorer.app import lessons
 from explorer.measure.ladder import RUNGS
 from tests.serve import running_app
 
-pytestmark = pytest.mark.slow  # a server (and a browser) per test: CI runs these in a step of their own
+pytestmark = pytest.mark.slow  # a server (and a browser) per test
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [

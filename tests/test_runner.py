@@ -16,7 +16,7 @@ from explorer.app import estimate, validate
 from explorer.app.runner import GRACE_S, Job, ProcessRunner
 from tests.serve import running_app
 
-pytestmark = pytest.mark.slow  # a server (and a browser) per test: CI runs these in a step of their own
+pytestmark = pytest.mark.slow  # a server (and a browser) per test
 
 gradio_client = pytest.importorskip("gradio_client")
 httpx = pytest.importorskip("httpx")
