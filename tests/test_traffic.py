@@ -2,20 +2,18 @@
 L2 <-> SM level by walking each kernel's program grid in plain Python, the HBM level by the bounds
 any cache must respect (never more than the loads issued, never less than each input once)."""
 
-import importlib
 from dataclasses import replace
 
 import pytest
 import torch
 
+import kernels.attn.decode as decode_mod
+import kernels.attn.kernel as attention_mod
+import kernels.elementwise.kernel as elementwise
+import kernels.kv_cache.kernel as kv_write_mod
+import kernels.matmul.kernel as linear_mod
+import kernels.norm.kernel as layer_norm_mod
 from kernels.config import SECTOR, DeviceLimits, TileConfig, Traffic, cdiv, device_limits
-
-linear_mod = importlib.import_module("kernels.matmul.kernel")
-attention_mod = importlib.import_module("kernels.attn.kernel")
-decode_mod = importlib.import_module("kernels.attn.decode")
-layer_norm_mod = importlib.import_module("kernels.norm.kernel")
-kv_write_mod = importlib.import_module("kernels.kv_cache.kernel")
-elementwise = importlib.import_module("kernels.elementwise.kernel")
 
 H200 = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True, l2_bytes=50 * 1024 * 1024)
 BF16 = torch.bfloat16
