@@ -17,8 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def phases(updates) -> dict:
-    """Seconds from the start to the last text, to the profiling pass, to the end; and the updates seen."""
+def phases(updates) -> tuple[dict, object]:
+    """Seconds from the start to the last text, to the profiling pass, to the end, and the updates seen, as
+    they arrive from `updates` (the job itself, or the runner's stream drained at its own pace); and the
+    run's steps, for the next run to overlay."""
     t0, out, n, last = time.monotonic(), {}, 0, {}
     for u in updates:
         n += 1
@@ -34,29 +36,23 @@ def phases(updates) -> dict:
 
 
 def through_runner(runner, payload):
+    """The same job through the job worker: its updates drained from the runner's stream as they come."""
     from explorer.app.runner import Job
 
-    async def stamped():
-        async for u in runner.run(Job("generate", payload, 600.0)):
-            yield u
-
     loop = asyncio.new_event_loop()
-    stamps, t0 = [], time.monotonic()
+    stream = runner.run(Job("generate", payload, 600.0))
 
-    async def go():
-        async for u in stamped():
-            stamps.append((time.monotonic() - t0, u))
+    def updates():
+        while True:
+            try:
+                yield loop.run_until_complete(anext(stream))
+            except StopAsyncIteration:
+                return
 
-    loop.run_until_complete(go())
-    loop.close()
-    out = {"done_s": time.monotonic() - t0, "updates": len(stamps)}
-    for at, u in stamps:
-        if "text" in u:
-            out["text_s"] = at
-        if u.get("status") == "Profiling…":
-            out["profiling_from_s"] = at
-    steps = next((u["state"]["steps"] for _, u in reversed(stamps) if "state" in u), None)
-    return out, steps
+    try:
+        return phases(updates())
+    finally:
+        loop.close()
 
 
 def main() -> None:

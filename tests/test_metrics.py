@@ -10,7 +10,7 @@ import torch
 
 from explorer.measure import metrics
 from explorer.measure.profile import Profiler, sample_positions
-from explorer.measure.traffic import category, op_traffic, step_traffic
+from explorer.measure.traffic import op_traffic, step_traffic
 from kernels import TileConfig
 from kernels.attn.decode import decode_traffic
 from kernels.attn.kernel import traffic, traffic_naive
@@ -127,9 +127,9 @@ def test_an_operation_is_booked_at_the_tiles_it_ran_with():
 
 
 def test_names_map_to_chart_categories():
-    assert [category(op) for op in (FFN, DECODE, PREFILL)] == ["ffn", "decode attention", "attention"]
-    assert category(dataclasses.replace(FFN, name="attn.c_proj")) == "qkv/out proj"
-    assert category(dataclasses.replace(FFN, name="ln_f", kernel="layer_norm")) == "layer_norm"
+    assert [op.category for op in (FFN, DECODE, PREFILL)] == ["ffn", "decode attention", "attention"]
+    assert dataclasses.replace(FFN, name="attn.c_proj").category == "qkv/out proj"
+    assert dataclasses.replace(FFN, name="ln_f", kernel="layer_norm").category == "layer_norm"
 
 
 def test_decode_attention_is_booked_at_each_steps_own_lengths():

@@ -25,7 +25,6 @@ import torch
 
 from ..model.generate import generate
 from ..model.ops import Op
-from .traffic import category
 
 
 class Profiler:
@@ -41,7 +40,7 @@ class Profiler:
     def __call__(self, op: Op, run):
         if not self.active:
             return run()
-        self._kinds[op.name] = category(op)
+        self._kinds[op.name] = op.category
         if op.device.type != "cuda":
             t0 = time.perf_counter()
             out = run()

@@ -29,11 +29,6 @@ from kernels.norm.kernel import traffic_unfused as layer_norm_unfused
 from ..model.ops import Op
 
 
-def category(op: Op) -> str:
-    """An operation's chart category (Op.category)."""
-    return op.category
-
-
 @functools.lru_cache(maxsize=8192)
 def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
     """Modeled traffic of one call; `lengths` (keys per sequence) for decode attention and decode layers only."""
@@ -101,6 +96,6 @@ def _by_category(ops: tuple[Op, ...], lengths: tuple[int, ...]) -> dict[str, Tra
     out: dict[str, Traffic] = {}
     for op in ops:
         t = traffic_at(op, lengths)
-        kind = category(op)
+        kind = op.category
         out[kind] = out[kind] + t if kind in out else t
     return out

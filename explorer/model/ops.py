@@ -136,7 +136,7 @@ class Ops:
 
     def layer_norm(self, name, x, weight, bias, eps, *, residual=None):
         cfg = self._tuned(self.tiles.layer_norm, lambda: layer_norm_tuned(x, weight, bias, eps, residual=residual))
-        sizes = (x.numel() // x.shape[-1], int(x.shape[-1]), residual is not None)
+        sizes = (x.numel() // x.shape[-1], x.shape[-1], residual is not None)
         run = lambda: self.fn.layer_norm(x, weight, bias, eps, residual=residual, config=cfg)
         return self._run(name, "layer_norm", x, sizes, cfg, run)
 
@@ -146,7 +146,7 @@ class Ops:
         rows = x.numel() // x.shape[-1]
         cfg = self.tiles.linear_decode if rows <= DECODE_ROWS else self.tiles.linear
         cfg = self._tuned(cfg, lambda: linear_tuned(x, weight, bias, activation=activation, residual=residual))
-        sizes = (rows, *map(int, weight.shape), bias is not None, activation == "gelu", residual is not None)
+        sizes = (rows, *weight.shape, bias is not None, activation == "gelu", residual is not None)
         run = lambda: self.fn.linear(x, weight, bias, activation=activation, residual=residual, config=cfg)
         return self._run(name, "linear", x, sizes, cfg, run)
 
@@ -177,9 +177,9 @@ class Ops:
         rows = x.numel() // x.shape[-1]
         tune = lambda: decode_linear_tuned(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv)
         cfg = self._tuned(self.tiles.linear_decode, tune)
-        heads = int(kv[0].shape[1]) if kv else 0  # the cache rows the epilogue writes depend on the head count
+        heads = kv[0].shape[1] if kv else 0  # the cache rows the epilogue writes depend on the head count
         flags = (bias is not None, activation == "gelu", residual is not None, bool(norm), heads)
-        sizes = (rows, *map(int, weight.shape), *flags)
+        sizes = (rows, *weight.shape, *flags)
         run = lambda: kernels.decode_linear(
             x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg, pdl=self.pdl
         )
@@ -229,7 +229,7 @@ class Ops:
 
     def embedding(self, name, wte, wpe, ids, positions):
         run = lambda: wte(ids) + wpe(positions)  # (B, T, C)
-        return self._run(name, "embedding", wte.weight, (ids.numel(), int(wte.weight.shape[1])), None, run)
+        return self._run(name, "embedding", wte.weight, (ids.numel(), wte.weight.shape[1]), None, run)
 
 
 def check_fusion(fusion: str) -> None:

@@ -114,10 +114,10 @@ def _load(path: str, mtime: float) -> Recording:
     recording = Recording(meta, {})
     for name, d in data["lessons"].items():
         tables = {k: _frame(v) for k, v in d["tables"].items()}
-        result = Result(name, d["settings"], d["facts"], tables, d["device"], d["seconds"])
-        result.first_s, result.kernels = d.get("first_s"), tuple(d.get("kernels", ()))
-        recording.results[name] = result
-        recording.results[name].source = recording.label
+        first_s, kernels = d.get("first_s"), tuple(d.get("kernels", ()))
+        recording.results[name] = Result(
+            name, d["settings"], d["facts"], tables, d["device"], d["seconds"], recording.label, first_s, kernels
+        )
     return recording
 
 
