@@ -13,6 +13,7 @@ A number timed otherwise carries its own label (WARM_REGIME, SAME_INPUTS_REGIME,
 """
 
 import contextlib
+import gc
 import statistics
 import sys
 import time
@@ -175,14 +176,28 @@ def measure(fn, inputs, device, *, bytes_per_set: int | None = None, reps: int =
     return Timing((time.perf_counter() - t0) * 1e3, CPU_REGIME, 1, set_bytes(first))
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector held off for the block: run during a capture, it may free an older
+    CUDA graph, and destroying a graph is a call a capturing thread may not make, so the capture would be
+    spoiled ("operation failed due to a previous error during capture") at a moment no test can choose."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def capture(body, stream, graph=None):
     """A CUDA graph of body() captured on `stream`. If body or the capture fails, the capture is ended and
     the graph reset before CaptureError is raised, so neither the stream nor the allocator stays in capture
     mode and the next candidate starts clean (torch.cuda.graph leaves the stream context entered when
     capture_end raises)."""
     graph = graph if graph is not None else torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
+    with torch.cuda.stream(stream), collector_paused():
+        graph.capture_begin(capture_error_mode="thread_local")  # other threads' CUDA calls cannot spoil it
         try:
             body()
         except Exception as e:

@@ -64,6 +64,33 @@ def test_graph_replays_equal_eager_steps(backend, fusion, dtype, temperature, de
     assert graphed[1].warmup_ms > 0  # the capture, reported with the warm-up
 
 
+@pytest.mark.gpu
+def test_the_collector_waits_while_a_decode_graph_is_captured(device, monkeypatch):
+    """A model dropped with its pooled graphs is a reference cycle (model -> pool -> graph -> model). Were the
+    collector to free it while another graph is captured, destroying its graph would spoil that capture."""
+    import gc
+    import weakref
+
+    old = random_model(device, torch.float16)
+    list(generate(old, [[5, 6, 7]], max_new_tokens=3, graph=True, warmup=False))
+    gone = weakref.ref(old)
+    del old
+    model, seen = random_model(device, torch.float16), []
+    decode = model.decode
+
+    def spy(*args, **kwargs):
+        seen.append((torch.cuda.is_current_stream_capturing(), gc.isenabled()))
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(model, "decode", spy)
+    steps = list(generate(model, [[5, 6, 7], [9]], max_new_tokens=4, graph=True, warmup=False))
+    assert any(s.graph for s in steps)
+    assert (True, False) in seen and (True, True) not in seen  # captured with the collector held off
+    assert gc.isenabled()
+    gc.collect()
+    assert gone() is None
+
+
 def test_the_pool_lends_each_graph_to_one_generation_and_keeps_the_newest():
     pool = GraphPool()
     pool.give("a", 1)

@@ -1,6 +1,7 @@
 """The one timing method (kernels.timing) and the autotuner that uses it. The rotation arithmetic, the input
 copies, the capture clean-up and pick's bookkeeping run on CPU; the timings themselves need a GPU."""
 
+import contextlib
 import functools
 import statistics
 
@@ -84,8 +85,9 @@ class FakeGraph:
     def __init__(self, end_fails=False):
         self.log, self.end_fails = [], end_fails
 
-    def capture_begin(self):
+    def capture_begin(self, capture_error_mode="global"):
         self.log.append("begin")
+        assert capture_error_mode == "thread_local"  # another thread's CUDA call cannot spoil a timing
 
     def capture_end(self):
         self.log.append("end")
@@ -106,6 +108,24 @@ def test_a_failure_while_capturing_ends_the_capture_and_resets_the_graph():
             timing.capture(body, None, graph)  # stream None: torch.cuda.stream(None) is a no-op on CPU
         assert graph.log == ["begin", "end", "reset"]
         assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_the_collector_waits_while_capturing_and_resumes_after_even_on_failure():
+    """A collection mid-capture could destroy an older graph, which spoils the capture: gc is off inside."""
+    import gc
+
+    seen = []
+    for fails in (False, True):
+
+        def body(fails=fails):
+            seen.append(gc.isenabled())
+            if fails:
+                raise ValueError("refused")
+
+        with contextlib.suppress(timing.CaptureError):
+            timing.capture(body, None, FakeGraph())
+        assert gc.isenabled()
+    assert seen == [False, False]
 
 
 def test_a_capture_that_does_not_end_cleanly_is_reset():

@@ -13,6 +13,8 @@ import time
 
 import torch
 
+from kernels.timing import collector_paused
+
 from .cache import KVCache
 from .ops import Tiles, Trace
 
@@ -50,7 +52,11 @@ class DecodeGraph:
         cache.host_lengths = host_lengths
         trace = Trace()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, stream=stream):
+        # thread_local: a CUDA call from another thread of the server (another visitor's event, a job ending)
+        # cannot invalidate this capture. Calls unsafe while capturing are still refused in this thread, so
+        # the collector waits: a model dropped with its pooled graphs is a reference cycle, and collecting it
+        # here would destroy a graph mid-capture.
+        with collector_paused(), torch.cuda.graph(self.graph, stream=stream, capture_error_mode="thread_local"):
             self.logits = model.decode(self.ids, cache, observer=trace, **kw)
             if greedy:
                 self.ids.copy_(self.logits.argmax(dim=-1))
