@@ -44,17 +44,45 @@ def device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@pytest.fixture
-def gpu_alone():
-    """For a test that compares two timings: under `pytest -n 16` other workers' kernels share the GPU, and a
-    time measured while another process's kernels run is that much longer. Timing tests take turns on one
-    lock (a file lock, across the workers), and each may measure again, up to three times, before it fails."""
-    import fcntl
+def _lock_file(name):
     import tempfile
 
-    with open(os.path.join(tempfile.gettempdir(), "explorer-gpu-timing.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    return open(os.path.join(tempfile.gettempdir(), f"explorer-gpu-{name}.lock"), "w")
+
+
+@pytest.fixture(autouse=True)
+def gpu_shared(request):
+    """Under `pytest -n 16` every test on a GPU machine shares the GPU (a shared file lock, across the
+    workers), except while a timing test holds it alone (gpu_alone)."""
+    if not torch.cuda.is_available() or "gpu_alone" in request.fixturenames:
+        yield
+        return
+    import fcntl
+
+    with _lock_file("turnstile") as turnstile, _lock_file("shared") as shared:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)  # a timing test waiting for the GPU holds this: wait behind it
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(shared, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(shared, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def gpu_alone():
+    """For a test that compares two timings. Under `pytest -n 16` the other workers' kernels would share the
+    GPU, and a kernel timed while another process's kernels run takes that much longer (the GPU time-slices
+    between processes, and the profiler counts the slices given away). So a timing test first stops new
+    tests from starting (the turnstile), then waits until the running ones have finished (the shared lock
+    taken exclusively), and measures with the GPU to itself; it may measure again, up to three times."""
+    import fcntl
+
+    with _lock_file("turnstile") as turnstile, _lock_file("shared") as shared:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(shared, fcntl.LOCK_EX)
         try:
             yield range(3)
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(shared, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)

@@ -188,7 +188,7 @@ def test_pick_falls_back_to_the_defaults_when_every_candidate_is_refused(monkeyp
 
 
 @pytest.mark.gpu
-def test_copy_bandwidth_past_l2_matches_a_plain_large_copy():
+def test_copy_bandwidth_past_l2_matches_a_plain_large_copy(gpu_alone):
     from triton.testing import do_bench
 
     n = 1 << 27  # 512 MB of fp32 read and 512 MB written: L2 holds none of it
@@ -198,9 +198,8 @@ def test_copy_bandwidth_past_l2_matches_a_plain_large_copy():
     scale = lambda src, dst: torch.mul(src, 1.0, out=dst)
     src, dst = make()
     graphed, eager = [], []
-    # Under pytest -n other workers' kernels share the GPU and slow whichever timing they overlap: the best
-    # of three alternating measurements of each is the least disturbed one.
-    for _ in range(3):
+    # The best of three alternating measurements of each: the least disturbed one.
+    for _ in gpu_alone:
         t = timing.device_time(scale, make)
         assert t.sets == 1 and t.regime == timing.COLD_REGIME
         graphed.append(2 * n * 4 / t.ms / 1e6)
