@@ -334,7 +334,7 @@ class Traffic:
 
     @property
     def bytes(self) -> int:
-        """L2 <-> SM bytes (see hbm_bytes for the HBM level)."""
+        """Bytes the SMs request, re-reads included (see hbm_bytes for the HBM level)."""
         return self.bytes_read + self.bytes_written
 
     @property

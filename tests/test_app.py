@@ -54,7 +54,7 @@ def test_generation_streams_text_and_growing_charts(client):
         assert points[0] < points[-1]  # milliseconds, less than the wait before its first charts (the text goes first)
     assert "tokens/s" in final[1] and "time to first token" in final[1]
     # the memory-hierarchy table after the run, both levels
-    assert "MB L2 → SMs (tiles)" in final[7] and "MB HBM (modeled)" in final[7]
+    assert "MB SM requests (tiles)" in final[7] and "MB HBM (modeled)" in final[7]
     assert pio.from_json(final[8]["plot"]).layout.xaxis.type == "log"  # and the roofline
 
 

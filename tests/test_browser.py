@@ -141,7 +141,7 @@ def test_a_finished_run_and_the_memory_hierarchy_tab(browser, url):
     page.get_by_role("tab", name="Memory hierarchy").click()
     page.get_by_text("MB HBM (modeled)").wait_for(timeout=30_000)
     text = page.inner_text("body")
-    assert "MB L2 → SMs (tiles)" in text and "recorded on NVIDIA H200" in text
+    assert "MB SM requests (tiles)" in text and "recorded on NVIDIA H200" in text
     assert "interpreter time" in text  # this CPU's own time per kernel, where it is labelled for what it is
     page.screenshot(path=str(ARTIFACTS / "hierarchy.png"), full_page=True)
 

@@ -392,7 +392,7 @@ def test_traffic_l2_level_matches_a_walk_over_the_grid(rows, out_f, in_f, cfg, n
 def test_one_launch_saves_hbm_bytes_and_pays_for_the_norm_in_l2_reads(rows):
     """ln_1 -> c_attn -> cache write for GPT-2 tokens in split-K tiles on an H200, against layer_norm, linear's
     split-K pair and kv_write. HBM: the normalised rows, the reduce's reads of y and the cache write's reads
-    are gone. L2 -> SM: every program re-reads x's full rows for the statistics and every column tile its
+    are gone. SM requests: every program re-reads x's full rows for the statistics and every column tile its
     slice of the LN weight and bias, which is what the fused launch adds over the unfused ones, at most."""
     ln, lin, kv = kernels.norm, kernels.matmul, kernels.kv_cache
     cfg = TileConfig(block_m=16, block_n=32, block_k=128, split_k=2)  # the K loop, split as linear's pair

@@ -1,5 +1,5 @@
 """The traffic models at both levels, against references that do not restate their formulas: the
-L2 <-> SM level by walking each kernel's program grid in plain Python, the HBM level by the bounds
+SM-request level by walking each kernel's program grid in plain Python, the HBM level by the bounds
 any cache must respect (never more than the loads issued, never less than each input once)."""
 
 from dataclasses import replace

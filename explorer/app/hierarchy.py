@@ -15,7 +15,7 @@ def hierarchy_html(
     kernels: pd.DataFrame, peak_gbs: float | None, lessons: pd.DataFrame | None = None, counters: str = ""
 ) -> str:
     """The HBM -> L2 -> SRAM -> compute picture with this run's numbers: per kernel kind in one decode
-    step, bytes the SMs load from L2 (tiles included), bytes HBM sees (what the L2 lets through), the
+    step, bytes the SMs request (tile re-reads included), bytes HBM sees (what the L2 lets through), the
     floor, the time the HBM bytes need at the measured bandwidth and, once profiled, the device time
     measured and the host time spent launching (over the profiled steps alone, so that bytes and times
     come from the same positions). `counters`: the recorded hardware-counter table, as HTML."""
@@ -29,7 +29,7 @@ def hierarchy_html(
     measured = [c for c in ("kernel_ms", "launch_ms") if c in decode and decode[c].notna().any()]
     columns = ["modeled_mb", "hbm_mb", "floor_mb", "gflop", *measured]
     per_kind = decode.groupby("kind", sort=False)[columns].sum() / steps
-    heads = ["kernel", "MB L2 → SMs (tiles)", "MB HBM (modeled)", "MB floor", "MFLOP", "HBM bytes at peak bandwidth"]
+    heads = ["kernel", "MB SM requests (tiles)", "MB HBM (modeled)", "MB floor", "MFLOP", "HBM bytes at peak bandwidth"]
     if "kernel_ms" in measured:
         heads.append("device time measured" if peak_gbs else "interpreter time")
     if "launch_ms" in measured:
@@ -59,8 +59,8 @@ def hierarchy_html(
     where = f"averaged over the {steps} profiled decode steps" if measured else "averaged over the run's decode steps"
     return (
         '<div class="hierarchy"><p><b>HBM</b> (' + bw + ") ⟶ <b>L2</b> ⟶ <b>SRAM</b> (tiles, shared memory) ⟶ "
-        "<b>registers / tensor cores</b>. Tiles decide how often the SMs load a byte from L2; the L2 decides "
-        f"how many of those loads reach HBM. Per decode step, {where}:</p>"
+        "<b>registers / tensor cores</b>. Tiles decide how often the SMs request a byte (through "
+        f"L1, from L2); the L2 decides how many of those requests reach HBM. Per decode step, {where}:</p>"
         "<table><tr>"
         + "".join(f"<th>{h}</th>" for h in heads)
         + "</tr>"
@@ -77,13 +77,28 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.1f}x fewer bytes" if b > 0 and not math.isnan(a / b) else ""
 
 
-# The recorded table's levels, by name and column stem.
-COUNTER_LEVELS = (
-    ("L2 read", "l2_read"),
-    ("L2 write", "l2_write"),
-    ("HBM read", "hbm_read"),
-    ("HBM write", "hbm_write"),
-)
+def _l1(r, way: str) -> float:
+    """A recorded row's L1 counter (requests through L1) for "read" or "write", NaN where none was recorded:
+    kernels.ncu_check's own column, or for loads the L1 probe of the tiled kernels (experiments/ncu_l1_probe.py).
+    A case whose loads take no L1 path (TMA) has 0 there."""
+    value = getattr(r, f"counter_l1_{way}_mb", math.nan)
+    if way == "read" and not (value is not None and pd.notna(value)):
+        value = getattr(r, "probe_l1_requested_mb", math.nan)
+    return value if value is not None and pd.notna(value) and value > 0 else math.nan
+
+
+def _levels_of(r) -> list[tuple[str, str, float, float]]:
+    """(level, the counter's level, model, counter) per level a row is judged at. The models count the bytes
+    the SMs request: at L1's counter where the row has one, otherwise at the L2's, which then sees them
+    (streaming kernels: nothing to merge)."""
+    out = []
+    for way, level in (("read", "SM requests"), ("write", "SM stores")):
+        l1 = _l1(r, way)
+        at, counter = ("L1", l1) if pd.notna(l1) else ("L2", getattr(r, f"counter_l2_{way}_mb"))
+        out.append((level, at, getattr(r, f"model_l2_{way}_mb"), counter))
+    out += [("HBM read", "HBM", r.model_hbm_read_mb, r.counter_hbm_read_mb)]
+    out += [("HBM write", "HBM", r.model_hbm_write_mb, r.counter_hbm_write_mb)]
+    return out
 
 
 def _size(mb: float) -> str:
@@ -98,14 +113,16 @@ def _counter_checks(r) -> list[dict]:
     from kernels import ncu_check  # imports triton: only for the tab that shows counters
 
     checks = []
-    for level, stem in COUNTER_LEVELS:
-        model, counter = getattr(r, f"model_{stem}_mb"), getattr(r, f"counter_{stem}_mb")
-        noise_bytes = ncu_check.WRITE_NOISE_BYTES if stem == "hbm_write" else ncu_check.NOISE_BYTES
+    for level, at, model, counter in _levels_of(r):
+        noise_bytes = ncu_check.WRITE_NOISE_BYTES if level == "HBM write" else ncu_check.NOISE_BYTES
         pct, ok = ncu_check.diff(model * ncu_check.MB, counter * ncu_check.MB, noise_bytes)
         within = abs(pct) <= 100 * ncu_check.TOLERANCE
         checks.append(
             dict(
                 level=level,
+                at=at,
+                model=model,
+                counter=counter,
                 pct=pct,
                 apart_mb=model - counter,
                 noise_mb=noise_bytes / ncu_check.MB,
@@ -124,13 +141,12 @@ def _levels(checks: list[dict]) -> str:
     return ", ".join(f"{c['level']} {_pct(c['pct'])}" for c in checks)
 
 
-def _verdict(checks: list[dict], probed: bool) -> str:
+def _verdict(checks: list[dict]) -> str:
     """'within 15%'; or the levels over it; or, where a level is further apart in % but by fewer bytes than
     the noise, by how many."""
     over = [c for c in checks if not c["ok"]]
     if over:
-        see = " (see below)" if probed and any(c["level"] == "L2 read" for c in over) else ""
-        return f"over 15%: {_levels(over)}{see}"
+        return f"over 15%: {_levels(over)}"
     noise = [c for c in checks if not c["within"]]
     if not noise:
         return "within 15%"
@@ -147,28 +163,26 @@ def counters_html(meta: dict, rows: pd.DataFrame) -> str:
         return ""
     heads = [
         "kernel, shape",
-        "L2 → SMs: model / counter (MB)",
+        "SM requests: model / counter (MB)",
+        "L2 reads: counter (MB)",
         "HBM read: model / counter (MB)",
         "HBM write: model / counter (MB)",
-        "loads the SMs requested (L1, MB)",
         "verdict",
     ]
     cells, judged = [], []
     for r in rows.itertuples():
         checks = {c["level"]: c for c in _counter_checks(r)}
         judged.append((r, checks))
-        l1 = getattr(r, "probe_l1_requested_mb", math.nan)
-        probed = l1 is not None and pd.notna(l1)
+        shown = lambda c: f"{_digits3(c['model'])} / {_digits3(c['counter'])} ({_pct(c['pct'])})"
+        requests = checks["SM requests"]
         cells.append(
             [
                 r.case,
-                *(
-                    f"{_digits3(getattr(r, f'model_{stem}_mb'))} / {_digits3(getattr(r, f'counter_{stem}_mb'))} "
-                    f"({_pct(checks[level]['pct'])})"
-                    for level, stem in (("L2 read", "l2_read"), ("HBM read", "hbm_read"), ("HBM write", "hbm_write"))
-                ),
-                _digits3(l1) if probed else "",
-                _verdict(list(checks.values()), probed),
+                shown(requests).replace(" (", f" at {requests['at']} (", 1),
+                _l2_reads(r),
+                shown(checks["HBM read"]),
+                shown(checks["HBM write"]),
+                _verdict(list(checks.values())),
             ]
         )
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells)
@@ -184,6 +198,18 @@ def counters_html(meta: dict, rows: pd.DataFrame) -> str:
         + " ".join(_counter_findings(judged))
         + "</p>"
     )
+
+
+def _l2_reads(r) -> str:
+    """What the L2 counted. Beside it the models' figure only where it is within 15% of it: the models count
+    what the SMs request, and where the L2 sees fewer (merged misses) their figure is not an L2 figure."""
+    from kernels import ncu_check
+
+    model, counter = r.model_l2_read_mb, r.counter_l2_read_mb
+    pct, _ = ncu_check.diff(model * ncu_check.MB, counter * ncu_check.MB)
+    if abs(pct) <= 100 * ncu_check.TOLERANCE:
+        return f"{_digits3(counter)} (requests {_pct(pct)})"
+    return f"{_digits3(counter)} ({100 * (1 - counter / model):.0f}% fewer than requested)"
 
 
 def _counter_findings(judged: list) -> list[str]:
@@ -217,22 +243,21 @@ def _counter_findings(judged: list) -> list[str]:
         f"write-back: the largest write difference is {_size(write['apart_mb'])} ({r.case}), "
         + (f"within the {_size(write['noise_mb'])} allowed for it." if write["ok"] else "beyond what the noise allows.")
     )
-    probed = [(r, checks) for r, checks in judged if pd.notna(getattr(r, "probe_l1_requested_mb", math.nan))]
-    if probed:
-        counted = max(abs(r.probe_l1_requested_mb / r.model_l2_read_mb - 1) for r, _ in probed)
-        hit = sum(r.probe_l1_hit_mb for r, _ in probed) / sum(r.probe_l1_requested_mb for r, _ in probed)
-        fewer = [100 * (1 - r.counter_l2_read_mb / r.probe_l1_requested_mb) for r, _ in probed]
+    # The rows whose L2 sees fewer bytes than the SMs request, by more than the tolerance: what L1 says of them.
+    merged = [r for r, c in judged if c["SM requests"]["at"] == "L1" and r.counter_l2_read_mb < 0.85 * _l1(r, "read")]
+    if merged:
+        counted = max(abs(_l1(r, "read") / r.model_l2_read_mb - 1) for r in merged)
+        hits = [getattr(r, "probe_l1_hit_mb", math.nan) for r in merged]
+        hit = sum(hits) / sum(_l1(r, "read") for r in merged) if all(pd.notna(h) for h in hits) else None
+        fewer = [100 * (1 - r.counter_l2_read_mb / _l1(r, "read")) for r in merged]
         out.append(
-            f"For the tiled kernels ({', '.join(r.case for r, _ in probed)}) the SMs request from L1 "
+            f"For the tiled kernels ({', '.join(r.case for r in merged)}) the SMs request from L1 "
             + ("exactly" if counted < 0.005 else f"within {100 * counted:.0f}% of")
-            + " the bytes the model counts (tile re-reads included), "
-            + ("none of them hit" if hit == 0 else f"{hit:.0%} of them hit")
-            + (
-                f", and the L2 still sees {_span(fewer)}% fewer: misses to the same sector in flight at once are "
-                "merged before they reach L2."
-                if min(fewer) > 0
-                else "."
-            )
+            + " the bytes the model counts (tile re-reads included)"
+            + ("" if hit is None else ", none of them hit" if hit == 0 else f", {hit:.0%} of them hit")
+            + f", and the L2 sees {_span(fewer)}% fewer: misses to the same sector in flight at once are merged "
+            "before they reach L2. So the models' figure is what the SMs request, and an L2 figure is shown only "
+            "where the L2 counted it."
         )
     return out
 

@@ -116,7 +116,7 @@ def latency_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
 
 
 def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
-    """Modeled HBM traffic per step, stacked by kernel kind, under the line of what the SMs load from L2
+    """Modeled HBM traffic per step, stacked by kernel kind, under the line of what the SMs request
     (tile re-reads included): the gap between the two is what the L2 absorbs (one run)."""
     fig = go.Figure()
     if not kernels.empty:
@@ -129,7 +129,7 @@ def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
                 y=issued.values,
                 mode="lines",
                 line=dict(color="black", dash="dot"),
-                name="L2 → SMs (tiles)",  # every tile load, re-reads included; short, to share a row
+                name="SM requests (tiles)",  # every tile load, re-reads included; short, to share a row
             )
         )
     fig.update_layout(barmode="stack")
@@ -323,7 +323,7 @@ def ladder_figure(ladder: pd.DataFrame, note: str = "", gpu_ms=None, gpu_title: 
     names = list(ladder.rung)
     fig.add_trace(go.Bar(x=names, y=launches, marker_color="#4c78a8", name="launches", showlegend=False), 1, 1)
     fig.add_trace(go.Bar(x=names, y=ladder.hbm_mb, marker_color="#54a24b", name="HBM"), 1, 2)
-    fig.add_trace(go.Bar(x=names, y=ladder.l2_mb, marker_color="#9ecae9", name="L2 → SMs"), 1, 2)
+    fig.add_trace(go.Bar(x=names, y=ladder.l2_mb, marker_color="#9ecae9", name="SM requests"), 1, 2)
     if gpu_ms is not None:
         bar = go.Bar(x=names, y=pd.Series(gpu_ms).to_numpy() / gpu_per, marker_color="#b279a2", showlegend=False)
         fig.add_trace(bar, 1, 3)

@@ -94,7 +94,7 @@ def _rows(summary: dict, clock: str) -> list[tuple[str, str]]:
         ("warm-up (compile, first run, graph capture)", f"{summary.get('warmup_ms', 0):.0f} ms, not counted above"),
         ("fusion rung", summary.get("fusion", "")),
         ("decode step launches", _launches(summary)),
-        ("bytes per token (modeled): HBM / L2 → SMs", _per_token(summary)),
+        ("bytes per token (modeled): HBM / SM requests", _per_token(summary)),
         ("achieved bandwidth (modeled HBM bytes / step time)", bandwidth),
         ("KV cache", f"{summary['kv_cache_mb']:.2f} MB"),
         ("peak GPU memory (max allocated)", "n/a on CPU" if math.isnan(memory) else f"{memory:.0f} MB"),
@@ -241,7 +241,7 @@ def sweep_view(frame: pd.DataFrame) -> pd.DataFrame:
     view = ordered[tiles].astype("Int64")
     view["runs"] = ["✓" if v else "✗" for v in ordered.valid]
     view["ms"] = ordered.ms.map(_three_digits)
-    for column, name in (("gbs", "GB/s"), ("tflops", "TFLOP/s"), ("modeled_mb", "MB (L2 → SMs)")):
+    for column, name in (("gbs", "GB/s"), ("tflops", "TFLOP/s"), ("modeled_mb", "MB (SM requests)")):
         if column in ordered:
             view[name] = ordered[column].map(_three_digits)
     view["why not"] = ordered.reason.str.replace(r"^.*? needs", "needs", regex=True)
@@ -256,7 +256,7 @@ def _three_digits(x) -> str:
 
 
 # What the sweep table shows before the first sweep: its columns, no rows.
-SWEEP_VIEW_EMPTY = pd.DataFrame(columns=["runs", "ms", "GB/s", "TFLOP/s", "MB (L2 → SMs)", "why not"])
+SWEEP_VIEW_EMPTY = pd.DataFrame(columns=["runs", "ms", "GB/s", "TFLOP/s", "MB (SM requests)", "why not"])
 
 
 def sweep_note(frame: pd.DataFrame) -> str:
@@ -270,7 +270,7 @@ def sweep_note(frame: pd.DataFrame) -> str:
 COMPARE_EMPTY = pd.DataFrame(
     columns=["backend", "cache", "launch_mode", "prompt_tokens", "ttft_ms", "decode_ms_p50", "last_step_ms"]
 )
-LADDER_EMPTY = pd.DataFrame(columns=["rung", "kernels (counted)", "launches (modeled)", "MB L2 → SMs", "MB HBM"])
+LADDER_EMPTY = pd.DataFrame(columns=["rung", "kernels (counted)", "launches (modeled)", "MB SM requests", "MB HBM"])
 
 
 def compare_table(frame: pd.DataFrame, gpu: pd.DataFrame | None = None, gpu_name: str = "") -> pd.DataFrame:
@@ -301,7 +301,7 @@ def ladder_table(frame: pd.DataFrame, gpu_ms=None, gpu_name: str = "") -> pd.Dat
     On CPU, `gpu_ms` (per rung) is the same step on a GPU, and the speed-up is that GPU's: the interpreter's
     is Python's, not the kernels'."""
     view = frame[["rung", "kernels", "launches_modeled", "l2_mb", "hbm_mb", "step_ms"]].copy()
-    view.columns = ["rung", "kernels (counted)", "launches (modeled)", "MB L2 → SMs", "MB HBM", "ms per step"]
+    view.columns = ["rung", "kernels (counted)", "launches (modeled)", "MB SM requests", "MB HBM", "ms per step"]
     times = frame.step_ms
     if gpu_ms is not None:
         view = view.rename(columns={"ms per step": "ms per step (CPU)"})

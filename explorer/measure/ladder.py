@@ -5,7 +5,7 @@ For each rung (explorer.model.ops.FUSIONS, then the PyTorch backend for comparis
   without a GPU nothing launches, so the column is empty and `launches_modeled` gives the number of
   launches the step's operations make (two for a split-K projection under "none" and "epilogue"; none
   given for the torch backend, whose kernels per operation are PyTorch's choice);
-- bytes per step at both levels of the memory model (explorer.measure.traffic), L2 <-> SMs and HBM;
+- bytes per step at both levels of the memory model (explorer.measure.traffic), the SMs' requests and HBM;
 - device time per step: on a GPU the median of CUDA-graph replays timed by CUDA events, the cache
   lengths reset to `context` between replays (outside the timed span), so every replay is the same
   step; on a CPU the Triton interpreter's wall time of one eager step, labelled as such.

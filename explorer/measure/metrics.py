@@ -101,7 +101,7 @@ def step_frame(steps) -> pd.DataFrame:
                 context_tokens=s.context_tokens,
                 latency_ms=s.latency_ms,
                 wall_s=s.wall_s,
-                modeled_mb=moved / MB,  # L2 <-> SM
+                modeled_mb=moved / MB,  # what the SMs request
                 hbm_mb=hbm / MB,
                 modeled_gflop=sum(t.flops for t in traffic.values()) / 1e9,
                 achieved_gbs=hbm / s.latency_ms / 1e6 if s.latency_ms > 0 else math.nan,  # HBM bytes over step time
@@ -155,7 +155,7 @@ def kernel_frame(steps, profiled: pd.DataFrame | None = None) -> pd.DataFrame:
                     kind=kind,
                     bytes_read=t.bytes_read,
                     bytes_written=t.bytes_written,
-                    modeled_mb=t.bytes / MB,  # L2 <-> SM: every load and store issued, tile re-reads included
+                    modeled_mb=t.bytes / MB,  # the SMs' requests: every load and store issued, tile re-reads included
                     hbm_read=t.hbm_read,
                     hbm_written=t.hbm_written,
                     hbm_mb=t.hbm_bytes / MB,  # what the L2 lets through to HBM

@@ -114,7 +114,7 @@ def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, 
     """Modeled traffic of one decode_attention call: each sequence's cache read up to its length
     (never the whole allocation), plus the fp32 partials the merge reads back.
 
-    L2 -> SM: every split program loads q and its sequence's length (one sector) and stores its
+    SM requests: every split program loads q and its sequence's length (one sector) and stores its
     partial output and its max and sum, one sector each: L2 moves whole 32-byte sectors, which is why
     the H200 counted 0.25 MB written at B=1 H=12 N=8192 where 4-byte stores would make 0.20.
     HBM: q, the lengths and the cache once; the partials are written (and reach HBM eventually, the

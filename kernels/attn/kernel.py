@@ -208,7 +208,7 @@ def _visible_keys(tq: int, tk: int, causal: bool) -> int:
 def traffic(batch, heads, tq, tk, head_dim, itemsize, *, causal=True, config=None, dtype=torch.float16, device="cpu"):
     """Modeled traffic of the flash kernel.
 
-    L2 -> SM: Q read and O written once; each query tile loads the key tiles up to its diagonal (the
+    SM requests: Q read and O written once; each query tile loads the key tiles up to its diagonal (the
     tile the diagonal crosses in full: its upper part is masked after the load), all of them without
     the mask, so a taller BLOCK_M means fewer passes over K and V. Nothing above the crossing tile is
     loaded. (The H200's 15.4 MB at B1 H12 T1024 matches the 128-query tiles that were the default

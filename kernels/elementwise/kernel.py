@@ -12,7 +12,7 @@ is per program). Every value is computed in fp32 and rounded once to the input's
 Inputs that are not contiguous are copied to contiguous tensors first (one more kernel, which the
 traffic models do not count); the output is always contiguous.
 
-Memory traffic, L2 <-> SM and HBM alike: each input read once and the output written once, the floor
+Memory traffic, SM requests and HBM alike: each input read once and the output written once, the floor
 for an operation on its own, from cold caches (a launch that reads what the previous one wrote may
 find it in L2: the caller's to model, as kernels.matmul.traffic_unfused does). The exception is
 bias_add's bias: each program loads the bias columns its span of the flat view covers, in whole
@@ -179,7 +179,7 @@ def _bias_bytes(n: int, width: int, itemsize: int, block: int) -> int:
 
 
 def traffic_bias_add(rows: int, width: int, itemsize: int, *, config=None, device="cpu") -> Traffic:
-    """Modeled traffic of bias_add over (rows, width) at these spans. L2 -> SM: x read and the sum written
+    """Modeled traffic of bias_add over (rows, width) at these spans. SM requests: x read and the sum written
     once; the bias once per program, the sectors its span covers. HBM: x and the bias once, the sum
     written once."""
     n = rows * width

@@ -66,7 +66,7 @@ def kv_write(k, v, k_cache, v_cache, lengths) -> None:
 
 
 def traffic(batch: int, heads: int, head_dim: int, itemsize: int, *, lengths_itemsize: int = 4) -> Traffic:
-    """Modeled traffic of one kv_write call. L2 -> SM: each program loads its sequence's position (one
+    """Modeled traffic of one kv_write call. SM requests: each program loads its sequence's position (one
     sector), its K and V rows, and stores the two rows, in whole sectors. HBM: the rows and positions
     read once from cold caches, the rows written (reaching HBM eventually)."""
     row = head_dim * itemsize

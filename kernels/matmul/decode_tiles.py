@@ -169,7 +169,7 @@ def traffic(
     """Modeled traffic of one decode_linear launch at these tiles; `kv` is the number of heads of the cache
     write (None: no cache write).
 
-    L2 -> SM: each program loads its x rows over its K slice (so x is read once per column tile) and its
+    SM requests: each program loads its x rows over its K slice (so x is read once per column tile) and its
     weight slice (columns wrap, never masked, as linear's). With the norm, each program also reads the full
     rows once for the statistics (the variance pass re-reads what the mean pass just brought into L1) and
     its slice of the LN weight and bias. With several splits each program stores an fp32 partial and the

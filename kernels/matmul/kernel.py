@@ -389,7 +389,7 @@ def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=
             dtype=torch.float16, device="cpu") -> Traffic:  # fmt: skip
     """Modeled traffic of the fused launch(es) at these tiles.
 
-    L2 -> SM: every program loads its rows of x and its columns of the weight over the whole reduction
+    SM requests: every program loads its rows of x and its columns of the weight over the whole reduction
     (rows past the edge wrap onto rows the same program already covers), so each column tile re-reads
     x and each row tile re-reads the weight: larger tiles mean fewer re-reads. (The H200's 72.3 MB at
     M=1024 768->3072 matches the 128x128 tiles that were the default before 64x128, 75.5 MB here, not

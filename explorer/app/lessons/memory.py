@@ -57,8 +57,8 @@ def explain(r) -> str:
     text = (
         f"A decode step ran one token through {base.MODEL_LABELS[r.settings['model']]}, whose weights are "
         f"**{base.mb(f['weights_mb'])}**. By the kernels' traffic models at the tiles they ran with, the step "
-        f"read and wrote **{base.mb(f['hbm_mb'])} in HBM** (median over the run's decode steps), while the SMs "
-        f"loaded **{base.mb(f['l2_mb'])} from L2**: "
+        f"read and wrote **{base.mb(f['hbm_mb'])} in HBM** (median over the run's decode steps), while the SMs' "
+        f"tile loads requested **{base.mb(f['l2_mb'])}** (what they ask of L1 and L2, re-reads included): "
         + (
             "tiles re-read some bytes, and the L2 keeps those re-reads away from HBM. "
             if f["l2_mb"] > 1.01 * f["hbm_mb"]
@@ -95,7 +95,7 @@ def figure(r) -> go.Figure:
     kinds = r.tables["kinds"].sort_values("hbm_mb")
     fig = go.Figure()
     for column, name, color in (
-        ("modeled_mb", "L2 → SMs (tile loads)", "#4c78a8"),
+        ("modeled_mb", "SM requests (tile loads)", "#4c78a8"),
         ("hbm_mb", "HBM (what the L2 lets through)", "#e45756"),
         ("floor_mb", "floor (each byte once)", "#bab0ac"),
     ):

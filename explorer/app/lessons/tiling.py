@@ -1,4 +1,4 @@
-"""Lesson 4: tiling and shared memory. A small tile sweep of one matmul: bytes the SMs load from L2 fall
+"""Lesson 4: tiling and shared memory. A small tile sweep of one matmul: bytes the SMs request fall
 as tiles grow (each tile is re-read fewer times), while time depends on more than bytes."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def explain(r) -> str:
         f"One matmul with GELU, ({f['M']}×{f['K']}) by ({f['K']}×{f['N']}), run with {f['configs']} tile shapes "
         f"(rows × columns of the output each program computes). Every program loads its rows of the input and its "
         f"columns of the weight, so the input is re-read once per column of tiles and the weight once per row of "
-        f"tiles. With **{f['small_tile']}** tiles the SMs loaded **{base.mb(f['small_mb'])}** from L2; with "
+        f"tiles. With **{f['small_tile']}** tiles the SMs requested **{base.mb(f['small_mb'])}**; with "
         f"**{f['large_tile']}**, **{base.mb(f['large_mb'])}**, {base.num(f['small_mb'] / f['large_mb'])}× fewer. "
         f"The floor, each input read once and the output written once, is {base.mb(f['floor_mb'])}. "
         + (
@@ -110,7 +110,7 @@ def figure(r) -> go.Figure:
     sweep = r.tables["sweep"]
     ok = sweep[sweep.valid]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-    fig.add_trace(go.Bar(x=ok.tile, y=ok.modeled_mb, name="MB L2 → SMs", marker_color="#4c78a8"), row=1, col=1)
+    fig.add_trace(go.Bar(x=ok.tile, y=ok.modeled_mb, name="MB SM requests", marker_color="#4c78a8"), row=1, col=1)
     fig.add_trace(go.Bar(x=ok.tile, y=ok.hbm_mb, name="MB HBM", marker_color="#e45756"), row=1, col=1)
     unit, per = plots.time_unit(ok.us / 1e3)  # the interpreter's µs run to millions: seconds, then
     time = go.Bar(x=ok.tile, y=ok.us / 1e3 / per, name="time", marker_color="#54a24b", showlegend=False)
