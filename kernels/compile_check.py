@@ -62,16 +62,17 @@ def _cases(dtype, arch):
         yield (f"linear persistent{' + res' if residual else ''}", L._linear_persistent_kernel, args, cfg.num_warps,
                cfg.num_stages, L.shared_memory(cfg, item, limits, True, residual))  # fmt: skip
     pdl = arch >= 90  # programmatic dependent launch from Hopper on (kernels.pdl)
-    cache_strides = {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
-    ptrs = dict.fromkeys(("X", "W", "Bias", "R", "Y", "LnW", "LnB", "KC", "VC"), t)
-    ptrs |= dict(P="*fp32", Counters="*i32", Lengths="*i32")
-    ints = ("M", "N", "K", "K_PER_SPLIT", "SPLITS", "HEAD_DIM", "stride_xm", "stride_wn", "stride_rm", "stride_ym")
-    flags = dict.fromkeys(("HAS_NORM", "HAS_BIAS", "APPLY_GELU", "HAS_RESIDUAL", "HAS_KV"), True)
-    common = ptrs | dict.fromkeys(ints, "i32") | cache_strides | flags | dict(eps="fp32", stride_xk=1, stride_wk=1)
+    # A list is a tuple argument, element by element: a tensor with its strides (unit strides are constants).
+    cache = [t, "i32", "i32", "i32", 1]
+    groups = dict(
+        x=[t, "i32", 1], w=[t, "i32", 1], norm=[t, t, "fp32"], Bias=t, res=[t, "i32"], y=[t, "i32"],
+        partial=["*fp32", "*i32", "i32"], kv=[t, t, "*i32", "i32", cache[1:], cache[1:]],
+    )  # fmt: skip
+    sizes = dict.fromkeys(("M", "N", "K", "K_PER_SPLIT"), "i32")
     # ln_1 -> c_attn -> KV cache in the K loop, split over K
     cfg = FL.resolve_config(TileConfig(block_n=32, block_k=128, split_k=4), 1, 2304, 768, tdt, limits)
-    args = common | dict(ARRIVE=True, PRECISION=prec, BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl)
-    args |= FL.stats_tile(1, 768)
+    args = groups | sizes | dict(APPLY_GELU=True, PRECISION=prec, BLOCK_M=16, BLOCK_N=cfg.block_n)
+    args |= dict(BLOCK_K=cfg.block_k, PDL=pdl) | FL.stats_tile(1, 768)
     yield ("decode linear", FL._decode_linear_kernel, args, cfg.num_warps, cfg.num_stages,
            L.shared_memory(cfg, item, limits))  # fmt: skip
     # The prefetch form at its defaults: c_attn's (one split) and mlp.c_proj's (split over K, arrival)
@@ -79,8 +80,8 @@ def _cases(dtype, arch):
         cfg = FL.resolve_config(None, 1, n, k, tdt, limits)
         k_per_split, splits = FL.splits_of(cfg, k)
         head_k, tail_k = FL.slice_tiles(k_per_split)
-        args = common | dict(ARRIVE=splits > 1, PDL=pdl, ROWS=1, BLOCK_N=cfg.block_n, HEAD_K=head_k, TAIL_K=tail_k,
-                             STATS_COLS=FL.next_pow2(k))  # fmt: skip
+        args = groups | sizes | dict(partial=groups["partial"] if splits > 1 else None, APPLY_GELU=True, PDL=pdl)
+        args |= dict(ROWS=1, BLOCK_N=cfg.block_n, HEAD_K=head_k, TAIL_K=tail_k, STATS_COLS=FL.next_pow2(k))
         yield (f"decode prefetch {n}x{k}", FL._decode_prefetch_kernel, args, cfg.num_warps, cfg.num_stages, 0)
     strides = {f"stride_{x}{d}": "i32" for x in "qkvo" for d in ("b", "h", "m" if x in "qo" else "n")}
     strides |= {f"stride_{x}d": 1 for x in "qkvo"}
@@ -89,38 +90,32 @@ def _cases(dtype, arch):
     yield ("attention", A._attention_kernel, dict(Q=t, K=t, V=t, Out=t, **strides, H="i32", TQ="i32", TK="i32",
            qk_scale="fp32", CAUSAL=True, HEAD_DIM=64, PRECISION=prec, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
            BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
-    dstrides = {k: v for k, v in strides.items() if not k.startswith("stride_o") and k != "stride_qm"}
-    ostrides = dict(stride_ob="i32", stride_oh="i32", stride_od=1)
+    rows = [t, "i32", "i32", 1]  # q and o: (B, H, 1, D) by sequence, head and dim
+    qkv = dict(query=rows, keys=cache, values=cache, Lengths="*i32")
+    sizes = dict(H="i32", CHUNK="i32", qk_scale="fp32")
     # A chunk of one key tile in the vector loop (B=1, 8192 keys: 64 splits) or loaded around the PDL wait, and
     # chunks of several tiles in the dot form (8 splits of 8192 keys, and the default at B=8).
     for form, split_k, batch_heads in (("1 tile", None, 12), ("dot", 8, 12), ("dot default", None, 96)):
         cfg, *_, dot, _, _ = AD.launch_plan(TileConfig(split_k=split_k), batch_heads, 8192, 64, tdt, limits)
         est = AD.decode_shared_memory(cfg, 64, item)
         assert dot == form.startswith("dot"), (form, cfg)
-        yield (f"decode attention {form}", AD._decode_partial_kernel, dict(Q=t, K=t, V=t, Lengths="*i32",
-               Part="*fp32", **dstrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", HEAD_DIM=64,
-               BLOCK_N=cfg.block_n, BLOCK_D=64, PREFETCH=False, DOT=dot), cfg.num_warps, cfg.num_stages,
-               est)  # fmt: skip
+        tiles = dict(HEAD_DIM=64, BLOCK_N=cfg.block_n, BLOCK_D=64)
+        yield (f"decode attention {form}", AD._decode_partial_kernel, qkv | sizes | tiles | dict(Part="*fp32",
+               SPLITS="i32", PREFETCH=False, DOT=dot), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
         for prefetch in (False, True) if not dot else (False,):
+            args = qkv | sizes | tiles | dict(out=rows, partial=["*fp32", "*i32", "i32"], BLOCK_S=8, PDL=pdl)
             yield (f"decode one launch {form}{' held' if prefetch else ''}", AD._decode_one_launch_kernel,
-                   dict(Q=t, K=t, V=t, Lengths="*i32", Part="*fp32", Counters="*i32", Out=t, **dstrides,
-                   **ostrides, H="i32", SPLITS="i32", CHUNK="i32", qk_scale="fp32", SPLIT=True, HEAD_DIM=64,
-                   BLOCK_N=cfg.block_n, BLOCK_S=8, BLOCK_D=64, PDL=pdl, PREFETCH=prefetch, DOT=dot), cfg.num_warps,
-                   cfg.num_stages, est)  # fmt: skip
+                   args | dict(PREFETCH=prefetch, DOT=dot), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
     plan = DL.plan(1, 768, 12, 1024, tdt, limits)
-    layer = dict.fromkeys(("X", "Ln1W", "Ln1B", "Wa", "Ba", "QKV", "KC", "VC", "Attn", "Wo", "Bo", "X1", "Ln2W", "Ln2B",
-                           "Wf", "Bf", "Hid", "Wp", "Bp", "Out", "Times"),
-                          t)  # fmt: skip
-    layer |= dict(Lengths="*i32", NextLengths="*i32", Part="*fp32", Heads="*i32", Sync="*i32", eps1="fp32",
-                  eps2="fp32", qk_scale="fp32", skd=1, svd=1)  # fmt: skip
-    layer |= dict.fromkeys(
-        ("M", "C", "H", "HEAD_DIM", "SPLITS", "CHUNK", "skb", "skh", "skt", "svb", "svh", "svt"), "i32"
-    )
-    layer |= plan["constexprs"] | dict(STAMPS=False)  # as launched for one sequence of GPT-2 small
+    layer = dict(X=t, Out=t, Times=None, Sync="*i32", M="i32", C="i32", H="i32")
+    layer |= dict(ln_1=[t, t, "fp32"], ln_2=[t, t, "fp32"], scratch=[t, t, t, t])
+    layer |= dict.fromkeys(("c_attn", "c_proj", "c_fc", "mlp_proj"), [t, t])
+    layer |= dict(cache=[t, t, "*i32", "*i32", "i32", cache[1:], cache[1:]])
+    layer |= dict(attention=["*fp32", "*i32", "i32", "i32", "fp32"])
+    layer |= plan["constexprs"]  # as launched for one sequence of GPT-2 small
     yield ("decode layer", DL._decode_layer_kernel, layer, DL.WARPS, 1, 0)
-    yield ("decode merge", AD._decode_merge_kernel, dict(Part="*fp32", Out=t,
-           stride_ob="i32", stride_oh="i32", stride_od="i32", H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8,
-           BLOCK_D=64), 4, 1, 0)  # fmt: skip
+    yield ("decode merge", AD._decode_merge_kernel, dict(Part="*fp32", out=rows, H="i32", SPLITS="i32", HEAD_DIM=64,
+           BLOCK_S=8, BLOCK_D=64), 4, 1, 0)  # fmt: skip
     kv_strides = {f"stride_{x}{d}": "i32" for x in ("k", "v") for d in "bh"} | {"stride_kd": 1, "stride_vd": 1}
     kv_strides |= {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
     yield ("kv write", KV._kv_write_kernel, dict(K=t, V=t, KC=t, VC=t, Lengths="*i32", **kv_strides, heads="i32",
@@ -129,6 +124,21 @@ def _cases(dtype, arch):
     yield ("add", E._add_kernel, dict(X=t, Y=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
     yield ("bias add", E._bias_add_kernel, dict(X=t, Bias=t, Out=t, N="i32", WIDTH="i32", BLOCK_N=block), 4, 1, 0)
     yield ("gelu", E._gelu_kernel, dict(X=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
+
+
+def _signature(arg, path: tuple, consts: dict, attrs: dict, constant: bool = False):
+    """One argument's type for ASTSource: a type string, a constant (recorded in consts at its path), or for a
+    list (a tuple argument) a tuple of its elements' types. As the JIT specialises a launch, pointers and
+    integers are taken as multiples of 16, which GPT-2's widths are: without that, masks along a contiguous
+    dimension forbid vector loads and the loop is not pipelined."""
+    if isinstance(arg, list):
+        return tuple(_signature(a, (*path, j), consts, attrs) for j, a in enumerate(arg))
+    if not isinstance(arg, str) or constant:
+        consts[path] = arg
+        return "constexpr"
+    if arg.startswith("*") or arg == "i32":
+        attrs[path] = [["tt.divisibility", 16]]
+    return arg
 
 
 def compile_all(archs, dtypes):
@@ -145,13 +155,9 @@ def compile_all(archs, dtypes):
                 names = fn.arg_names
                 missing = set(names) - set(args)
                 assert not missing, f"{name}: no type for {missing}"
-                sig = {n: ("constexpr" if not isinstance(args[n], str) or n == "PRECISION" else args[n]) for n in names}
-                consts = {(names.index(n),): args[n] for n in names if sig[n] == "constexpr"}
-                # As the JIT specialises a launch: unit strides are constants (above), and pointers and
-                # integers are taken as multiples of 16, which GPT-2's widths are. Without that, masks
-                # along a contiguous dimension forbid vector loads and the loop is not pipelined.
-                aligned = [n for n in names if sig[n].startswith("*") or sig[n] == "i32"]
-                attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+                sig, consts, attrs = {}, {}, {}
+                for i, n in enumerate(names):
+                    sig[n] = _signature(args[n], (i,), consts, attrs, constant=n == "PRECISION")
                 src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
                 k = triton.compile(
                     src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps, num_stages=stages)

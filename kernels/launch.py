@@ -56,26 +56,49 @@ def _bind(args) -> tuple[tuple, list]:
 
 
 def _binder_for(args):
-    return _binder(tuple([isinstance(a, Tensor) for a in args]))
+    return _binder(tuple(["t" if isinstance(a, Tensor) else "u" if isinstance(a, tuple) else "o" for a in args]))
+
+
+def _bind_tuple(group: tuple) -> tuple[tuple, tuple]:
+    """_bind for one tuple argument (a tensor with its strides, say), nested tuples included: its key, and the
+    tuple as the launcher takes it, each tensor's address in its place (the launcher reads tuples as given)."""
+    key, at = [], []
+    for a in group:
+        if isinstance(a, Tensor):
+            p = a.data_ptr()
+            key.append((a.dtype, a.is_cuda, p & 15 == 0))
+            at.append(p)
+        elif isinstance(a, tuple):
+            k, q = _bind_tuple(a)
+            key.append(k)
+            at.append(q)
+        else:
+            key.append(a)
+            at.append(a)
+    return tuple(key), tuple(at)
 
 
 _binders: dict = {}
 
 
-def _binder(tensors: tuple):
-    """_bind for arguments with a tensor where `tensors` is True and anything else elsewhere, as straight-line
+def _binder(kinds: tuple):
+    """_bind for arguments of these kinds, "t" a tensor, "u" a tuple and "o" anything else, as straight-line
     code written once per such pattern: on every launch, no loop and no test of what each argument is. It
     raises AttributeError for a None where it takes a tensor, TypeError for another number of arguments."""
-    bind = _binders.get(tensors)
+    bind = _binders.get(kinds)
     if bind is None:
-        lines = [f"    p{i} = a{i}.data_ptr()\n" for i, t in enumerate(tensors) if t]
-        key = [f"(a{i}.dtype, a{i}.is_cuda, p{i} & 15 == 0)" if t else f"a{i}" for i, t in enumerate(tensors)]
-        at = [f"p{i}" if t else f"a{i}" for i, t in enumerate(tensors)]
-        params = ", ".join(f"a{i}" for i in range(len(tensors)))
+        lines = [f"    p{i} = a{i}.data_ptr()\n" for i, k in enumerate(kinds) if k == "t"]
+        lines += [f"    k{i}, p{i} = _bind_tuple(a{i})\n" for i, k in enumerate(kinds) if k == "u"]
+        key = [
+            {"t": f"(a{i}.dtype, a{i}.is_cuda, p{i} & 15 == 0)", "u": f"k{i}", "o": f"a{i}"}[k]
+            for i, k in enumerate(kinds)
+        ]
+        at = [f"a{i}" if k == "o" else f"p{i}" for i, k in enumerate(kinds)]
+        params = ", ".join(f"a{i}" for i in range(len(kinds)))
         source = f"def bind({params}):\n{''.join(lines)}    return ({', '.join(key)},), [{', '.join(at)}]\n"
-        namespace: dict = {}
+        namespace: dict = {"_bind_tuple": _bind_tuple}
         exec(source, namespace)  # noqa: S102 (the source is built above from indices alone)
-        bind = _binders[tensors] = namespace["bind"]
+        bind = _binders[kinds] = namespace["bind"]
     return bind
 
 
@@ -130,9 +153,10 @@ class _Fast:
 
     def launch(self, grid, args, kwargs):
         global _stream
-        if not ENABLED or not args[0].is_cuda:
+        lead = args[0] if isinstance(args[0], Tensor) else _first_tensor(args)
+        if not ENABLED or lead is None or not lead.is_cuda:
             return self.fn[grid](*args, **kwargs)
-        device = args[0].get_device()
+        device = lead.get_device()
         try:  # the binder of the last call: its tensors are most likely where this call has them
             spec, at = self.bind(*args)
             hit = self.bound.get((device, spec, *kwargs.items()))
@@ -171,6 +195,16 @@ class _Fast:
                 self.bound.clear()
             self.bound[key] = (kernel, tuple(kwargs[name] for name in tail), *_entry(kernel))
         return kernel
+
+
+def _first_tensor(args) -> Tensor | None:
+    """The first tensor among args, tuples searched in order: the one whose device the launch goes to."""
+    for a in args:
+        if isinstance(a, Tensor):
+            return a
+        if isinstance(a, tuple) and (found := _first_tensor(a)) is not None:
+            return found
+    return None
 
 
 _wrappers: dict = {}

@@ -19,6 +19,19 @@ def test_the_signature_separates_alignment_dtype_device_and_values():
     assert base[0] == (torch.float16, False, True)  # a CPU tensor never shares a key with a GPU one
 
 
+def test_tuples_are_bound_element_by_element_nested_ones_too():
+    """A tensor grouped with its strides is keyed and handed on as a tensor alone is: (x, stride) pairs and a
+    cache with its strides nested, the launcher taking the tuples as given, addresses in place of tensors."""
+    t, c = torch.zeros(64, dtype=torch.float16), torch.zeros(8, dtype=torch.float16)
+    base, at = launch._bind(((t, 768, 1), None, (c, 3, (4, 1)), 1e-5))
+    assert at == [(t.data_ptr(), 768, 1), None, (c.data_ptr(), 3, (4, 1)), 1e-5]
+    assert launch._bind(((t.clone(), 768, 1), None, (c.clone(), 3, (4, 1)), 1e-5))[0] == base
+    assert launch._bind(((t[1:], 768, 1), None, (c, 3, (4, 1)), 1e-5))[0] != base  # unaligned, inside a tuple
+    assert launch._bind(((t, 768, 1), None, (c, 3, (4, 2)), 1e-5))[0] != base  # a nested stride differs
+    assert launch._bind(((t, 768, 1), None, (c.float(), 3, (4, 1)), 1e-5))[0] != base
+    assert launch._first_tensor((None, (3, (c, t)), t)) is c
+
+
 def test_hooks_are_handed_on_only_when_one_is_set(monkeypatch):
     from triton import knobs
 

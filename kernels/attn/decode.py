@@ -39,22 +39,17 @@ from .softmax import online_step
 
 
 @triton.jit
-def _decode_chunk(
-    Q, K, V, b, h, lo, hi,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr,
-):  # fmt: skip
+def _decode_chunk(query, keys, values, b, h, lo, hi, qk_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
     """One split's share of a (sequence, head): the unnormalised output, the max score and the sum of
     exponentials over keys [lo, hi), all fp32 (max -inf, sum 0 and output 0 when the range is empty).
-    With DOT (a split of several key tiles), scores and output are tl.dot products."""
+    With DOT (a split of several key tiles), scores and output are tl.dot products. query = (Q, stride_b,
+    stride_h, stride_d), keys and values = (cache, stride_b, stride_h, stride_n, stride_d)."""
     dims = tl.arange(0, BLOCK_D)
     d_mask = dims < HEAD_DIM
-    q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0)
-    K += b * stride_kb + h * stride_kh
-    V += b * stride_vb + h * stride_vh
+    q = _query(query, b, h, dims, d_mask)
+    K, stride_kn, stride_kd = _rows_of(keys, b, h)
+    V, stride_vn, stride_vd = _rows_of(values, b, h)
     if DOT:
         # q repeated on the 16 rows tl.dot needs (every row the same; row 0 is the answer). The compiler
         # software-pipelines a loop of dots, keeping num_stages - 1 tiles of K and V in flight, which it does
@@ -106,32 +101,26 @@ def _decode_chunk(
 
 
 @triton.jit
-def _decode_tile_prefetched(
-    Q, K, V, b, h, lo, length, PDL, Sync, arrivals,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BARRIER: tl.constexpr,
-):  # fmt: skip
+def _decode_tile_prefetched(query, keys, values, b, h, lo, length, wait, qk_scale, PDL: tl.constexpr,
+                            HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """_decode_chunk for a chunk of one key tile, [lo, min(lo + BLOCK_N, length)), loaded around the wait for
     the work before (_wait): the keys and values written by earlier steps (positions below length - 1) before
     it, q and the newest row (length - 1, which that work stores) after it."""
     dims = tl.arange(0, BLOCK_D)
     d_mask = dims < HEAD_DIM
     cols = lo + tl.arange(0, BLOCK_N)
-    K += b * stride_kb + h * stride_kh
-    V += b * stride_vb + h * stride_vh
+    K, stride_kn, stride_kd = _rows_of(keys, b, h)
+    V, stride_vn, stride_vd = _rows_of(values, b, h)
     k_ptrs = K + cols[:, None] * stride_kn + dims[None, :] * stride_kd
     v_ptrs = V + cols[:, None] * stride_vn + dims[None, :] * stride_vd
     old = (cols < length - 1)[:, None] & d_mask[None, :]
     k = tl.load(k_ptrs, mask=old, other=0.0)
     v = tl.load(v_ptrs, mask=old, other=0.0)
-    _wait(PDL, Sync, arrivals, BARRIER)
+    _wait(wait, PDL)
     newest = (cols == length - 1)[:, None] & d_mask[None, :]
     k = tl.where(newest, tl.load(k_ptrs, mask=newest, other=0.0), k)
     v = tl.where(newest, tl.load(v_ptrs, mask=newest, other=0.0), v)
-    q = tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0).to(tl.float32)
+    q = _query(query, b, h, dims, d_mask).to(tl.float32)
     qk = tl.sum((q * qk_scale)[None, :] * k.to(tl.float32), axis=1)
     qk = tl.where(cols < length, qk, float("-inf"))
     m_i = tl.max(qk, axis=0)
@@ -140,13 +129,30 @@ def _decode_tile_prefetched(
 
 
 @triton.jit
-def _wait(PDL: tl.constexpr, Sync, arrivals, BARRIER: tl.constexpr):
-    """Wait for the work that writes q and the newest cache rows: the kernel before under PDL, or with BARRIER
-    (the decode layer kernel) `arrivals` arrivals at stage counter 0 (kernels.barrier)."""
-    if BARRIER:
+def _wait(wait, PDL: tl.constexpr):
+    """Wait for the work that writes q and the newest cache rows: with wait = (Sync, arrivals) (the decode
+    layer kernel), `arrivals` arrivals at stage counter 0 (kernels.barrier); with None, the kernel before
+    under PDL."""
+    if wait is not None:
+        Sync, arrivals = wait
         barrier.wait(Sync, 0, arrivals)
     else:
         pdl.wait(PDL)
+
+
+@triton.jit
+def _query(query, b, h, dims, d_mask):
+    """q's row of (sequence b, head h): query = (Q, stride_b, stride_h, stride_d)."""
+    Q, stride_qb, stride_qh, stride_qd = query
+    return tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0)
+
+
+@triton.jit
+def _rows_of(cache, b, h):
+    """(pointer to row 0 of (sequence b, head h), stride between rows, stride between dims) of a cache given
+    as (C, stride_b, stride_h, stride_n, stride_d)."""
+    C, stride_b, stride_h, stride_n, stride_d = cache
+    return C + b * stride_b + h * stride_h, stride_n, stride_d
 
 
 @triton.jit
@@ -177,11 +183,7 @@ def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_
 
 @triton.jit
 def _decode_partial_kernel(
-    Q, K, V, Lengths, Part,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    H, SPLITS, CHUNK, qk_scale,
+    query, keys, values, Lengths, Part, H, SPLITS, CHUNK, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREFETCH: tl.constexpr,
     DOT: tl.constexpr,
 ):  # fmt: skip
@@ -192,15 +194,13 @@ def _decode_partial_kernel(
     lo = split * CHUNK
     if PREFETCH:  # a chunk of one key tile: its keys and values all requested at once
         acc, m_i, l_i = _decode_tile_prefetched(
-            Q, K, V, b, h, lo, length, False, Lengths, 0,
-            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, False,
+            query, keys, values, b, h, lo, length, None, qk_scale, PDL=False, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N,
+            BLOCK_D=BLOCK_D,
         )  # fmt: skip
     else:
         acc, m_i, l_i = _decode_chunk(
-            Q, K, V, b, h, lo, min(lo + CHUNK, length),
-            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, DOT,
+            query, keys, values, b, h, lo, min(lo + CHUNK, length), qk_scale, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N,
+            BLOCK_D=BLOCK_D, DOT=DOT,
         )  # fmt: skip
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
@@ -211,79 +211,66 @@ def _decode_partial_kernel(
 
 
 @triton.jit
-def _decode_merge_kernel(
-    Part, Out,
-    stride_ob, stride_oh, stride_od,
-    H, SPLITS,
-    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+def _decode_merge_kernel(Part, out, H, SPLITS, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     bh = tl.program_id(0).to(tl.int64)
     b, h = bh // H, bh % H
-    dims = tl.arange(0, BLOCK_D)
     PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
-    o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
+    _store_row(out, b, h, _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D), HEAD_DIM, BLOCK_D)
+
+
+@triton.jit
+def _store_row(out, b, h, o, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """o into out's row of (sequence b, head h): out = (Out, stride_b, stride_h, stride_d)."""
+    Out, stride_ob, stride_oh, stride_od = out
+    dims = tl.arange(0, BLOCK_D)
     tl.store(Out + b * stride_ob + h * stride_oh + dims * stride_od, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
 @triton.jit
 def _decode_one_launch_kernel(
-    Q, K, V, Lengths, Part, Counters, Out,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_od,
-    H, SPLITS, CHUNK, qk_scale,
-    SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, DOT: tl.constexpr,
+    query, keys, values, out, Lengths, partial, H, CHUNK, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr, DOT: tl.constexpr,
 ):  # fmt: skip
     # Under PDL (kernels.pdl) the next kernel may start loading its weights now. This one reads the lengths
     # before its wait, and with PREFETCH (a chunk of one key tile) the cache rows of earlier steps too; the
     # caller guarantees that the kernel just before writes nothing it reads but q and each newest row.
     pdl.launch_dependents(PDL)
     attend_item(
-        tl.program_id(0).to(tl.int64), tl.program_id(1), tl.num_programs(0), Q, K, V, Lengths, Part, Counters, Out,
-        Counters, 0,
-        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-        stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_od,
-        H, SPLITS, CHUNK, qk_scale,
-        SPLIT=SPLIT, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D,
-        PDL=PDL, PREFETCH=PREFETCH, BARRIER=False, DOT=DOT,
+        tl.program_id(0).to(tl.int64), tl.program_id(1), tl.num_programs(0), query, keys, values, out, Lengths,
+        partial, None, H, CHUNK, qk_scale,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D, PDL=PDL, PREFETCH=PREFETCH, DOT=DOT,
     )  # fmt: skip
 
 
 @triton.jit
 def attend_item(
-    bh, split, BH, Q, K, V, Lengths, Part, Counters, Out, Sync, arrivals,
-    stride_qb, stride_qh, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_od,
-    H, SPLITS, CHUNK, qk_scale,
-    SPLIT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, BARRIER: tl.constexpr, DOT: tl.constexpr,
+    bh, split, BH, query, keys, values, out, Lengths, partial, wait, H, CHUNK, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr, DOT: tl.constexpr,
 ):  # fmt: skip
-    """Split `split` of (sequence, head) pair bh, of BH pairs: its partial, and the merge when it arrives last
-    (or the whole answer with one split). The decode layer kernel runs many per program, waiting for its first
-    stage with BARRIER (at `arrivals` arrivals at Sync[0]) where the one-launch kernel waits under PDL."""
+    """Split `split` of (sequence, head) pair bh, of BH pairs: its partial, and the merge when it arrives last;
+    with partial None (one split), the whole answer. query, out = (tensor, stride_b, stride_h, stride_d);
+    keys, values = (cache, stride_b, stride_h, stride_n, stride_d); partial = (Part, Counters, splits). The
+    decode layer kernel runs many per program, waiting for its first stage (wait = (Sync, arrivals)) where
+    the one-launch kernel waits under PDL (wait None)."""
     b, h = bh // H, bh % H
     length = tl.load(Lengths + b).to(tl.int32)
     lo = split * CHUNK
     if PREFETCH:
         acc, m_i, l_i = _decode_tile_prefetched(
-            Q, K, V, b, h, lo, length, PDL, Sync, arrivals,
-            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, BARRIER,
+            query, keys, values, b, h, lo, length, wait, qk_scale, PDL=PDL, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N,
+            BLOCK_D=BLOCK_D,
         )  # fmt: skip
     else:
-        _wait(PDL, Sync, arrivals, BARRIER)
+        _wait(wait, PDL)
         acc, m_i, l_i = _decode_chunk(
-            Q, K, V, b, h, lo, min(lo + CHUNK, length),
-            stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, DOT,
+            query, keys, values, b, h, lo, min(lo + CHUNK, length), qk_scale, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N,
+            BLOCK_D=BLOCK_D, DOT=DOT,
         )  # fmt: skip
     dims = tl.arange(0, BLOCK_D)
-    out = Out + b * stride_ob + h * stride_oh + dims * stride_od
-    if SPLIT:
+    if partial is not None:
+        Part, Counters, SPLITS = partial
         part = bh * SPLITS + split
         PartO, PartM, PartL = _partials(Part, SPLITS, BH, BLOCK_D)
         tl.store(PartO + part * BLOCK_D + dims, acc)
@@ -296,13 +283,11 @@ def attend_item(
         if arrived == SPLITS - 1:
             # The last to arrive. Its loads come after the acquire half of its atomic, which saw every
             # other split's release, so they read the partials those splits stored.
-            o = _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D)
-            tl.store(out, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
+            _store_row(out, b, h, _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D), HEAD_DIM, BLOCK_D)
             tl.store(Counters + bh, 0)  # every split has arrived: nothing else touches the slot this launch
     else:
         # One split: its partial is the whole answer, normalised as the merge normalises it (weight 1).
-        o = acc / tl.where(l_i > 0, l_i, 1.0)
-        tl.store(out, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
+        _store_row(out, b, h, acc / tl.where(l_i > 0, l_i, 1.0), HEAD_DIM, BLOCK_D)
 
 
 def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=False, pdl=False):
@@ -333,36 +318,31 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     o = new_output(q)
     if o.numel() == 0:
         return o
-    if one_launch and splits == 1:  # the one program of each (sequence, head) writes o: no partials
-        part = counters = o
-    else:  # one allocation for the three kinds of partial (_partials): each costs the host more than its bytes
-        part = new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32)
+    part = counters = None  # one launch of one split: each (sequence, head)'s one program writes o, no partials
+    if splits > 1 or not one_launch:  # one allocation for the three kinds of partial (_partials): each costs the
+        part = new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32)  # host more than its bytes
         counters = _arrival_counters(device, batch * heads) if one_launch else None
+    # Each tensor with its strides, as the kernels take them: q and o (B, H, 1, D) by sequence, head and dim.
     sq, so = q.stride(), o.stride()
-    inputs = (sq[0], sq[1], sq[3], *k_cache.stride(), *v_cache.stride())
+    query, out = (q, sq[0], sq[1], sq[3]), (o, so[0], so[1], so[3])
+    keys, values = (k_cache, *k_cache.stride()), (v_cache, *v_cache.stride())
     with explain_resources("decode_attention", cfg):
         if one_launch:
             launch.fast(_decode_one_launch_kernel)[(batch * heads, splits)](
-                q, k_cache, v_cache, lengths, part, counters, o,
-                *inputs, so[0], so[1], so[3],
-                heads, splits, chunk, scale,
-                SPLIT=splits > 1, HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl,
-                PREFETCH=prefetch, DOT=dot,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+                query, keys, values, out, lengths, (part, counters, splits) if splits > 1 else None,
+                heads, chunk, scale,
+                HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl,
+                PREFETCH=prefetch, DOT=dot, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
             )  # fmt: skip
             return o
         launch.fast(_decode_partial_kernel)[(batch * heads, splits)](
-            q, k_cache, v_cache, lengths, part,
-            *inputs, heads, splits, chunk, scale,
+            query, keys, values, lengths, part, heads, splits, chunk, scale,
             HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d, PREFETCH=prefetch, DOT=dot,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
         launch.fast(_decode_merge_kernel)[(batch * heads,)](
-            part, o,
-            so[0], so[1], so[3],
-            heads, splits,
-            HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4,
-        )  # fmt: skip
+            part, out, heads, splits, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4
+        )
     return o
 
 

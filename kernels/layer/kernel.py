@@ -5,9 +5,9 @@ ln_2 + c_fc + GELU, c_proj + residual), each waiting at a kernel boundary for th
 launch of at most one program per SM runs the same five stages, and the programs wait for each other at
 counters in device memory instead (kernels.barrier):
 
-    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (fused_linear_items.load_slice, slice_item)
+    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (matmul.decode_items.load_slice, slice_item)
     stage 1   attention                  (sequence, head, split) items, the last split of each pair merging
-                                         (attention_decode.attend_item)
+                                         (attn.decode.attend_item)
     stage 2   c_proj + residual          column tiles of attn.c_proj
     stage 3   ln_2 + c_fc + GELU         column tiles of mlp.c_fc
     stage 4   c_proj + residual          column tiles of mlp.c_proj
@@ -68,96 +68,93 @@ ATTENTION_TILE = 128  # keys: a split of at most this many is loaded whole, befo
 
 @triton.jit
 def _decode_layer_kernel(
-    X, Ln1W, Ln1B, Wa, Ba, QKV, KC, VC, Lengths, NextLengths, Part, Heads, Attn,
-    Wo, Bo, X1, Ln2W, Ln2B, Wf, Bf, Hid, Wp, Bp, Out, Sync, Times,
-    M, C, H, HEAD_DIM, eps1, eps2, SPLITS, CHUNK, qk_scale,
-    skb, skh, skt, skd, svb, svh, svt, svd,
+    X, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, cache, attention, scratch, Out, Sync, Times, M, C, H,
     ROWS: tl.constexpr, BN_A: tl.constexpr, BN_O: tl.constexpr, BN_F: tl.constexpr, BN_P: tl.constexpr,
     HEAD_C: tl.constexpr, TAIL_C: tl.constexpr, HEAD_F: tl.constexpr, TAIL_F: tl.constexpr,
     STATS_COLS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr, ATT_PREFETCH: tl.constexpr, PDL: tl.constexpr, STAMPS: tl.constexpr,
+    BLOCK_D: tl.constexpr, ATT_PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    """ln_1, ln_2 = (weight, bias, eps); c_attn, c_proj, c_fc, mlp_proj = (weight (out, in), bias);
+    cache = (k_cache, v_cache, lengths, next_lengths, head_dim, k_strides, v_strides); attention = (partials, counters,
+    splits, keys per split, scale); scratch = (qkv, attn, x1, hid), the block's activations, each (M, width)
+    and contiguous as X and Out are; Times: the timer stamps' buffer, or None. BN_*: the four projections'
+    columns per item; HEAD_* and TAIL_*: a K slice C (and 4C) wide in two powers of two."""
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     F = 4 * C
-    n_a, n_o, n_f, n_p = tl.cdiv(3 * C, BN_A), tl.cdiv(C, BN_O), tl.cdiv(F, BN_F), tl.cdiv(C, BN_P)
+    QKV, Attn, X1, Hid = scratch
+    KC, VC, Lengths, NextLengths, HEAD_DIM, k_strides, v_strides = cache
+    Part, Heads, SPLITS, CHUNK, qk_scale = attention
     pdl.launch_dependents(PDL)  # the next layer may start loading its weights; it waits before reading ours
-    _stamp(Times, pid, 0, STAMPS)
-    # Every buffer is (M, width) and contiguous, every weight (out, in); the caches are (B, H, T_max, D) views.
+    _stamp(Times, pid, 0)
+    kv = (KC, VC, Lengths, HEAD_DIM, k_strides, v_strides)
     _stage(
-        n_a, pid, P, Wa, X, Ba, X, QKV, Ln1W, Ln1B, M, 3 * C, C, eps1, Sync, 0, KC, VC, Lengths, HEAD_DIM,
-        skb, skh, skt, skd, svb, svh, svt, svd,
-        NORM=True, GELU=False, RESIDUAL=False, KV=True, PDL=PDL, BARRIER=False,
-        ROWS=ROWS, BN=BN_A, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
+        pid, P, c_attn, (X, C, 1), ln_1, None, (QKV, 3 * C), kv, M, 3 * C, C, None,
+        GELU=False, PDL=PDL, ROWS=ROWS, BN=BN_A, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
     )  # fmt: skip
-    _stamp(Times, pid, 1, STAMPS)
+    _stamp(Times, pid, 1)
     # A program with no stage-0 item has not waited yet; under PDL it must, before it touches the counters
     # (the layer before may still be using them). Waiting again is free.
     pdl.wait(PDL)
-    _stamp(Times, pid, 2, STAMPS)
+    _stamp(Times, pid, 2)
     barrier.arrive(Sync, 0)
     # With ATT_PREFETCH the old cache rows are loaded before the wait. Longer splits loop in the vector form (DOT
     # False): one stage deep, a pipelined dot would want registers and shared memory the projections use.
+    partial = None
+    if SPLIT:
+        partial = (Part, Heads, SPLITS)
+    keys = (KC, k_strides[0], k_strides[1], k_strides[2], k_strides[3])
+    values = (VC, v_strides[0], v_strides[1], v_strides[2], v_strides[3])
     for item in range(pid, M * H * SPLITS, P):
         attend_item(
-            tl.cast(item // SPLITS, tl.int64), item % SPLITS, M * H, QKV, KC, VC, NextLengths, Part, Heads, Attn,
-            Sync, P, 3 * C, HEAD_DIM, 1, skb, skh, skt, skd, svb, svh, svt, svd, C, HEAD_DIM, 1,
-            H, SPLITS, CHUNK, qk_scale,
-            SPLIT=SPLIT, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D,
-            PDL=False, PREFETCH=ATT_PREFETCH, BARRIER=True, DOT=False,
+            tl.cast(item // SPLITS, tl.int64), item % SPLITS, M * H, (QKV, 3 * C, HEAD_DIM, 1), keys, values,
+            (Attn, C, HEAD_DIM, 1), NextLengths, partial, (Sync, P), H, CHUNK, qk_scale,
+            HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D, PDL=False, PREFETCH=ATT_PREFETCH,
+            DOT=False,
         )  # fmt: skip
-    _stamp(Times, pid, 3, STAMPS)
+    _stamp(Times, pid, 3)
     barrier.arrive(Sync, 1)
     _stage(
-        n_o, pid, P, Wo, Attn, Bo, X, X1, Ln1W, Ln1B, M, C, C, eps1, Sync, 1, X1, X1, Sync, HEAD_DIM,
-        0, 0, 0, 0, 0, 0, 0, 0,  # no cache written
-        NORM=False, GELU=False, RESIDUAL=True, KV=False, PDL=False, BARRIER=True,
-        ROWS=ROWS, BN=BN_O, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
+        pid, P, c_proj, (Attn, C, 1), None, (X, C), (X1, C), None, M, C, C, (Sync, 1, P),
+        GELU=False, PDL=False, ROWS=ROWS, BN=BN_O, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
     )  # fmt: skip
-    _stamp(Times, pid, 4, STAMPS)
+    _stamp(Times, pid, 4)
     barrier.arrive(Sync, 2)
     _stage(
-        n_f, pid, P, Wf, X1, Bf, X1, Hid, Ln2W, Ln2B, M, F, C, eps2, Sync, 2, Hid, Hid, Sync, HEAD_DIM,
-        0, 0, 0, 0, 0, 0, 0, 0,  # no cache written
-        NORM=True, GELU=True, RESIDUAL=False, KV=False, PDL=False, BARRIER=True,
-        ROWS=ROWS, BN=BN_F, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
+        pid, P, c_fc, (X1, C, 1), ln_2, None, (Hid, F), None, M, F, C, (Sync, 2, P),
+        GELU=True, PDL=False, ROWS=ROWS, BN=BN_F, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
     )  # fmt: skip
-    _stamp(Times, pid, 5, STAMPS)
+    _stamp(Times, pid, 5)
     barrier.arrive(Sync, 3)
     _stage(
-        n_p, pid, P, Wp, Hid, Bp, X1, Out, Ln2W, Ln2B, M, C, F, eps2, Sync, 3, Out, Out, Sync, HEAD_DIM,
-        0, 0, 0, 0, 0, 0, 0, 0,  # no cache written
-        NORM=False, GELU=False, RESIDUAL=True, KV=False, PDL=False, BARRIER=True,
-        ROWS=ROWS, BN=BN_P, HEAD_K=HEAD_F, TAIL_K=TAIL_F, STATS_COLS=STATS_COLS,
+        pid, P, mlp_proj, (Hid, F, 1), None, (X1, C), (Out, C), None, M, C, F, (Sync, 3, P),
+        GELU=False, PDL=False, ROWS=ROWS, BN=BN_P, HEAD_K=HEAD_F, TAIL_K=TAIL_F, STATS_COLS=STATS_COLS,
     )  # fmt: skip
-    _stamp(Times, pid, 6, STAMPS)
+    _stamp(Times, pid, 6)
     barrier.finish(Sync, 4, P)  # counters 0-3 after stages 0-3, 4 for the end
 
 
 @triton.jit
 def _stage(
-    items, pid, P, W, X, Bias, R, Y, LnW, LnB, M, N, K, eps, Sync, stage, KC, VC, Lengths, HEAD_DIM,
-    skb, skh, skt, skd, svb, svh, svt, svd,
-    NORM: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, KV: tl.constexpr, PDL: tl.constexpr,
-    BARRIER: tl.constexpr, ROWS: tl.constexpr, BN: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr,
-    STATS_COLS: tl.constexpr,
+    pid, P, linear, x, norm, res, y, kv, M, N, K, wait,
+    GELU: tl.constexpr, PDL: tl.constexpr, ROWS: tl.constexpr, BN: tl.constexpr, HEAD_K: tl.constexpr,
+    TAIL_K: tl.constexpr, STATS_COLS: tl.constexpr,
 ):  # fmt: skip
-    """A projection stage: this program's column tiles of W (N, K), items pid, pid + P, ..., each one's weight
-    slice loaded before it waits for the stage's input. Rows of x are K wide, of y and the residual N."""
-    for t in range(pid, items, P):
-        w0, w1 = load_slice(t, 0, W, N, K, K, K, 1, BN, HEAD_K, TAIL_K)
+    """A projection stage: this program's column tiles of linear = (W (N, K), bias), items pid, pid + P, ...,
+    each one's weight slice loaded before it waits (wait, as slice_item takes it) for the stage's input."""
+    W, Bias = linear
+    for t in range(pid, tl.cdiv(N, BN), P):
+        w_slice = load_slice(t, 0, (W, K, 1), N, K, K, BN, HEAD_K, TAIL_K)
         slice_item(
-            w0, w1, t, 0, X, Bias, R, Y, Y, Sync, LnW, LnB, KC, VC, Lengths, M, N, K, K, 1, eps, HEAD_DIM,
-            K, 1, N if RESIDUAL else 0, N, skb, skh, skt, skd, svb, svh, svt, svd, Sync, stage, P,
-            HAS_NORM=NORM, HAS_BIAS=True, APPLY_GELU=GELU, HAS_RESIDUAL=RESIDUAL, HAS_KV=KV, ARRIVE=False,
-            PDL=PDL, BARRIER=BARRIER, ROWS=ROWS, BLOCK_N=BN, HEAD_K=HEAD_K, TAIL_K=TAIL_K, STATS_COLS=STATS_COLS,
+            w_slice, t, 0, x, norm, Bias, res, y, None, kv, M, N, K, K, wait,
+            APPLY_GELU=GELU, PDL=PDL, ROWS=ROWS, BLOCK_N=BN, HEAD_K=HEAD_K, TAIL_K=TAIL_K, STATS_COLS=STATS_COLS,
         )  # fmt: skip
 
 
 @triton.jit
-def _stamp(Times, pid, k, STAMPS: tl.constexpr):
-    """With STAMPS (experiments/persistent_profile.py), the GPU's global timer in ns at point k of program pid."""
-    if STAMPS:
+def _stamp(Times, pid, k):
+    """With Times (experiments/persistent_profile.py), the GPU's global timer in ns at point k of program pid."""
+    if Times is not None:
         t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [pid], dtype=tl.int64, is_pure=False, pack=1)
         tl.store(Times + pid * 8 + k, t)
 
@@ -203,10 +200,20 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
     items = max(rows * heads * splits, *(cdiv(out_f, tiles[name]) for name, (out_f, _) in shapes.items()))
     (head_c, tail_c), (head_f, tail_f) = slice_tiles(width), slice_tiles(4 * width)
     constexprs = dict(
-        ROWS=next_pow2(rows), **tiles, HEAD_C=head_c, TAIL_C=tail_c, HEAD_F=head_f, TAIL_F=tail_f,
-        STATS_COLS=next_pow2(width), SPLIT=splits > 1, BLOCK_N=attention.block_n, BLOCK_S=block_s, BLOCK_D=block_d,
-        ATT_PREFETCH=att_prefetch, PDL=PDL and overlaps_launches(device),
-    )  # fmt: skip
+        ROWS=next_pow2(rows),
+        **tiles,
+        HEAD_C=head_c,
+        TAIL_C=tail_c,
+        HEAD_F=head_f,
+        TAIL_F=tail_f,
+        STATS_COLS=next_pow2(width),
+        SPLIT=splits > 1,
+        BLOCK_N=attention.block_n,
+        BLOCK_S=block_s,
+        BLOCK_D=block_d,
+        ATT_PREFETCH=att_prefetch,
+        PDL=PDL and overlaps_launches(device),
+    )
     return dict(programs=programs(device, items), tiles=tiles, attention=attention, chunk=chunk, splits=splits,
                 scale=scale, constexprs=constexprs)  # fmt: skip
 
@@ -227,8 +234,7 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *,
     out = new_output(x)
     if rows == 0:
         return out
-    head_dim, max_len = width // heads, k_cache.shape[2]
-    p = plan(rows, width, heads, max_len, x.dtype, x.device)
+    p = plan(rows, width, heads, k_cache.shape[2], x.dtype, x.device)
     if stamps is not None and (
         x.device.type != "cuda" or stamps.shape != (p["programs"], 8) or stamps.dtype != torch.int64
     ):  # the stamps read the GPU's global timer: the interpreter has none
@@ -237,14 +243,11 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *,
     qkv, attn, x1, hid = (new_output(x, (rows, n)) for n in (3 * width, width, width, 4 * width))
     part = new_output(x, (rows * heads * p["splits"] * (p["constexprs"]["BLOCK_D"] + 2),), torch.float32)
     _decode_layer_kernel[(p["programs"],)](
-        x2, *ln_1, *c_attn, qkv, k_cache, v_cache, lengths, next_lengths, part,
-        arrival.counters(x.device, rows * heads), attn, *c_proj, x1, *ln_2, *c_fc, hid, *mlp_proj, out,
-        arrival.stage_counters(x.device, STAGES), out if stamps is None else stamps,
-        rows, width, heads, head_dim, float(eps), float(eps), p["splits"], p["chunk"], p["scale"],
-        *k_cache.stride(), *v_cache.stride(),
-        **p["constexprs"], STAMPS=stamps is not None,
-        num_warps=WARPS, num_stages=1,
-        launch_pdl=p["constexprs"]["PDL"],
+        x2, (*ln_1, float(eps)), c_attn, c_proj, (*ln_2, float(eps)), c_fc, mlp_proj,
+        (k_cache, v_cache, lengths, next_lengths, width // heads, k_cache.stride(), v_cache.stride()),
+        (part, arrival.counters(x.device, rows * heads), p["splits"], p["chunk"], p["scale"]),
+        (qkv, attn, x1, hid), out, arrival.stage_counters(x.device, STAGES), stamps, rows, width, heads,
+        **p["constexprs"], num_warps=WARPS, num_stages=1, launch_pdl=p["constexprs"]["PDL"],
     )  # fmt: skip
     return out
 

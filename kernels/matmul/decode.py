@@ -61,17 +61,16 @@ NAME = "decode_linear"
 
 @triton.jit
 def _decode_linear_kernel(
-    X, W, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
-    M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
-    stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
-    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    STATS_ROWS: tl.constexpr, STATS_COLS: tl.constexpr, PDL: tl.constexpr,
+    x, w, norm, Bias, res, y, partial, kv, M, N, K, K_PER_SPLIT,
+    APPLY_GELU: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, STATS_ROWS: tl.constexpr, STATS_COLS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    """The K-loop form. x = (X, stride_xm, stride_xk), w = (W, stride_wn, stride_wk); norm, Bias, res, partial
+    and kv as slice_item (kernels.matmul.decode_items) takes them, each None where the launch has none."""
     pdl.launch_dependents(PDL)
     pdl.wait(PDL)  # the loop reads x with every weight tile: nothing to load before the wait
+    X, stride_xm, stride_xk = x
+    W, stride_wn, stride_wk = w
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M).to(tl.int64)  # all M <= BLOCK_M rows in one tile
@@ -80,7 +79,8 @@ def _decode_linear_kernel(
     k_lo = split * K_PER_SPLIT
     k_hi = min(k_lo + K_PER_SPLIT, K)
 
-    if HAS_NORM:
+    if norm is not None:
+        LnW, LnB, eps = norm
         # Every program needs the statistics of the full rows, not only of its slice.
         if STATS_COLS > 0:
             # The rows fit in registers (STATS_ROWS x STATS_COLS, powers of two covering M x K): one load,
@@ -102,16 +102,15 @@ def _decode_linear_kernel(
             for k in range(0, K, BLOCK_K):
                 ks = k + tl.arange(0, BLOCK_K)
                 mask = row_mask[:, None] & (ks < K)[None, :]
-                acc_sum += tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0).to(
-                    tl.float32
-                )
+                a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
+                acc_sum += a.to(tl.float32)
             mean = tl.sum(acc_sum, axis=1) / K
             acc_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
             for k in range(0, K, BLOCK_K):
                 ks = k + tl.arange(0, BLOCK_K)
                 mask = row_mask[:, None] & (ks < K)[None, :]
-                x = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
-                diff = tl.where(mask, x.to(tl.float32) - mean[:, None], 0.0)
+                a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
+                diff = tl.where(mask, a.to(tl.float32) - mean[:, None], 0.0)
                 acc_sq += diff * diff
             rstd = 1.0 / tl.sqrt(tl.sum(acc_sq, axis=1) / K + eps)
 
@@ -120,7 +119,7 @@ def _decode_linear_kernel(
         ks = k + tl.arange(0, BLOCK_K)
         mask = row_mask[:, None] & (ks < k_hi)[None, :]
         a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
-        if HAS_NORM:
+        if norm is not None:
             lw = tl.load(LnW + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
             lb = tl.load(LnB + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
             diff = tl.where(mask, a.to(tl.float32) - mean[:, None], 0.0)
@@ -129,36 +128,24 @@ def _decode_linear_kernel(
         b = tl.load(W + (cols % N)[None, :] * stride_wn + ks[:, None] * stride_wk, mask=(ks < k_hi)[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
-    _finish(acc, rows, cols, pid_n, split, Bias, R, Y, P, Counters, KC, VC, Lengths, M, N, K, SPLITS, HEAD_DIM,
-            stride_rm, stride_ym, stride_kcb, stride_kch, stride_kct, stride_kcd,
-            stride_vcb, stride_vch, stride_vct, stride_vcd,
-            HAS_BIAS, APPLY_GELU, HAS_RESIDUAL, HAS_KV, ARRIVE, BLOCK_M, BLOCK_N)  # fmt: skip
+    _finish(acc, rows, cols, pid_n, split, Bias, res, y, partial, kv, M, N, APPLY_GELU, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
 def _decode_prefetch_kernel(
-    X, W, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
-    M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
-    stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
-    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_KV: tl.constexpr, ARRIVE: tl.constexpr, PDL: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr,
-    STATS_COLS: tl.constexpr,
+    x, w, norm, Bias, res, y, partial, kv, M, N, K, K_PER_SPLIT,
+    APPLY_GELU: tl.constexpr, PDL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    HEAD_K: tl.constexpr, TAIL_K: tl.constexpr, STATS_COLS: tl.constexpr,
 ):  # fmt: skip
     """The same job as _decode_linear_kernel when each split is one K step: the program loads its whole
     weight slice (HEAD_K columns of K, then TAIL_K more, both powers of two, TAIL_K possibly 0) before it
     reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
     pdl.launch_dependents(PDL)
     pid_n, split = tl.program_id(0), tl.program_id(1)
-    w0, w1 = load_slice(pid_n, split, W, N, K, K_PER_SPLIT, stride_wn, stride_wk, BLOCK_N, HEAD_K, TAIL_K)
+    w_slice = load_slice(pid_n, split, w, N, K, K_PER_SPLIT, BLOCK_N, HEAD_K, TAIL_K)
     slice_item(
-        w0, w1, pid_n, split, X, Bias, R, Y, P, Counters, LnW, LnB, KC, VC, Lengths,
-        M, N, K, K_PER_SPLIT, SPLITS, eps, HEAD_DIM, stride_xm, stride_xk, stride_rm, stride_ym,
-        stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
-        Counters, 0, 0,
-        HAS_NORM=HAS_NORM, HAS_BIAS=HAS_BIAS, APPLY_GELU=APPLY_GELU, HAS_RESIDUAL=HAS_RESIDUAL, HAS_KV=HAS_KV,
-        ARRIVE=ARRIVE, PDL=PDL, BARRIER=False, ROWS=ROWS, BLOCK_N=BLOCK_N, HEAD_K=HEAD_K, TAIL_K=TAIL_K,
+        w_slice, pid_n, split, x, norm, Bias, res, y, partial, kv, M, N, K, K_PER_SPLIT, None,
+        APPLY_GELU=APPLY_GELU, PDL=PDL, ROWS=ROWS, BLOCK_N=BLOCK_N, HEAD_K=HEAD_K, TAIL_K=TAIL_K,
         STATS_COLS=STATS_COLS,
     )  # fmt: skip
 
@@ -243,43 +230,52 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
         return y.view(out_shape)
     flat = x.dim() == 2  # the common case keeps its tensors: a view costs the host more than the check
     x2 = x if flat else x.reshape(rows, in_features)
-    r2 = residual.reshape(rows, out_features).contiguous() if residual is not None else y
-    b = bias.contiguous() if bias is not None else weight  # placeholder pointers, unused when their flag is off
-    ln_w, ln_b, eps = (norm[0].contiguous(), norm[1].contiguous(), float(norm[2])) if norm is not None else (y, y, 0.0)
-    k_cache, v_cache, lengths = kv if kv is not None else (y, y, y)
-    cache_strides = (*k_cache.stride(), *v_cache.stride()) if kv is not None else (0,) * 8
     k_per_split, splits = splits_of(cfg, in_features)
     tiles_n = cdiv(out_features, cfg.block_n)
-    if splits > 1:
-        partial = new_output(x, (splits, rows, out_features), torch.float32)
-        counters = arrival.counters(x.device, tiles_n)
-    else:
-        partial = counters = y  # one split: no partials, no arrival
-    flags = dict(
-        HAS_NORM=norm is not None,
-        HAS_BIAS=bias is not None,
-        APPLY_GELU=activation == "gelu",
-        HAS_RESIDUAL=residual is not None,
-        HAS_KV=kv is not None,
-        ARRIVE=splits > 1,
+    # The kernels' groups: a tensor with its strides, and None for each part this launch has none of.
+    norm_ = (norm[0].contiguous(), norm[1].contiguous(), float(norm[2])) if norm is not None else None
+    res = None
+    if residual is not None:
+        r2 = residual.reshape(rows, out_features).contiguous()
+        res = (r2, r2.stride(0))
+    partial = None
+    if splits > 1:  # the split partials and the arrival counters of the column tiles
+        partial = (
+            new_output(x, (splits, rows, out_features), torch.float32),
+            arrival.counters(x.device, tiles_n),
+            splits,
+        )
+    kv_ = None
+    if kv is not None:
+        k_cache, v_cache, lengths = kv
+        kv_ = (k_cache, v_cache, lengths, in_features // heads, k_cache.stride(), v_cache.stride())
+    groups = (
+        (x2, x2.stride(0), x2.stride(1)),
+        (weight, weight.stride(0), weight.stride(1)),
+        norm_,
+        bias.contiguous() if bias is not None else None,
+        res,
+        (y, y.stride(0)),
+        partial,
+        kv_,
+        rows,
+        out_features,
+        in_features,
+        k_per_split,
     )
-    args = (
-        x2, weight, b, r2, y, partial, counters, ln_w, ln_b, k_cache, v_cache, lengths,
-        rows, out_features, in_features, k_per_split, splits, eps, in_features // max(heads, 1),
-        x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), r2.stride(0), y.stride(0),
-        *cache_strides,
-    )  # fmt: skip
+    gelu = activation == "gelu"
     pdl = bool(pdl) and overlaps_launches(x.device)
     with explain_resources(NAME, cfg):
         if prefetches(cfg):
             head_k, tail_k = slice_tiles(k_per_split)
             launch.fast(_decode_prefetch_kernel)[(tiles_n, splits)](
-                *args, **flags, PDL=pdl, ROWS=next_pow2(rows), BLOCK_N=cfg.block_n, HEAD_K=head_k, TAIL_K=tail_k,
-                STATS_COLS=next_pow2(in_features), num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+                *groups, APPLY_GELU=gelu, PDL=pdl, ROWS=next_pow2(rows), BLOCK_N=cfg.block_n, HEAD_K=head_k,
+                TAIL_K=tail_k, STATS_COLS=next_pow2(in_features), num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages, launch_pdl=pdl,
             )  # fmt: skip
         else:
             launch.fast(_decode_linear_kernel)[(tiles_n, splits)](
-                *args, **flags, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                *groups, APPLY_GELU=gelu, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                 BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **stats_tile(rows, in_features), PDL=pdl,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
             )  # fmt: skip
