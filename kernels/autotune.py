@@ -29,14 +29,14 @@ CANDIDATES = {
             (64, 64, 64, 4, 4),
             (128, 128, 32, 4, 4),
         ]
-    ],  # fmt: skip
+    ],
     "linear_decode": [
         TileConfig(block_m=16, block_n=n, block_k=k, split_k=s, num_warps=4, num_stages=st)
         for n in (32, 64, 128)
         for k in (64, 128)
         for s in (1, 2, 4, 8)
         for st in (3, 4)
-    ],  # fmt: skip
+    ],
     "attention": [
         TileConfig(block_m=m, block_n=n, num_warps=w, num_stages=s)
         for (m, n, w, s) in [(128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 32, 4, 4)]
@@ -46,7 +46,7 @@ CANDIDATES = {
         for n in (32, 64, 128)
         for s in (8, 16, 32, 64)
         for w in (2, 4)
-    ],  # fmt: skip
+    ],
 }
 
 

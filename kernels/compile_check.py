@@ -31,9 +31,31 @@ def _cases(dtype, arch):
     t = "*" + TYPES[dtype]
     item = 2 if dtype != "float32" else 4
     prec = "ieee" if dtype == "float32" else "tf32"
-    yield ("layer_norm", LN._layer_norm_kernel, dict(X=t, R=t, Y=t, S=t, W=t, B=t, stride_xm="i32", stride_rm="i32",
-           stride_ym="i32", stride_sm="i32", M="i32", N="i32", eps="fp32", HAS_RESIDUAL=True, BLOCK_M=4, BLOCK_N=1024),
-           4, 1, 0)  # fmt: skip
+    yield (
+        "layer_norm",
+        LN._layer_norm_kernel,
+        dict(
+            X=t,
+            R=t,
+            Y=t,
+            S=t,
+            W=t,
+            B=t,
+            stride_xm="i32",
+            stride_rm="i32",
+            stride_ym="i32",
+            stride_sm="i32",
+            M="i32",
+            N="i32",
+            eps="fp32",
+            HAS_RESIDUAL=True,
+            BLOCK_M=4,
+            BLOCK_N=1024,
+        ),
+        4,
+        1,
+        0,
+    )
     ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)
     import torch
 
@@ -43,38 +65,113 @@ def _cases(dtype, arch):
         est = L.shared_memory(cfg, item, limits)
         blocks = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
         if cfg.split_k == 1:
-            args = dict(X=t, W=t, Bias=t, R=t, Y=t, **ints, stride_rm="i32", stride_ym="i32", HAS_BIAS=True,
-                        APPLY_GELU=True, HAS_RESIDUAL=True, PRECISION=prec, **blocks, GROUP_M=cfg.group_m)  # fmt: skip
+            args = dict(
+                X=t,
+                W=t,
+                Bias=t,
+                R=t,
+                Y=t,
+                **ints,
+                stride_rm="i32",
+                stride_ym="i32",
+                HAS_BIAS=True,
+                APPLY_GELU=True,
+                HAS_RESIDUAL=True,
+                PRECISION=prec,
+                **blocks,
+                GROUP_M=cfg.group_m,
+            )
             yield ("linear", L._linear_kernel, args, cfg.num_warps, cfg.num_stages, est)
         else:
-            yield ("linear split-k", L._linear_split_k_kernel, dict(X=t, W=t, P="*fp32", **ints, K_PER_SPLIT="i32",
-                   PRECISION=prec, **blocks), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
-            yield ("linear split-k reduce", L._split_k_reduce_kernel, dict(P="*fp32", Bias=t, R=t, Y=t, M="i32",
-                   N="i32", SPLIT_K="i32", stride_rm="i32", stride_ym="i32", HAS_BIAS=True, APPLY_GELU=True,
-                   HAS_RESIDUAL=False, BLOCK_M=16, BLOCK_N=128), 4, 1, 0)  # fmt: skip
+            yield (
+                "linear split-k",
+                L._linear_split_k_kernel,
+                dict(X=t, W=t, P="*fp32", **ints, K_PER_SPLIT="i32", PRECISION=prec, **blocks),
+                cfg.num_warps,
+                cfg.num_stages,
+                est,
+            )
+            yield (
+                "linear split-k reduce",
+                L._split_k_reduce_kernel,
+                dict(
+                    P="*fp32",
+                    Bias=t,
+                    R=t,
+                    Y=t,
+                    M="i32",
+                    N="i32",
+                    SPLIT_K="i32",
+                    stride_rm="i32",
+                    stride_ym="i32",
+                    HAS_BIAS=True,
+                    APPLY_GELU=True,
+                    HAS_RESIDUAL=False,
+                    BLOCK_M=16,
+                    BLOCK_N=128,
+                ),
+                4,
+                1,
+                0,
+            )
     for residual in (False, True) if arch >= 90 and dtype != "float32" else ():  # the persistent form: Hopper on
         cfg = L.resolve_config(None, 4096, 3072, 768, tdt, limits, True, residual)
         bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
         desc = lambda rows, cols: f"tensordesc<{TYPES[dtype]}[{rows},{cols}]>"
-        args = dict(XDesc=desc(bm, bk), WDesc=desc(bn, bk), YDesc=desc(bm, bn), Bias=t, R=t, M="i32", N="i32",
-                    K="i32", stride_rm="i32", HAS_BIAS=True, APPLY_GELU=not residual, HAS_RESIDUAL=residual,
-                    PRECISION=prec, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, PROGRAMS=132)  # fmt: skip
-        yield (f"linear persistent{' + res' if residual else ''}", L._linear_persistent_kernel, args, cfg.num_warps,
-               cfg.num_stages, L.shared_memory(cfg, item, limits, True, residual))  # fmt: skip
+        args = dict(
+            XDesc=desc(bm, bk),
+            WDesc=desc(bn, bk),
+            YDesc=desc(bm, bn),
+            Bias=t,
+            R=t,
+            M="i32",
+            N="i32",
+            K="i32",
+            stride_rm="i32",
+            HAS_BIAS=True,
+            APPLY_GELU=not residual,
+            HAS_RESIDUAL=residual,
+            PRECISION=prec,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=bk,
+            GROUP_M=cfg.group_m,
+            PROGRAMS=132,
+        )
+        yield (
+            f"linear persistent{' + res' if residual else ''}",
+            L._linear_persistent_kernel,
+            args,
+            cfg.num_warps,
+            cfg.num_stages,
+            L.shared_memory(cfg, item, limits, True, residual),
+        )
     pdl = arch >= 90  # programmatic dependent launch from Hopper on (kernels.pdl)
     # A list is a tuple argument, element by element: a tensor with its strides (unit strides are constants).
     cache = [t, "i32", "i32", "i32", 1]
     groups = dict(
-        x=[t, "i32", 1], w=[t, "i32", 1], norm=[t, t, "fp32"], Bias=t, res=[t, "i32"], y=[t, "i32"],
-        partial=["*fp32", "*i32", "i32"], kv=[t, t, "*i32", "i32", cache[1:], cache[1:]],
-    )  # fmt: skip
+        x=[t, "i32", 1],
+        w=[t, "i32", 1],
+        norm=[t, t, "fp32"],
+        Bias=t,
+        res=[t, "i32"],
+        y=[t, "i32"],
+        partial=["*fp32", "*i32", "i32"],
+        kv=[t, t, "*i32", "i32", cache[1:], cache[1:]],
+    )
     sizes = dict.fromkeys(("M", "N", "K", "K_PER_SPLIT"), "i32")
     # ln_1 -> c_attn -> KV cache in the K loop, split over K
     cfg = FL.resolve_config(TileConfig(block_n=32, block_k=128, split_k=4), 1, 2304, 768, tdt, limits)
     args = groups | sizes | dict(APPLY_GELU=True, PRECISION=prec, BLOCK_M=16, BLOCK_N=cfg.block_n)
     args |= dict(BLOCK_K=cfg.block_k, PDL=pdl) | FL.stats_tile(1, 768)
-    yield ("decode linear", FL._decode_linear_kernel, args, cfg.num_warps, cfg.num_stages,
-           L.shared_memory(cfg, item, limits))  # fmt: skip
+    yield (
+        "decode linear",
+        FL._decode_linear_kernel,
+        args,
+        cfg.num_warps,
+        cfg.num_stages,
+        L.shared_memory(cfg, item, limits),
+    )
     # The prefetch form at its defaults: c_attn's (one split) and mlp.c_proj's (split over K, arrival)
     for n, k in ((2304, 768), (768, 3072)):
         cfg = FL.resolve_config(None, 1, n, k, tdt, limits)
@@ -87,9 +184,30 @@ def _cases(dtype, arch):
     strides |= {f"stride_{x}d": 1 for x in "qkvo"}
     cfg = A.resolve_config(None, 1024, 64, tdt, limits)
     est = A.shared_memory(cfg, 64, item, limits)
-    yield ("attention", A._attention_kernel, dict(Q=t, K=t, V=t, Out=t, **strides, H="i32", TQ="i32", TK="i32",
-           qk_scale="fp32", CAUSAL=True, HEAD_DIM=64, PRECISION=prec, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-           BLOCK_D=64), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+    yield (
+        "attention",
+        A._attention_kernel,
+        dict(
+            Q=t,
+            K=t,
+            V=t,
+            Out=t,
+            **strides,
+            H="i32",
+            TQ="i32",
+            TK="i32",
+            qk_scale="fp32",
+            CAUSAL=True,
+            HEAD_DIM=64,
+            PRECISION=prec,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            BLOCK_D=64,
+        ),
+        cfg.num_warps,
+        cfg.num_stages,
+        est,
+    )
     rows = [t, "i32", "i32", 1]  # q and o: (B, H, 1, D) by sequence, head and dim
     qkv = dict(query=rows, keys=cache, values=cache, Lengths="*i32")
     sizes = dict(H="i32", CHUNK="i32", qk_scale="fp32")
@@ -100,12 +218,24 @@ def _cases(dtype, arch):
         est = AD.decode_shared_memory(cfg, 64, item)
         assert dot == form.startswith("dot"), (form, cfg)
         tiles = dict(HEAD_DIM=64, BLOCK_N=cfg.block_n, BLOCK_D=64)
-        yield (f"decode attention {form}", AD._decode_partial_kernel, qkv | sizes | tiles | dict(Part="*fp32",
-               SPLITS="i32", PREFETCH=False, DOT=dot), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+        yield (
+            f"decode attention {form}",
+            AD._decode_partial_kernel,
+            qkv | sizes | tiles | dict(Part="*fp32", SPLITS="i32", PREFETCH=False, DOT=dot),
+            cfg.num_warps,
+            cfg.num_stages,
+            est,
+        )
         for prefetch in (False, True) if not dot else (False,):
             args = qkv | sizes | tiles | dict(out=rows, partial=["*fp32", "*i32", "i32"], BLOCK_S=8, PDL=pdl)
-            yield (f"decode one launch {form}{' held' if prefetch else ''}", AD._decode_one_launch_kernel,
-                   args | dict(PREFETCH=prefetch, DOT=dot), cfg.num_warps, cfg.num_stages, est)  # fmt: skip
+            yield (
+                f"decode one launch {form}{' held' if prefetch else ''}",
+                AD._decode_one_launch_kernel,
+                args | dict(PREFETCH=prefetch, DOT=dot),
+                cfg.num_warps,
+                cfg.num_stages,
+                est,
+            )
     plan = DL.plan(1, 768, 12, 1024, tdt, limits)
     layer = dict(X=t, Out=t, Times=None, Sync="*i32", M="i32", C="i32", H="i32")
     layer |= dict(ln_1=[t, t, "fp32"], ln_2=[t, t, "fp32"], scratch=[t, t, t, t])
@@ -114,12 +244,24 @@ def _cases(dtype, arch):
     layer |= dict(attention=["*fp32", "*i32", "i32", "i32", "fp32"])
     layer |= plan["constexprs"]  # as launched for one sequence of GPT-2 small
     yield ("decode layer", DL._decode_layer_kernel, layer, DL.WARPS, 1, 0)
-    yield ("decode merge", AD._decode_merge_kernel, dict(Part="*fp32", out=rows, H="i32", SPLITS="i32", HEAD_DIM=64,
-           BLOCK_S=8, BLOCK_D=64), 4, 1, 0)  # fmt: skip
+    yield (
+        "decode merge",
+        AD._decode_merge_kernel,
+        dict(Part="*fp32", out=rows, H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8, BLOCK_D=64),
+        4,
+        1,
+        0,
+    )
     kv_strides = {f"stride_{x}{d}": "i32" for x in ("k", "v") for d in "bh"} | {"stride_kd": 1, "stride_vd": 1}
     kv_strides |= {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
-    yield ("kv write", KV._kv_write_kernel, dict(K=t, V=t, KC=t, VC=t, Lengths="*i32", **kv_strides, heads="i32",
-           HEAD_DIM=64, BLOCK_D=64), 1, 1, 0)  # fmt: skip
+    yield (
+        "kv write",
+        KV._kv_write_kernel,
+        dict(K=t, V=t, KC=t, VC=t, Lengths="*i32", **kv_strides, heads="i32", HEAD_DIM=64, BLOCK_D=64),
+        1,
+        1,
+        0,
+    )
     block = E.default_config(1 << 20, limits).block_n
     yield ("add", E._add_kernel, dict(X=t, Y=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
     yield ("bias add", E._bias_add_kernel, dict(X=t, Bias=t, Out=t, N="i32", WIDTH="i32", BLOCK_N=block), 4, 1, 0)

@@ -180,8 +180,19 @@ class _Fast:
         else:  # a hook (a profiler) may read the arguments: hand it the tensors themselves
             full = args + tail
             meta = kernel.launch_metadata(grid, stream, *full)
-        entry(grid[0], grid[1], grid[2], stream, kernel.function, *between, kernel.packed_metadata, meta, enter,
-              leave, *full)  # fmt: skip
+        entry(
+            grid[0],
+            grid[1],
+            grid[2],
+            stream,
+            kernel.function,
+            *between,
+            kernel.packed_metadata,
+            meta,
+            enter,
+            leave,
+            *full,
+        )
         return kernel
 
     def _first(self, grid, args, kwargs, key):

@@ -221,9 +221,15 @@ def rows_for(dtype, device, counters=None) -> list[dict]:
     rows = []
     for i, case in enumerate(CASES):
         t, cfg = model(case, dtype, device)
-        row = dict(case=case.name, config=str(cfg) if cfg else "", model_l2_read_mb=t.bytes_read / MB,
-                   model_l2_write_mb=t.bytes_written / MB, model_hbm_read_mb=t.hbm_read / MB,
-                   model_hbm_write_mb=t.hbm_written / MB, floor_mb=t.min_bytes / MB)  # fmt: skip
+        row = dict(
+            case=case.name,
+            config=str(cfg) if cfg else "",
+            model_l2_read_mb=t.bytes_read / MB,
+            model_l2_write_mb=t.bytes_written / MB,
+            model_hbm_read_mb=t.hbm_read / MB,
+            model_hbm_write_mb=t.hbm_written / MB,
+            floor_mb=t.min_bytes / MB,
+        )
         if counters is not None:
             c = counters[i]
             hbm_write = c["dram_write"] + c["dram_write_back"]
@@ -319,9 +325,28 @@ def run_child(dtype) -> None:
 
 def run_ncu(dtype_name: str) -> str:
     log = tempfile.NamedTemporaryFile(prefix="ncu_check_", suffix=".csv", delete=False).name
-    cmd = [find_ncu(), "--clock-control", "none", "--profile-from-start", "off", "--cache-control", "none",
-           "--metrics", ",".join(METRICS), "--csv", "--print-units", "base", "--log-file", log,
-           sys.executable, "-m", "kernels.ncu_check", "--child", "--dtype", dtype_name]  # fmt: skip
+    cmd = [
+        find_ncu(),
+        "--clock-control",
+        "none",
+        "--profile-from-start",
+        "off",
+        "--cache-control",
+        "none",
+        "--metrics",
+        ",".join(METRICS),
+        "--csv",
+        "--print-units",
+        "base",
+        "--log-file",
+        log,
+        sys.executable,
+        "-m",
+        "kernels.ncu_check",
+        "--child",
+        "--dtype",
+        dtype_name,
+    ]
     print("running:", " ".join(cmd), flush=True)
     done = subprocess.run(cmd, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if done.returncode != 0:
@@ -378,8 +403,15 @@ def write_outputs(rows, args, gpu: str) -> None:
             writer.writerows(rows)
         print(f"wrote {args.out}")
     if args.json:
-        meta = dict(gpu=gpu, date=datetime.datetime.now().isoformat(timespec="seconds"), torch=torch.__version__,
-                    triton=triton.__version__, dtype=args.dtype, metrics=list(METRICS), rows=rows)  # fmt: skip
+        meta = dict(
+            gpu=gpu,
+            date=datetime.datetime.now().isoformat(timespec="seconds"),
+            torch=torch.__version__,
+            triton=triton.__version__,
+            dtype=args.dtype,
+            metrics=list(METRICS),
+            rows=rows,
+        )
         with open(args.json, "w") as f:
             json.dump(meta, f, indent=1)
         print(f"wrote {args.json}")

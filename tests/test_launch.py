@@ -60,8 +60,18 @@ class _Launcher:  # as Triton 3.6 writes its launcher's call of the C entry poin
     def __call__(self, gridX, gridY, gridZ, stream, function, *args):
         global_scratch = profile_scratch = None
         # The test reads this call as source text: kept wrapped as Triton 3.6's generated launcher wraps it.
-        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
-                    global_scratch, profile_scratch, *args)  # fmt: skip
+        self.launch(
+            gridX,
+            gridY,
+            gridZ,
+            stream,
+            function,
+            self.launch_cooperative_grid,
+            self.launch_pdl,
+            global_scratch,
+            profile_scratch,
+            *args,
+        )
 
 
 class _OtherLauncher(_Launcher):  # a launcher that calls its entry point some other way

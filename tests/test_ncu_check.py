@@ -104,11 +104,18 @@ def test_requests_are_judged_at_l1_and_at_the_l2_only_where_no_load_takes_the_l1
 
     def counters(l1, l2):  # each case's counters as shares of its modeled requests; HBM as modeled
         return [
-            dict(kernels=["k"], dram_read=t.hbm_read, dram_write=t.hbm_written, dram_write_back=0.0,
-                 l1_read=l1 * t.bytes_read, l1_write=l1 * t.bytes_written,
-                 l2_read=l2 * t.bytes_read, l2_write=l2 * t.bytes_written)
+            dict(
+                kernels=["k"],
+                dram_read=t.hbm_read,
+                dram_write=t.hbm_written,
+                dram_write_back=0.0,
+                l1_read=l1 * t.bytes_read,
+                l1_write=l1 * t.bytes_written,
+                l2_read=l2 * t.bytes_read,
+                l2_write=l2 * t.bytes_written,
+            )
             for t in models
-        ]  # fmt: skip
+        ]
 
     merged = ncu_check.rows_for(torch.bfloat16, device, counters(1.0, 0.6))
     assert all(r["verdict"] == "PASS" and r["requests_counter"] == "L1" for r in merged)

@@ -39,8 +39,20 @@ from .softmax import online_step
 
 
 @triton.jit
-def _decode_chunk(query, keys, values, b, h, lo, hi, qk_scale,
-                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
+def _decode_chunk(
+    query,
+    keys,
+    values,
+    b,
+    h,
+    lo,
+    hi,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT: tl.constexpr,
+):
     """One split's share of a (sequence, head): the unnormalised output, the max score and the sum of
     exponentials over keys [lo, hi), all fp32 (max -inf, sum 0 and output 0 when the range is empty).
     With DOT (a split of several key tiles), scores and output are tl.dot products. query = (Q, stride_b,
@@ -101,8 +113,21 @@ def _decode_chunk(query, keys, values, b, h, lo, hi, qk_scale,
 
 
 @triton.jit
-def _decode_tile_prefetched(query, keys, values, b, h, lo, length, wait, qk_scale, PDL: tl.constexpr,
-                            HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+def _decode_tile_prefetched(
+    query,
+    keys,
+    values,
+    b,
+    h,
+    lo,
+    length,
+    wait,
+    qk_scale,
+    PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """_decode_chunk for a chunk of one key tile, [lo, min(lo + BLOCK_N, length)), loaded around the wait for
     the work before (_wait): the keys and values written by earlier steps (positions below length - 1) before
     it, q and the newest row (length - 1, which that work stores) after it."""
@@ -183,10 +208,21 @@ def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_
 
 @triton.jit
 def _decode_partial_kernel(
-    query, keys, values, Lengths, Part, H, SPLITS, CHUNK, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREFETCH: tl.constexpr,
+    query,
+    keys,
+    values,
+    Lengths,
+    Part,
+    H,
+    SPLITS,
+    CHUNK,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PREFETCH: tl.constexpr,
     DOT: tl.constexpr,
-):  # fmt: skip
+):
     bh = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -194,14 +230,35 @@ def _decode_partial_kernel(
     lo = split * CHUNK
     if PREFETCH:  # a chunk of one key tile: its keys and values all requested at once
         acc, m_i, l_i = _decode_tile_prefetched(
-            query, keys, values, b, h, lo, length, None, qk_scale, PDL=False, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N,
+            query,
+            keys,
+            values,
+            b,
+            h,
+            lo,
+            length,
+            None,
+            qk_scale,
+            PDL=False,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_N=BLOCK_N,
             BLOCK_D=BLOCK_D,
-        )  # fmt: skip
+        )
     else:
         acc, m_i, l_i = _decode_chunk(
-            query, keys, values, b, h, lo, min(lo + CHUNK, length), qk_scale, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N,
-            BLOCK_D=BLOCK_D, DOT=DOT,
-        )  # fmt: skip
+            query,
+            keys,
+            values,
+            b,
+            h,
+            lo,
+            min(lo + CHUNK, length),
+            qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_N=BLOCK_N,
+            BLOCK_D=BLOCK_D,
+            DOT=DOT,
+        )
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
     PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
@@ -228,27 +285,74 @@ def _store_row(out, b, h, o, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
 
 @triton.jit
 def _decode_one_launch_kernel(
-    query, keys, values, out, Lengths, partial, H, CHUNK, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, DOT: tl.constexpr,
-):  # fmt: skip
+    query,
+    keys,
+    values,
+    out,
+    Lengths,
+    partial,
+    H,
+    CHUNK,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    DOT: tl.constexpr,
+):
     # Under PDL (kernels.pdl) the next kernel may start loading its weights now. This one reads the lengths
     # before its wait, and with PREFETCH (a chunk of one key tile) the cache rows of earlier steps too; the
     # caller guarantees that the kernel just before writes nothing it reads but q and each newest row.
     pdl.launch_dependents(PDL)
     attend_item(
-        tl.program_id(0).to(tl.int64), tl.program_id(1), tl.num_programs(0), query, keys, values, out, Lengths,
-        partial, None, H, CHUNK, qk_scale,
-        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D, PDL=PDL, PREFETCH=PREFETCH, DOT=DOT,
-    )  # fmt: skip
+        tl.program_id(0).to(tl.int64),
+        tl.program_id(1),
+        tl.num_programs(0),
+        query,
+        keys,
+        values,
+        out,
+        Lengths,
+        partial,
+        None,
+        H,
+        CHUNK,
+        qk_scale,
+        HEAD_DIM=HEAD_DIM,
+        BLOCK_N=BLOCK_N,
+        BLOCK_S=BLOCK_S,
+        BLOCK_D=BLOCK_D,
+        PDL=PDL,
+        PREFETCH=PREFETCH,
+        DOT=DOT,
+    )
 
 
 @triton.jit
 def attend_item(
-    bh, split, BH, query, keys, values, out, Lengths, partial, wait, H, CHUNK, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, DOT: tl.constexpr,
-):  # fmt: skip
+    bh,
+    split,
+    BH,
+    query,
+    keys,
+    values,
+    out,
+    Lengths,
+    partial,
+    wait,
+    H,
+    CHUNK,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    DOT: tl.constexpr,
+):
     """Split `split` of (sequence, head) pair bh, of BH pairs: its partial, and the merge when it arrives last;
     with partial None (one split), the whole answer. query, out = (tensor, stride_b, stride_h, stride_d);
     keys, values = (cache, stride_b, stride_h, stride_n, stride_d); partial = (Part, Counters, splits). The
@@ -259,15 +363,36 @@ def attend_item(
     lo = split * CHUNK
     if PREFETCH:
         acc, m_i, l_i = _decode_tile_prefetched(
-            query, keys, values, b, h, lo, length, wait, qk_scale, PDL=PDL, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N,
+            query,
+            keys,
+            values,
+            b,
+            h,
+            lo,
+            length,
+            wait,
+            qk_scale,
+            PDL=PDL,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_N=BLOCK_N,
             BLOCK_D=BLOCK_D,
-        )  # fmt: skip
+        )
     else:
         _wait(wait, PDL)
         acc, m_i, l_i = _decode_chunk(
-            query, keys, values, b, h, lo, min(lo + CHUNK, length), qk_scale, HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N,
-            BLOCK_D=BLOCK_D, DOT=DOT,
-        )  # fmt: skip
+            query,
+            keys,
+            values,
+            b,
+            h,
+            lo,
+            min(lo + CHUNK, length),
+            qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_N=BLOCK_N,
+            BLOCK_D=BLOCK_D,
+            DOT=DOT,
+        )
     dims = tl.arange(0, BLOCK_D)
     if partial is not None:
         Part, Counters, SPLITS = partial
@@ -329,17 +454,45 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     with explain_resources("decode_attention", cfg):
         if one_launch:
             launch.fast(_decode_one_launch_kernel)[(batch * heads, splits)](
-                query, keys, values, out, lengths, (part, counters, splits) if splits > 1 else None,
-                heads, chunk, scale,
-                HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl,
-                PREFETCH=prefetch, DOT=dot, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
-            )  # fmt: skip
+                query,
+                keys,
+                values,
+                out,
+                lengths,
+                (part, counters, splits) if splits > 1 else None,
+                heads,
+                chunk,
+                scale,
+                HEAD_DIM=head_dim,
+                BLOCK_N=cfg.block_n,
+                BLOCK_S=block_s,
+                BLOCK_D=block_d,
+                PDL=pdl,
+                PREFETCH=prefetch,
+                DOT=dot,
+                num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages,
+                launch_pdl=pdl,
+            )
             return o
         launch.fast(_decode_partial_kernel)[(batch * heads, splits)](
-            query, keys, values, lengths, part, heads, splits, chunk, scale,
-            HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, BLOCK_D=block_d, PREFETCH=prefetch, DOT=dot,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
+            query,
+            keys,
+            values,
+            lengths,
+            part,
+            heads,
+            splits,
+            chunk,
+            scale,
+            HEAD_DIM=head_dim,
+            BLOCK_N=cfg.block_n,
+            BLOCK_D=block_d,
+            PREFETCH=prefetch,
+            DOT=dot,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
         launch.fast(_decode_merge_kernel)[(batch * heads,)](
             part, out, heads, splits, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4
         )
@@ -351,8 +504,10 @@ def _arrival_counters(device, needed: int):
     try:
         return arrival.counters(device, needed)
     except ValueError as e:
-        raise ValueError(f"decode_attention: one_launch=True with {needed} (sequence, head) pairs: {e}; "
-                         "use one_launch=False, or fewer sequences") from None  # fmt: skip
+        raise ValueError(
+            f"decode_attention: one_launch=True with {needed} (sequence, head) pairs: {e}; "
+            "use one_launch=False, or fewer sequences"
+        ) from None
 
 
 def tuned_decode_config(q, k_cache, v_cache, lengths, *, one_launch=False):

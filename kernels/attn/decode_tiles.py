@@ -109,8 +109,9 @@ def launch_plan(config, batch_heads, max_len, head_dim, dtype, device) -> tuple:
     return cfg, chunk, splits, block_d, max(2, next_pow2(splits)), prefetch, dot, scale, overlaps_launches(device)
 
 
-def decode_traffic(lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu",
-                   one_launch=False):  # fmt: skip
+def decode_traffic(
+    lengths, heads, max_len, head_dim, itemsize, *, config=None, dtype=torch.float16, device="cpu", one_launch=False
+):
     """Modeled traffic of one decode_attention call: each sequence's cache read up to its length
     (never the whole allocation), plus the fp32 partials the merge reads back.
 

@@ -43,11 +43,29 @@ MASKED_SCORE = tl.constexpr(-1.0e30)  # finite, so a row whose first tile is all
 
 @triton.jit
 def _attention_tiles(
-    acc, l_i, m_i, q, K, V, rows, dims, lo, hi, TK, offset, qk_scale,
-    stride_kn, stride_kd, stride_vn, stride_vd,
-    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
+    acc,
+    l_i,
+    m_i,
+    q,
+    K,
+    V,
+    rows,
+    dims,
+    lo,
+    hi,
+    TK,
+    offset,
+    qk_scale,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):  # fmt: skip
+):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
         kv_mask = dims[None, :] < HEAD_DIM
@@ -69,15 +87,37 @@ def _attention_tiles(
 
 @triton.jit
 def _attention_kernel(
-    Q, K, V, Out,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    H, TQ, TK, qk_scale,
-    CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    Out,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    H,
+    TQ,
+    TK,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b, h = bh // H, bh % H
@@ -103,13 +143,53 @@ def _attention_kernel(
         full_hi = TK // BLOCK_N * BLOCK_N
         hi = TK
     acc, l_i, m_i = _attention_tiles(
-        acc, l_i, m_i, q, K, V, rows, dims, 0, full_hi, TK, offset, qk_scale,
-        stride_kn, stride_kd, stride_vn, stride_vd, False, CAUSAL, HEAD_DIM, PRECISION, BLOCK_N,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        K,
+        V,
+        rows,
+        dims,
+        0,
+        full_hi,
+        TK,
+        offset,
+        qk_scale,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        False,
+        CAUSAL,
+        HEAD_DIM,
+        PRECISION,
+        BLOCK_N,
+    )
     acc, l_i, m_i = _attention_tiles(
-        acc, l_i, m_i, q, K, V, rows, dims, full_hi, hi, TK, offset, qk_scale,
-        stride_kn, stride_kd, stride_vn, stride_vd, True, CAUSAL, HEAD_DIM, PRECISION, BLOCK_N,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        K,
+        V,
+        rows,
+        dims,
+        full_hi,
+        hi,
+        TK,
+        offset,
+        qk_scale,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        True,
+        CAUSAL,
+        HEAD_DIM,
+        PRECISION,
+        BLOCK_N,
+    )
     o = acc / l_i[:, None]
     tl.store(Out + rows[:, None] * stride_om + dims[None, :] * stride_od, o.to(Out.dtype.element_ty), mask=q_mask)
 
@@ -180,13 +260,27 @@ def attention(q, k, v, *, causal=True, config=None):
     grid = (cdiv(tq, cfg.block_m), batch * heads)
     with explain_resources("attention", cfg):
         launch.fast(_attention_kernel)[grid](
-            q, k, v, o,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            heads, tq, tk, LOG2E / math.sqrt(head_dim),
-            CAUSAL=causal, HEAD_DIM=head_dim, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=max(16, next_pow2(head_dim)),
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            o,
+            *q.stride(),
+            *k.stride(),
+            *v.stride(),
+            *o.stride(),
+            heads,
+            tq,
+            tk,
+            LOG2E / math.sqrt(head_dim),
+            CAUSAL=causal,
+            HEAD_DIM=head_dim,
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            BLOCK_D=max(16, next_pow2(head_dim)),
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
     return o
 
 

@@ -17,13 +17,29 @@ from ..config import SECTOR, Traffic, check_dtype, next_pow2, sectors
 
 @triton.jit
 def _kv_write_kernel(
-    K, V, KC, VC, Lengths,
-    stride_kb, stride_kh, stride_kd, stride_vb, stride_vh, stride_vd,
-    stride_kcb, stride_kch, stride_kct, stride_kcd, stride_vcb, stride_vch, stride_vct, stride_vcd,
+    K,
+    V,
+    KC,
+    VC,
+    Lengths,
+    stride_kb,
+    stride_kh,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vd,
+    stride_kcb,
+    stride_kch,
+    stride_kct,
+    stride_kcd,
+    stride_vcb,
+    stride_vch,
+    stride_vct,
+    stride_vcd,
     heads,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
-):  # fmt: skip
+):
     # 64-bit before any pointer arithmetic: b * stride_kcb passes 2^31 elements in a large cache
     # (B=3, T_max=20M, D=64: sequence 2 starts at 2.56e9), and int32 would wrap to a wrong address.
     bh = tl.program_id(0).to(tl.int64)
@@ -46,23 +62,40 @@ def kv_write(k, v, k_cache, v_cache, lengths) -> None:
         raise ValueError(f"kv_write: k and v must be (B, H, 1, D) alike, got {tuple(k.shape)} and {tuple(v.shape)}")
     batch, heads, _, head_dim = k.shape
     if k_cache.shape != v_cache.shape or k_cache.dim() != 4 or k_cache.shape[:2] != (batch, heads):
-        raise ValueError(f"kv_write: caches must be (B={batch}, H={heads}, T_max, D={head_dim}) alike, "
-                         f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")  # fmt: skip
+        raise ValueError(
+            f"kv_write: caches must be (B={batch}, H={heads}, T_max, D={head_dim}) alike, "
+            f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+        )
     if k_cache.shape[3] != head_dim:
         raise ValueError(f"kv_write: cache head dimension {k_cache.shape[3]} does not match k's {head_dim}")
     if len({k.dtype, v.dtype, k_cache.dtype, v_cache.dtype}) != 1:
-        raise ValueError(f"kv_write: k, v and the caches must share a dtype, got {k.dtype}, {v.dtype}, "
-                         f"{k_cache.dtype}, {v_cache.dtype}")  # fmt: skip
+        raise ValueError(
+            f"kv_write: k, v and the caches must share a dtype, got {k.dtype}, {v.dtype}, "
+            f"{k_cache.dtype}, {v_cache.dtype}"
+        )
     if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != k.device:
         raise ValueError(f"kv_write: lengths must be a ({batch},) int32 or int64 tensor on {k.device}")
     if k.numel() == 0:
         return
     launch.fast(_kv_write_kernel)[(batch * heads,)](
-        k, v, k_cache, v_cache, lengths,
-        k.stride(0), k.stride(1), k.stride(3), v.stride(0), v.stride(1), v.stride(3),
-        *k_cache.stride(), *v_cache.stride(),
-        heads, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), num_warps=1,  # a row of D elements each
-    )  # fmt: skip
+        k,
+        v,
+        k_cache,
+        v_cache,
+        lengths,
+        k.stride(0),
+        k.stride(1),
+        k.stride(3),
+        v.stride(0),
+        v.stride(1),
+        v.stride(3),
+        *k_cache.stride(),
+        *v_cache.stride(),
+        heads,
+        HEAD_DIM=head_dim,
+        BLOCK_D=max(16, next_pow2(head_dim)),
+        num_warps=1,  # a row of D elements each
+    )
 
 
 def traffic(batch: int, heads: int, head_dim: int, itemsize: int, *, lengths_itemsize: int = 4) -> Traffic:

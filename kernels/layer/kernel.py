@@ -68,12 +68,39 @@ ATTENTION_TILE = 128  # keys: a split of at most this many is loaded whole, befo
 
 @triton.jit
 def _decode_layer_kernel(
-    X, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, cache, attention, scratch, Out, Sync, Times, M, C, H,
-    ROWS: tl.constexpr, BN_A: tl.constexpr, BN_O: tl.constexpr, BN_F: tl.constexpr, BN_P: tl.constexpr,
-    HEAD_C: tl.constexpr, TAIL_C: tl.constexpr, HEAD_F: tl.constexpr, TAIL_F: tl.constexpr,
-    STATS_COLS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr, ATT_PREFETCH: tl.constexpr, PDL: tl.constexpr,
-):  # fmt: skip
+    X,
+    ln_1,
+    c_attn,
+    c_proj,
+    ln_2,
+    c_fc,
+    mlp_proj,
+    cache,
+    attention,
+    scratch,
+    Out,
+    Sync,
+    Times,
+    M,
+    C,
+    H,
+    ROWS: tl.constexpr,
+    BN_A: tl.constexpr,
+    BN_O: tl.constexpr,
+    BN_F: tl.constexpr,
+    BN_P: tl.constexpr,
+    HEAD_C: tl.constexpr,
+    TAIL_C: tl.constexpr,
+    HEAD_F: tl.constexpr,
+    TAIL_F: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+    SPLIT: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    ATT_PREFETCH: tl.constexpr,
+    PDL: tl.constexpr,
+):
     """ln_1, ln_2 = (weight, bias, eps); c_attn, c_proj, c_fc, mlp_proj = (weight (out, in), bias);
     cache = (k_cache, v_cache, lengths, next_lengths, head_dim, k_strides, v_strides); attention = (partials, counters,
     splits, keys per split, scale); scratch = (qkv, attn, x1, hid), the block's activations, each (M, width)
@@ -89,9 +116,26 @@ def _decode_layer_kernel(
     _stamp(Times, pid, 0)
     kv = (KC, VC, Lengths, HEAD_DIM, k_strides, v_strides)
     _stage(
-        pid, P, c_attn, (X, C, 1), ln_1, None, (QKV, 3 * C), kv, M, 3 * C, C, None,
-        GELU=False, PDL=PDL, ROWS=ROWS, BN=BN_A, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
-    )  # fmt: skip
+        pid,
+        P,
+        c_attn,
+        (X, C, 1),
+        ln_1,
+        None,
+        (QKV, 3 * C),
+        kv,
+        M,
+        3 * C,
+        C,
+        None,
+        GELU=False,
+        PDL=PDL,
+        ROWS=ROWS,
+        BN=BN_A,
+        HEAD_K=HEAD_C,
+        TAIL_K=TAIL_C,
+        STATS_COLS=STATS_COLS,
+    )
     _stamp(Times, pid, 1)
     # A program with no stage-0 item has not waited yet; under PDL it must, before it touches the counters
     # (the layer before may still be using them). Waiting again is free.
@@ -107,48 +151,151 @@ def _decode_layer_kernel(
     values = (VC, v_strides[0], v_strides[1], v_strides[2], v_strides[3])
     for item in range(pid, M * H * SPLITS, P):
         attend_item(
-            tl.cast(item // SPLITS, tl.int64), item % SPLITS, M * H, (QKV, 3 * C, HEAD_DIM, 1), keys, values,
-            (Attn, C, HEAD_DIM, 1), NextLengths, partial, (Sync, P), H, CHUNK, qk_scale,
-            HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D, PDL=False, PREFETCH=ATT_PREFETCH,
+            tl.cast(item // SPLITS, tl.int64),
+            item % SPLITS,
+            M * H,
+            (QKV, 3 * C, HEAD_DIM, 1),
+            keys,
+            values,
+            (Attn, C, HEAD_DIM, 1),
+            NextLengths,
+            partial,
+            (Sync, P),
+            H,
+            CHUNK,
+            qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_N=BLOCK_N,
+            BLOCK_S=BLOCK_S,
+            BLOCK_D=BLOCK_D,
+            PDL=False,
+            PREFETCH=ATT_PREFETCH,
             DOT=False,
-        )  # fmt: skip
+        )
     _stamp(Times, pid, 3)
     barrier.arrive(Sync, 1)
     _stage(
-        pid, P, c_proj, (Attn, C, 1), None, (X, C), (X1, C), None, M, C, C, (Sync, 1, P),
-        GELU=False, PDL=False, ROWS=ROWS, BN=BN_O, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
-    )  # fmt: skip
+        pid,
+        P,
+        c_proj,
+        (Attn, C, 1),
+        None,
+        (X, C),
+        (X1, C),
+        None,
+        M,
+        C,
+        C,
+        (Sync, 1, P),
+        GELU=False,
+        PDL=False,
+        ROWS=ROWS,
+        BN=BN_O,
+        HEAD_K=HEAD_C,
+        TAIL_K=TAIL_C,
+        STATS_COLS=STATS_COLS,
+    )
     _stamp(Times, pid, 4)
     barrier.arrive(Sync, 2)
     _stage(
-        pid, P, c_fc, (X1, C, 1), ln_2, None, (Hid, F), None, M, F, C, (Sync, 2, P),
-        GELU=True, PDL=False, ROWS=ROWS, BN=BN_F, HEAD_K=HEAD_C, TAIL_K=TAIL_C, STATS_COLS=STATS_COLS,
-    )  # fmt: skip
+        pid,
+        P,
+        c_fc,
+        (X1, C, 1),
+        ln_2,
+        None,
+        (Hid, F),
+        None,
+        M,
+        F,
+        C,
+        (Sync, 2, P),
+        GELU=True,
+        PDL=False,
+        ROWS=ROWS,
+        BN=BN_F,
+        HEAD_K=HEAD_C,
+        TAIL_K=TAIL_C,
+        STATS_COLS=STATS_COLS,
+    )
     _stamp(Times, pid, 5)
     barrier.arrive(Sync, 3)
     _stage(
-        pid, P, mlp_proj, (Hid, F, 1), None, (X1, C), (Out, C), None, M, C, F, (Sync, 3, P),
-        GELU=False, PDL=False, ROWS=ROWS, BN=BN_P, HEAD_K=HEAD_F, TAIL_K=TAIL_F, STATS_COLS=STATS_COLS,
-    )  # fmt: skip
+        pid,
+        P,
+        mlp_proj,
+        (Hid, F, 1),
+        None,
+        (X1, C),
+        (Out, C),
+        None,
+        M,
+        C,
+        F,
+        (Sync, 3, P),
+        GELU=False,
+        PDL=False,
+        ROWS=ROWS,
+        BN=BN_P,
+        HEAD_K=HEAD_F,
+        TAIL_K=TAIL_F,
+        STATS_COLS=STATS_COLS,
+    )
     _stamp(Times, pid, 6)
     barrier.finish(Sync, 4, P)  # counters 0-3 after stages 0-3, 4 for the end
 
 
 @triton.jit
 def _stage(
-    pid, P, linear, x, norm, res, y, kv, M, N, K, wait,
-    GELU: tl.constexpr, PDL: tl.constexpr, ROWS: tl.constexpr, BN: tl.constexpr, HEAD_K: tl.constexpr,
-    TAIL_K: tl.constexpr, STATS_COLS: tl.constexpr,
-):  # fmt: skip
+    pid,
+    P,
+    linear,
+    x,
+    norm,
+    res,
+    y,
+    kv,
+    M,
+    N,
+    K,
+    wait,
+    GELU: tl.constexpr,
+    PDL: tl.constexpr,
+    ROWS: tl.constexpr,
+    BN: tl.constexpr,
+    HEAD_K: tl.constexpr,
+    TAIL_K: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+):
     """A projection stage: this program's column tiles of linear = (W (N, K), bias), items pid, pid + P, ...,
     each one's weight slice loaded before it waits (wait, as slice_item takes it) for the stage's input."""
     W, Bias = linear
     for t in range(pid, tl.cdiv(N, BN), P):
         w_slice = load_slice(t, 0, (W, K, 1), N, K, K, BN, HEAD_K, TAIL_K)
         slice_item(
-            w_slice, t, 0, x, norm, Bias, res, y, None, kv, M, N, K, K, wait,
-            APPLY_GELU=GELU, PDL=PDL, ROWS=ROWS, BLOCK_N=BN, HEAD_K=HEAD_K, TAIL_K=TAIL_K, STATS_COLS=STATS_COLS,
-        )  # fmt: skip
+            w_slice,
+            t,
+            0,
+            x,
+            norm,
+            Bias,
+            res,
+            y,
+            None,
+            kv,
+            M,
+            N,
+            K,
+            K,
+            wait,
+            APPLY_GELU=GELU,
+            PDL=PDL,
+            ROWS=ROWS,
+            BLOCK_N=BN,
+            HEAD_K=HEAD_K,
+            TAIL_K=TAIL_K,
+            STATS_COLS=STATS_COLS,
+        )
 
 
 @triton.jit
@@ -214,8 +361,15 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
         ATT_PREFETCH=att_prefetch,
         PDL=PDL and overlaps_launches(device),
     )
-    return dict(programs=programs(device, items), tiles=tiles, attention=attention, chunk=chunk, splits=splits,
-                scale=scale, constexprs=constexprs)  # fmt: skip
+    return dict(
+        programs=programs(device, items),
+        tiles=tiles,
+        attention=attention,
+        chunk=chunk,
+        splits=splits,
+        scale=scale,
+        constexprs=constexprs,
+    )
 
 
 def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *, stamps=None):
@@ -243,12 +397,27 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *,
     qkv, attn, x1, hid = (new_output(x, (rows, n)) for n in (3 * width, width, width, 4 * width))
     part = new_output(x, (rows * heads * p["splits"] * (p["constexprs"]["BLOCK_D"] + 2),), torch.float32)
     _decode_layer_kernel[(p["programs"],)](
-        x2, (*ln_1, float(eps)), c_attn, c_proj, (*ln_2, float(eps)), c_fc, mlp_proj,
+        x2,
+        (*ln_1, float(eps)),
+        c_attn,
+        c_proj,
+        (*ln_2, float(eps)),
+        c_fc,
+        mlp_proj,
         (k_cache, v_cache, lengths, next_lengths, width // heads, k_cache.stride(), v_cache.stride()),
         (part, arrival.counters(x.device, rows * heads), p["splits"], p["chunk"], p["scale"]),
-        (qkv, attn, x1, hid), out, arrival.stage_counters(x.device, STAGES), stamps, rows, width, heads,
-        **p["constexprs"], num_warps=WARPS, num_stages=1, launch_pdl=p["constexprs"]["PDL"],
-    )  # fmt: skip
+        (qkv, attn, x1, hid),
+        out,
+        arrival.stage_counters(x.device, STAGES),
+        stamps,
+        rows,
+        width,
+        heads,
+        **p["constexprs"],
+        num_warps=WARPS,
+        num_stages=1,
+        launch_pdl=p["constexprs"]["PDL"],
+    )
     return out
 
 
@@ -297,19 +466,25 @@ def traffic(lengths, width, heads, max_len, itemsize, *, dtype=torch.float16, de
     on = dict(dtype=dtype, device=device)
 
     def tiles(block_n, in_features):
-        return TileConfig(block_m=16, block_n=block_n, block_k=max(PREFETCH_BLOCK_K, next_pow2(in_features)),
-                          split_k=1, num_warps=WARPS, num_stages=1)  # fmt: skip
+        return TileConfig(
+            block_m=16,
+            block_n=block_n,
+            block_k=max(PREFETCH_BLOCK_K, next_pow2(in_features)),
+            split_k=1,
+            num_warps=WARPS,
+            num_stages=1,
+        )
 
     t = p["tiles"]
     parts = [
         linear_traffic(rows, 3 * width, width, itemsize, norm=True, kv=heads, config=tiles(t["BN_A"], width), **on),
         decode_traffic(
             list(lengths), heads, max_len, width // heads, itemsize, config=p["attention"], one_launch=True, **on
-        ),  # fmt: skip
+        ),
         linear_traffic(rows, width, width, itemsize, residual=True, config=tiles(t["BN_O"], width), **on),
         linear_traffic(
             rows, 4 * width, width, itemsize, norm=True, activation="gelu", config=tiles(t["BN_F"], width), **on
-        ),  # fmt: skip
+        ),
         linear_traffic(rows, width, 4 * width, itemsize, residual=True, config=tiles(t["BN_P"], 4 * width), **on),
     ]
     return sum(parts, Traffic(0, STAGES * p["programs"] * SECTOR, 0, 0, 0, 0))  # the arrivals: a sector each

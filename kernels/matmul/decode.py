@@ -61,10 +61,27 @@ NAME = "decode_linear"
 
 @triton.jit
 def _decode_linear_kernel(
-    x, w, norm, Bias, res, y, partial, kv, M, N, K, K_PER_SPLIT,
-    APPLY_GELU: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, STATS_ROWS: tl.constexpr, STATS_COLS: tl.constexpr, PDL: tl.constexpr,
-):  # fmt: skip
+    x,
+    w,
+    norm,
+    Bias,
+    res,
+    y,
+    partial,
+    kv,
+    M,
+    N,
+    K,
+    K_PER_SPLIT,
+    APPLY_GELU: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    STATS_ROWS: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+    PDL: tl.constexpr,
+):
     """The K-loop form. x = (X, stride_xm, stride_xk), w = (W, stride_wn, stride_wk); norm, Bias, res, partial
     and kv as slice_item (kernels.matmul.decode_items) takes them, each None where the launch has none."""
     pdl.launch_dependents(PDL)
@@ -133,10 +150,26 @@ def _decode_linear_kernel(
 
 @triton.jit
 def _decode_prefetch_kernel(
-    x, w, norm, Bias, res, y, partial, kv, M, N, K, K_PER_SPLIT,
-    APPLY_GELU: tl.constexpr, PDL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_K: tl.constexpr, TAIL_K: tl.constexpr, STATS_COLS: tl.constexpr,
-):  # fmt: skip
+    x,
+    w,
+    norm,
+    Bias,
+    res,
+    y,
+    partial,
+    kv,
+    M,
+    N,
+    K,
+    K_PER_SPLIT,
+    APPLY_GELU: tl.constexpr,
+    PDL: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_K: tl.constexpr,
+    TAIL_K: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+):
     """The same job as _decode_linear_kernel when each split is one K step: the program loads its whole
     weight slice (HEAD_K columns of K, then TAIL_K more, both powers of two, TAIL_K possibly 0) before it
     reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
@@ -144,10 +177,29 @@ def _decode_prefetch_kernel(
     pid_n, split = tl.program_id(0), tl.program_id(1)
     w_slice = load_slice(pid_n, split, w, N, K, K_PER_SPLIT, BLOCK_N, HEAD_K, TAIL_K)
     slice_item(
-        w_slice, pid_n, split, x, norm, Bias, res, y, partial, kv, M, N, K, K_PER_SPLIT, None,
-        APPLY_GELU=APPLY_GELU, PDL=PDL, ROWS=ROWS, BLOCK_N=BLOCK_N, HEAD_K=HEAD_K, TAIL_K=TAIL_K,
+        w_slice,
+        pid_n,
+        split,
+        x,
+        norm,
+        Bias,
+        res,
+        y,
+        partial,
+        kv,
+        M,
+        N,
+        K,
+        K_PER_SPLIT,
+        None,
+        APPLY_GELU=APPLY_GELU,
+        PDL=PDL,
+        ROWS=ROWS,
+        BLOCK_N=BLOCK_N,
+        HEAD_K=HEAD_K,
+        TAIL_K=TAIL_K,
         STATS_COLS=STATS_COLS,
-    )  # fmt: skip
+    )
 
 
 def _check(x, weight, bias, activation, residual, norm, kv):
@@ -269,16 +321,32 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
         if prefetches(cfg):
             head_k, tail_k = slice_tiles(k_per_split)
             launch.fast(_decode_prefetch_kernel)[(tiles_n, splits)](
-                *groups, APPLY_GELU=gelu, PDL=pdl, ROWS=next_pow2(rows), BLOCK_N=cfg.block_n, HEAD_K=head_k,
-                TAIL_K=tail_k, STATS_COLS=next_pow2(in_features), num_warps=cfg.num_warps,
-                num_stages=cfg.num_stages, launch_pdl=pdl,
-            )  # fmt: skip
+                *groups,
+                APPLY_GELU=gelu,
+                PDL=pdl,
+                ROWS=next_pow2(rows),
+                BLOCK_N=cfg.block_n,
+                HEAD_K=head_k,
+                TAIL_K=tail_k,
+                STATS_COLS=next_pow2(in_features),
+                num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages,
+                launch_pdl=pdl,
+            )
         else:
             launch.fast(_decode_linear_kernel)[(tiles_n, splits)](
-                *groups, APPLY_GELU=gelu, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-                BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **stats_tile(rows, in_features), PDL=pdl,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
-            )  # fmt: skip
+                *groups,
+                APPLY_GELU=gelu,
+                PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                BLOCK_M=16,
+                BLOCK_N=cfg.block_n,
+                BLOCK_K=cfg.block_k,
+                **stats_tile(rows, in_features),
+                PDL=pdl,
+                num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages,
+                launch_pdl=pdl,
+            )
     return y if flat else y.view(out_shape)
 
 

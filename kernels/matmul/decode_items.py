@@ -23,9 +23,18 @@ def _epilogue(acc, rows, cols, pid_n, Bias, res, y, kv, M, N, APPLY_GELU: tl.con
     if res is not None:
         R, stride_rm = res
     acc = _bias_gelu_residual(
-        acc, rows, cols, Bias, R, M, N, stride_rm,
-        HAS_BIAS=Bias is not None, APPLY_GELU=APPLY_GELU, HAS_RESIDUAL=res is not None,
-    )  # fmt: skip
+        acc,
+        rows,
+        cols,
+        Bias,
+        R,
+        M,
+        N,
+        stride_rm,
+        HAS_BIAS=Bias is not None,
+        APPLY_GELU=APPLY_GELU,
+        HAS_RESIDUAL=res is not None,
+    )
     Y, stride_ym = y
     row_mask = rows < M
     mask = row_mask[:, None] & (cols < N)[None, :]
@@ -56,8 +65,23 @@ def _cache_rows(Cache, strides, rows, pos, h, d):
 
 
 @triton.jit
-def _finish(acc, rows, cols, pid_n, split, Bias, res, y, partial, kv, M, N,
-            APPLY_GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+def _finish(
+    acc,
+    rows,
+    cols,
+    pid_n,
+    split,
+    Bias,
+    res,
+    y,
+    partial,
+    kv,
+    M,
+    N,
+    APPLY_GELU: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """The epilogue, after the arrival when the K range was split (partial = (P, Counters, splits) then,
     None with one split): acc is this program's (BLOCK_M, BLOCK_N) share of the output tile."""
     if partial is not None:
@@ -142,10 +166,29 @@ def load_slice(pid_n, split, w, N, K, K_PER_SPLIT, BLOCK_N: tl.constexpr, HEAD_K
 
 @triton.jit
 def slice_item(
-    w_slice, pid_n, split, x, norm, Bias, res, y, partial, kv, M, N, K, K_PER_SPLIT, wait,
-    APPLY_GELU: tl.constexpr, PDL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_K: tl.constexpr, TAIL_K: tl.constexpr, STATS_COLS: tl.constexpr,
-):  # fmt: skip
+    w_slice,
+    pid_n,
+    split,
+    x,
+    norm,
+    Bias,
+    res,
+    y,
+    partial,
+    kv,
+    M,
+    N,
+    K,
+    K_PER_SPLIT,
+    wait,
+    APPLY_GELU: tl.constexpr,
+    PDL: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_K: tl.constexpr,
+    TAIL_K: tl.constexpr,
+    STATS_COLS: tl.constexpr,
+):
     """The rest of a (column tile, split) once its slice w_slice = load_slice(...) is on its way: the wait for
     what earlier work writes, then the rows times the slice and the epilogue.
 

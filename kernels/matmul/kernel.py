@@ -53,8 +53,19 @@ def _gelu_tanh(x):
 
 
 @triton.jit
-def _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm,
-                        HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr):  # fmt: skip
+def _bias_gelu_residual(
+    acc,
+    rows,
+    cols,
+    Bias,
+    R,
+    M,
+    N,
+    stride_rm,
+    HAS_BIAS: tl.constexpr,
+    APPLY_GELU: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+):
     """The epilogue's arithmetic on the fp32 tile acc at (rows, cols), in the order every linear applies it;
     rows should be 64-bit where the residual can pass 2^31 elements."""
     if HAS_BIAS:
@@ -68,8 +79,21 @@ def _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm,
 
 
 @triton.jit
-def _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym,
-                    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr):  # fmt: skip
+def _epilogue_store(
+    acc,
+    rows,
+    cols,
+    Bias,
+    R,
+    Y,
+    M,
+    N,
+    stride_rm,
+    stride_ym,
+    HAS_BIAS: tl.constexpr,
+    APPLY_GELU: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+):
     acc = _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], acc.to(Y.dtype.element_ty), mask=mask)
@@ -86,12 +110,29 @@ def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def _linear_kernel(
-    X, W, Bias, R, Y,
-    M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_ym,
-    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
+    X,
+    W,
+    Bias,
+    R,
+    Y,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_rm,
+    stride_ym,
+    HAS_BIAS: tl.constexpr,
+    APPLY_GELU: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -114,12 +155,25 @@ def _linear_kernel(
 
 @triton.jit
 def _linear_persistent_kernel(
-    XDesc, WDesc, YDesc, Bias, R,
-    M, N, K, stride_rm,
-    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    XDesc,
+    WDesc,
+    YDesc,
+    Bias,
+    R,
+    M,
+    N,
+    K,
+    stride_rm,
+    HAS_BIAS: tl.constexpr,
+    APPLY_GELU: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     PROGRAMS: tl.constexpr,
-):  # fmt: skip
+):
     """_linear_kernel for Hopper on: one program per SM walks the output tiles (the same grouped order), and
     x, the weight and y move through tensor descriptors (the TMA unit copies whole tiles, filling zeros
     past the edges and clipping the store); the residual, read once, is loaded straight into registers
@@ -144,11 +198,22 @@ def _linear_persistent_kernel(
 
 @triton.jit
 def _linear_split_k_kernel(
-    X, W, P,
-    M, N, K, K_PER_SPLIT,
-    stride_xm, stride_xk, stride_wn, stride_wk,
-    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):  # fmt: skip
+    X,
+    W,
+    P,
+    M,
+    N,
+    K,
+    K_PER_SPLIT,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)  # all M <= BLOCK_M rows in one tile
@@ -172,11 +237,21 @@ def _linear_split_k_kernel(
 
 @triton.jit
 def _split_k_reduce_kernel(
-    P, Bias, R, Y,
-    M, N, SPLIT_K, stride_rm, stride_ym,
-    HAS_BIAS: tl.constexpr, APPLY_GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
+    P,
+    Bias,
+    R,
+    Y,
+    M,
+    N,
+    SPLIT_K,
+    stride_rm,
+    stride_ym,
+    HAS_BIAS: tl.constexpr,
+    APPLY_GELU: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     rows = tl.arange(0, BLOCK_M)
     cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -197,16 +272,18 @@ def default_config(
         # in one), one split, and the longest K step the shared memory allows (resolve_config shrinks block_k to
         # fit: 64 in fp32, 128 in fp16, at 128 x 256).
         block_m, group_m = max(16, min(128, next_pow2(rows))), 1 if rows <= DECODE_ROWS else 8
-        return TileConfig(block_m=block_m, block_n=256, block_k=256, group_m=group_m, split_k=1, num_warps=4,
-                          num_stages=1)  # fmt: skip
+        return TileConfig(
+            block_m=block_m, block_n=256, block_k=256, group_m=group_m, split_k=1, num_warps=4, num_stages=1
+        )
     block_k = 32 if dtype == torch.float32 else 64
     if rows <= DECODE_ROWS:
         block_n, block_k = 64, 128
         # Enough programs to give every SM two weight slices to stream, but no split shorter than BLOCK_K.
         split_k = max(1, min(2 * limits.num_sms // cdiv(out_features, block_n), cdiv(in_features, block_k)))
         split_k = 1 << (split_k.bit_length() - 1)  # tiles are powers of two: round down
-        return TileConfig(block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k,
-                          num_warps=4, num_stages=stages + 1)  # fmt: skip
+        return TileConfig(
+            block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k, num_warps=4, num_stages=stages + 1
+        )
     if dtype != torch.float32 and limits.capability >= (9, 0):  # the persistent form (forced_form)
         # The fastest of 9 tile rules on an H200 (scripts/linear_sweep.py, benchmarks/RESULTS.md): 128x256 in
         # 8 warps, 3 stages, for c_fc + GELU at M = 1024-8192. With a residual that tile leaves room for only
@@ -329,29 +406,67 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
         elif cfg.split_k == 1:
             grid = (cdiv(rows, cfg.block_m) * cdiv(out_features, cfg.block_n),)
             launch.fast(_linear_kernel)[grid](
-                x2, weight, b, r2, y,
-                rows, out_features, in_features,
-                sx[0], sx[1], sw[0], sw[1], r2.stride(0), out_features,
-                **flags, PRECISION=precision,
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            )  # fmt: skip
+                x2,
+                weight,
+                b,
+                r2,
+                y,
+                rows,
+                out_features,
+                in_features,
+                sx[0],
+                sx[1],
+                sw[0],
+                sw[1],
+                r2.stride(0),
+                out_features,
+                **flags,
+                PRECISION=precision,
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=cfg.block_n,
+                BLOCK_K=cfg.block_k,
+                GROUP_M=cfg.group_m,
+                num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages,
+            )
         else:
             k_per_split = cdiv(cdiv(in_features, cfg.split_k), cfg.block_k) * cfg.block_k
             splits = cdiv(in_features, k_per_split)
             partial = new_output(x, (splits, rows, out_features), torch.float32)
             launch.fast(_linear_split_k_kernel)[(cdiv(out_features, cfg.block_n), splits)](
-                x2, weight, partial,
-                rows, out_features, in_features, k_per_split,
-                sx[0], sx[1], sw[0], sw[1],
-                PRECISION=precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            )  # fmt: skip
+                x2,
+                weight,
+                partial,
+                rows,
+                out_features,
+                in_features,
+                k_per_split,
+                sx[0],
+                sx[1],
+                sw[0],
+                sw[1],
+                PRECISION=precision,
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=cfg.block_n,
+                BLOCK_K=cfg.block_k,
+                num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages,
+            )
             launch.fast(_split_k_reduce_kernel)[(cdiv(out_features, 128),)](
-                partial, b, r2, y,
-                rows, out_features, splits, r2.stride(0), out_features,
-                **flags, BLOCK_M=cfg.block_m, BLOCK_N=128, num_warps=4,
-            )  # fmt: skip
+                partial,
+                b,
+                r2,
+                y,
+                rows,
+                out_features,
+                splits,
+                r2.stride(0),
+                out_features,
+                **flags,
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=128,
+                num_warps=4,
+            )
     return y if flat else y.view(out_shape)
 
 
@@ -367,12 +482,25 @@ def _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision):
     # Launched through the JITFunction: descriptors are rebuilt per call, and this form is for inputs
     # large enough that the kernel, not its launch, is what takes the time.
     _linear_persistent_kernel[(programs,)](
-        xd, wd, yd, b, r2,
-        rows, out_features, in_features, r2.stride(0),
-        **flags, PRECISION=precision,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, PROGRAMS=programs,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+        xd,
+        wd,
+        yd,
+        b,
+        r2,
+        rows,
+        out_features,
+        in_features,
+        r2.stride(0),
+        **flags,
+        PRECISION=precision,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        PROGRAMS=programs,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
 
 
 def tuned_config(x, weight, bias=None, *, activation=None, residual=None):
@@ -385,8 +513,19 @@ def tuned_config(x, weight, bias=None, *, activation=None, residual=None):
     return autotune.pick(kind, key, run, x.device, inputs=(x, weight, bias, residual))
 
 
-def traffic(rows, out_features, in_features, itemsize, *, bias=True, activation=None, residual=False, config=None,
-            dtype=torch.float16, device="cpu") -> Traffic:  # fmt: skip
+def traffic(
+    rows,
+    out_features,
+    in_features,
+    itemsize,
+    *,
+    bias=True,
+    activation=None,
+    residual=False,
+    config=None,
+    dtype=torch.float16,
+    device="cpu",
+) -> Traffic:
     """Modeled traffic of the fused launch(es) at these tiles.
 
     SM requests: every program loads its rows of x and its columns of the weight over the whole reduction

@@ -33,13 +33,23 @@ from .stats import moments
 
 @triton.jit
 def _layer_norm_kernel(
-    X, R, Y, S, W, B,
-    stride_xm, stride_rm, stride_ym, stride_sm,
-    M, N, eps,
+    X,
+    R,
+    Y,
+    S,
+    W,
+    B,
+    stride_xm,
+    stride_rm,
+    stride_ym,
+    stride_sm,
+    M,
+    N,
+    eps,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):  # fmt: skip
+):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
@@ -117,12 +127,24 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
         grid = (cdiv(rows, cfg.block_m),)
         with explain_resources("layer_norm", cfg):
             launch.fast(_layer_norm_kernel)[grid](
-                x2, r2, y, s, weight, bias,
-                stride_x[0], stride_r, width, width,
-                rows, width, eps,
-                HAS_RESIDUAL=residual is not None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                x2,
+                r2,
+                y,
+                s,
+                weight,
+                bias,
+                stride_x[0],
+                stride_r,
+                width,
+                width,
+                rows,
+                width,
+                eps,
+                HAS_RESIDUAL=residual is not None,
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=cfg.block_n,
                 num_warps=cfg.num_warps,
-            )  # fmt: skip
+            )
     if flat:
         return y if residual is None else (y, s)
     if residual is None:
@@ -138,8 +160,9 @@ def tuned_config(x, weight, bias, eps=1e-5, *, residual=None):
     return autotune.pick("layer_norm", key, run, x.device, inputs=(x, weight, bias, residual))
 
 
-def traffic(rows: int, width: int, itemsize: int, *, residual: bool = False, config: TileConfig | None = None,
-            device="cpu") -> Traffic:  # fmt: skip
+def traffic(
+    rows: int, width: int, itemsize: int, *, residual: bool = False, config: TileConfig | None = None, device="cpu"
+) -> Traffic:
     """Modeled traffic of one fused launch: each row read and written once. Every program loads weight
     and bias, but they are plain cached loads that hit in L1 after an SM's first program, so L2 serves
     them about once per SM (ncu on an H200: 12.70 MB read at 4096x768, against 12.58 for the rows;
