@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 
 from torch import Tensor
 from triton import knobs
@@ -27,11 +28,17 @@ MAX_BOUND = 4096  # signatures kept per kernel; a long-running app with ever new
 
 
 def _makes_call(fn, call: str) -> bool:
-    """Whether fn's source makes this call (whitespace aside); False where there is no source to read."""
+    """Whether fn's source makes this call (layout aside: line breaks, indents, a trailing comma); False where
+    there is no source to read."""
     try:
-        return call in " ".join(inspect.getsource(fn).split())
+        return _plain(call) in _plain(inspect.getsource(fn))
     except Exception:
         return False
+
+
+def _plain(code: str) -> str:
+    """code on one line, single-spaced, with no space after "(" and no comma or space before ")"."""
+    return re.sub(r",?\s*\)", ")", re.sub(r"\(\s+", "(", " ".join(code.split())))
 
 
 def _runner_matches() -> bool:

@@ -59,7 +59,7 @@ class _Launcher:  # as Triton 3.6 writes its launcher's call of the C entry poin
 
     def __call__(self, gridX, gridY, gridZ, stream, function, *args):
         global_scratch = profile_scratch = None
-        # The test reads this call as source text: kept wrapped as Triton 3.6's generated launcher wraps it.
+        # The test reads this call as source text, laid out as the formatter lays it out.
         self.launch(
             gridX,
             gridY,
