@@ -2,7 +2,6 @@
 copies, the capture clean-up and pick's bookkeeping run on CPU; the timings themselves need a GPU."""
 
 import contextlib
-import functools
 import statistics
 
 import pytest
@@ -137,17 +136,15 @@ def test_a_capture_that_does_not_end_cleanly_is_reset():
     assert timing.capture(lambda: None, None, graph) is graph and graph.log == ["begin", "end"]
 
 
-def test_pick_uses_the_defaults_on_cpu(monkeypatch):
-    monkeypatch.setattr(autotune, "_best", {})
+def test_pick_uses_the_defaults_on_cpu():
+    tuner = autotune.Tuner()
     x = torch.randn(4, 8)
-    assert autotune.pick("layer_norm", (4, 8), lambda c, x: x, torch.device("cpu"), inputs=(x,)) is None
-    assert autotune._best == {}
+    assert tuner.pick("layer_norm", (4, 8), lambda c, x: x, torch.device("cpu"), inputs=(x,)) is None
+    assert tuner.best == {}
 
 
-def test_pick_skips_refused_candidates_times_copies_and_caches(monkeypatch):
+def test_pick_skips_refused_candidates_times_copies_and_caches():
     """pick's bookkeeping with the GPU timing faked: each candidate's 'time' is its block_m."""
-    monkeypatch.setattr(autotune, "_best", {})
-    monkeypatch.setattr(timing, "rotated_inputs", functools.partial(timing.rotated_inputs, l2_bytes=MB))
     x = torch.zeros(4, 8)
     refused = {1: ValueError("too big"), 2: OutOfResources(1, 0, "shared memory"), 4: timing.CaptureError("x")}
     seen, last = [], []
@@ -162,26 +159,24 @@ def test_pick_skips_refused_candidates_times_copies_and_caches(monkeypatch):
         fn(*sets[0])
         return timing.Timing(float(last[-1].block_m), timing.COLD_REGIME, len(sets))
 
-    monkeypatch.setattr(timing, "device_time", fake_time)
-    cuda = torch.device("cuda")
-    best = autotune.pick("layer_norm", (4, 8), run, cuda, inputs=(x,))
+    tuner, cuda = autotune.Tuner(time=fake_time, l2_bytes=MB), torch.device("cuda")
+    best = tuner.pick("layer_norm", (4, 8), run, cuda, inputs=(x,))
     allowed = [c for c in autotune.CANDIDATES["layer_norm"] if c.block_m not in refused]
     assert best == min(allowed, key=lambda c: c.block_m)
     assert all(s is not x and (s != 0).all() for s in seen)  # the caller's zeros were never timed
-    assert autotune.choice("layer_norm", (4, 8), cuda).timing.regime == timing.COLD_REGIME
+    assert tuner.choice("layer_norm", (4, 8), cuda).timing.regime == timing.COLD_REGIME
     n = len(seen)
-    assert autotune.pick("layer_norm", (4, 8), run, cuda, inputs=(x,)) is best and len(seen) == n  # cached
+    assert tuner.pick("layer_norm", (4, 8), run, cuda, inputs=(x,)) is best and len(seen) == n  # cached
+    assert autotune.choice("layer_norm", (4, 8), cuda) is None  # the launchers' tuner never saw it
 
 
-def test_pick_falls_back_to_the_defaults_when_every_candidate_is_refused(monkeypatch):
-    monkeypatch.setattr(autotune, "_best", {})
-
+def test_pick_falls_back_to_the_defaults_when_every_candidate_is_refused():
     def refuse(fn, sets, **kwargs):
         raise ValueError("no")
 
-    monkeypatch.setattr(timing, "device_time", refuse)
-    assert autotune.pick("layer_norm", (1, 8), lambda c: None, torch.device("cuda")) is None
-    assert autotune.choice("layer_norm", (1, 8), torch.device("cuda")) == autotune.Choice(None, None)
+    tuner = autotune.Tuner(time=refuse)
+    assert tuner.pick("layer_norm", (1, 8), lambda c: None, torch.device("cuda")) is None
+    assert tuner.choice("layer_norm", (1, 8), torch.device("cuda")) == autotune.Choice(None, None)
 
 
 # --- GPU: the timings themselves ---------------------------------------------------------------------------
@@ -266,25 +261,23 @@ def _kinds():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", range(5))
-def test_autotune_picks_a_valid_config_per_kernel_and_caches_it(monkeypatch, case):
-    monkeypatch.setattr(autotune, "_best", {})
+def test_autotune_picks_a_valid_config_per_kernel_and_caches_it(case):
     kind, run, inputs = _kinds()[case]
-    device = torch.device("cuda")
-    best = autotune.pick(kind, ("test",), run, device, inputs=inputs)
+    tuner, device = autotune.Tuner(), torch.device("cuda")
+    best = tuner.pick(kind, ("test",), run, device, inputs=inputs)
     assert isinstance(best, TileConfig) and best in autotune.CANDIDATES[kind]
-    assert autotune.choice(kind, ("test",), device).timing.ms > 0
+    assert tuner.choice(kind, ("test",), device).timing.ms > 0
     run(best, *inputs)  # the winner runs on the caller's tensors
 
     def no_timing(*a, **k):
         raise AssertionError("a cached pick must not time again")
 
-    monkeypatch.setattr(timing, "device_time", no_timing)
-    assert autotune.pick(kind, ("test",), run, device, inputs=inputs) is best
+    tuner.time = no_timing
+    assert tuner.pick(kind, ("test",), run, device, inputs=inputs) is best
     # Timed without inputs (the launchers' current closures): the same graph method, labelled as warm.
-    monkeypatch.undo()
-    monkeypatch.setattr(autotune, "_best", {})
-    assert autotune.pick(kind, ("closure",), lambda c: run(c, *inputs), device) in autotune.CANDIDATES[kind]
-    assert autotune.choice(kind, ("closure",), device).timing.regime == timing.SAME_INPUTS_REGIME
+    tuner = autotune.Tuner()
+    assert tuner.pick(kind, ("closure",), lambda c: run(c, *inputs), device) in autotune.CANDIDATES[kind]
+    assert tuner.choice(kind, ("closure",), device).timing.regime == timing.SAME_INPUTS_REGIME
 
 
 @pytest.mark.gpu
