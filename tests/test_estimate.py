@@ -105,25 +105,27 @@ def test_a_sweep_compiles_each_config_once_on_a_gpu():
     assert estimate.compile_s("cpu", estimate.sweep_compiles("layer_norm", shape, "float32")) == 0
 
 
-def test_a_lesson_on_a_gpu_is_estimated_from_its_recording(monkeypatch):
+def test_a_lesson_on_a_gpu_is_estimated_from_its_recording(tmp_path):
     """On a GPU a lesson's estimate is its recorded run: the first run's seconds (its own kernels compiled)
     until it has run in this server, then the run's again; with no recording, the modeled seconds."""
+    import dataclasses
+
     from explorer.app import lessons
     from explorer.app.lessons import recorded
 
     rec = recorded.latest()
-    result = rec.results["kv-cache"]
-    monkeypatch.setattr(lessons, "size", lambda: "gpu")
-    monkeypatch.setattr(result, "first_s", result.seconds + 20.0)
-    assert lessons.estimate("kv-cache") == pytest.approx(result.seconds + 20.0)
+    result = dataclasses.replace(rec.results["kv-cache"], kernels=())  # a recording that names no kernels
+    result = dataclasses.replace(result, first_s=result.seconds + 20.0)
+    recorded.save(tmp_path / "lessons_h200.json", rec.meta, {"kv-cache": result})
+    assert lessons.estimate("kv-cache", size_="gpu", folder=tmp_path) == pytest.approx(result.seconds + 20.0)
     estimate.compiled("cuda", lessons.compiles("kv-cache"))
-    assert lessons.estimate("kv-cache") == pytest.approx(result.seconds)
-    monkeypatch.setattr(recorded, "latest", lambda: None)
+    assert lessons.estimate("kv-cache", size_="gpu", folder=tmp_path) == pytest.approx(result.seconds)
     lesson = lessons.LESSONS["kv-cache"]
-    assert lessons.estimate("kv-cache") == pytest.approx(lesson.estimate(lesson.settings(lessons.size())))
+    modeled = lesson.estimate(lesson.settings("gpu"))
+    assert lessons.estimate("kv-cache", size_="gpu", folder=tmp_path / "none") == pytest.approx(modeled)
 
 
-def test_a_lesson_counts_only_the_kernels_its_recording_compiled_that_are_not_compiled_yet(monkeypatch):
+def test_a_lesson_counts_only_the_kernels_its_recording_compiled_that_are_not_compiled_yet(tmp_path):
     """A recording that names the kernel specializations its first run compiled: each not yet compiled in the
     worker adds an equal share of that run's compilation, whatever ran before (a Generate of the same shape
     compiles most of the memory lesson's kernels)."""
@@ -134,11 +136,11 @@ def test_a_lesson_counts_only_the_kernels_its_recording_compiled_that_are_not_co
 
     rec = recorded.latest()
     result = dataclasses.replace(rec.results["memory"], seconds=1.0, first_s=21.0, kernels=("a", "b", "c", "d"))
-    monkeypatch.setattr(lessons, "size", lambda: "gpu")
-    monkeypatch.setattr(recorded, "latest", lambda: recorded.Recording(rec.meta, {"memory": result}))
-    assert lessons.estimate("memory") == pytest.approx(21.0)
-    assert lessons.estimate("memory", {"a", "b", "x"}) == pytest.approx(11.0)
-    assert lessons.estimate("memory", {"a", "b", "c", "d"}) == pytest.approx(1.0)
+    recorded.save(tmp_path / "lessons_h200.json", rec.meta, {"memory": result})
+    on_gpu = dict(size_="gpu", folder=tmp_path)
+    assert lessons.estimate("memory", **on_gpu) == pytest.approx(21.0)
+    assert lessons.estimate("memory", {"a", "b", "x"}, **on_gpu) == pytest.approx(11.0)
+    assert lessons.estimate("memory", {"a", "b", "c", "d"}, **on_gpu) == pytest.approx(1.0)
 
 
 def test_compiled_kernels_are_named_alike_in_any_process_and_none_under_the_interpreter(monkeypatch):

@@ -211,7 +211,7 @@ def test_a_link_with_a_lesson_opens_the_lessons_tab_with_it_picked():
 
 
 @without_a_gpu
-def test_a_recording_round_trips_and_is_labelled_with_its_gpu_and_date(runs, tmp_path, monkeypatch):
+def test_a_recording_round_trips_and_is_labelled_with_its_gpu_and_date(runs, tmp_path):
     names = ["tiling", "kv-cache", "prefill-decode"]
     # As a GPU recording has them: the first run's seconds and the kernel specializations it compiled.
     results = {name: dataclasses.replace(runs(name), first_s=9.5, kernels=("3f2a", "9c01")) for name in names}
@@ -229,20 +229,18 @@ def test_a_recording_round_trips_and_is_labelled_with_its_gpu_and_date(runs, tmp
             assert list(loaded.tables[key].columns) == list(table.columns) and len(loaded.tables[key]) == len(table)
         figure = lessons.LESSONS[name].figure(loaded)
         assert "recorded on NVIDIA H200, 2026-11-30" in figure.layout.title.text
-    monkeypatch.setattr(recorded, "FOLDER", tmp_path)
-    text, figure = lessons.recorded_view("tiling")
+    text, figure = lessons.recorded_view("tiling", tmp_path)
     assert text.startswith("#### Tiling and shared memory, recorded on NVIDIA H200, 2026-11-30") and figure is not None
-    text, figure = lessons.recorded_view("memory")  # not in this recording
+    text, figure = lessons.recorded_view("memory", tmp_path)  # not in this recording
     assert "has no lesson 'memory'" in text and figure is None
 
 
 @without_a_gpu
-def test_without_a_gpu_recording_the_lesson_says_so(runs, tmp_path, monkeypatch):
-    monkeypatch.setattr(recorded, "FOLDER", tmp_path)
-    assert lessons.recorded_view("tiling") == (recorded.NONE_YET, None)
+def test_without_a_gpu_recording_the_lesson_says_so(runs, tmp_path):
+    assert lessons.recorded_view("tiling", tmp_path) == (recorded.NONE_YET, None)
     # A recording made on a CPU is never shown as a GPU's.
     recorded.save(tmp_path / "lessons_cpu.json", dict(H200, gpu="CPU", device_type="cpu"), {"tiling": runs("tiling")})
-    assert lessons.recorded_view("tiling") == (recorded.NONE_YET, None)
+    assert lessons.recorded_view("tiling", tmp_path) == (recorded.NONE_YET, None)
     assert "No GPU recording is available yet" in recorded.NONE_YET
 
 
@@ -257,12 +255,11 @@ def test_the_shipped_recordings_are_gpu_recordings_or_the_ui_says_there_are_none
 
 
 @without_a_gpu
-def test_a_recording_from_an_earlier_version_of_a_lesson_asks_for_a_new_one(runs, tmp_path, monkeypatch):
+def test_a_recording_from_an_earlier_version_of_a_lesson_asks_for_a_new_one(runs, tmp_path):
     r = runs("tiling")
     old = base.Result("tiling", r.settings, {k: v for k, v in r.facts.items() if k != "fast_us"}, r.tables, "X", 1.0)
     recorded.save(tmp_path / "lessons_h200.json", H200, {"tiling": old})
-    monkeypatch.setattr(recorded, "FOLDER", tmp_path)
-    text, figure = lessons.recorded_view("tiling")
+    text, figure = lessons.recorded_view("tiling", tmp_path)
     assert "made by an earlier version" in text and "record_lessons.py" in text and figure is None
 
 

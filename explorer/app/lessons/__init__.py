@@ -40,18 +40,21 @@ def run(name: str, size_: str | None = None) -> Result:
 COMPILE_S = 20.0
 
 
-def estimate(name: str, compiled: set[str] | frozenset[str] = frozenset()) -> float:
+def estimate(
+    name: str, compiled: set[str] | frozenset[str] = frozenset(), size_: str | None = None, folder=None
+) -> float:
     """Seconds the lesson's job should take on this device, before it runs. On a GPU, the recorded run
     (scripts/record_lessons.py) when there is one: its time once compiled, plus its first run's compilation
     (each lesson compiles kernels of its own: the cache-off runs' lengths, the ladder's rungs, the tile
     sweep's configs). Where the recording names the kernel specializations its first run compiled, only
     those not yet in `compiled` (the worker's, kernels.compiled) count, each an equal share; otherwise all,
-    until the lesson has run in this server."""
-    lesson = LESSONS[name]
-    modeled = lesson.estimate(lesson.settings(size()))
-    if size() != "gpu":
+    until the lesson has run in this server. size_: "cpu" | "gpu" (this device's by default); folder: where
+    the recordings are (recorded.FOLDER by default)."""
+    lesson, size_ = LESSONS[name], size_ or size()
+    modeled = lesson.estimate(lesson.settings(size_))
+    if size_ != "gpu":
         return modeled
-    rec = recorded.latest()
+    rec = recorded.latest(folder)
     r = rec.results.get(name) if rec else None
     warm = r.seconds if r else modeled
     first = r.first_s if r and r.first_s else warm + COMPILE_S
@@ -101,11 +104,12 @@ def live_markdown(result: Result) -> str:
     )
 
 
-def recorded_view(name: str):
-    """(markdown, figure or None): the lesson as recorded on a GPU, shown where there is none."""
+def recorded_view(name: str, folder=None):
+    """(markdown, figure or None): the lesson as recorded on a GPU (the newest recording in `folder`,
+    recorded.FOLDER by default), shown where there is none."""
     if size() == "gpu":
         return "", None
-    rec = recorded.latest()
+    rec = recorded.latest(folder)
     if rec is None:
         return recorded.NONE_YET, None
     result, lesson = rec.results.get(name), LESSONS[name]
