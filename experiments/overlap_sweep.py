@@ -66,22 +66,13 @@ ATTENTION = {  # decode attention's (block_n, split_k, num_warps) at 1001 keys, 
     "64x16 w2": (64, 16, 2),
     "128x8 w4": (128, 8, 4),
 }
-ATTENTION_DEFAULT = attn.default_decode_config
 
 
-def use_attention(tiles):
-    attn.default_decode_config = (
-        ATTENTION_DEFAULT
-        if tiles is None
-        else (lambda bh, n, device: TileConfig(block_n=tiles[0], split_k=tiles[1], num_warps=tiles[2], num_stages=1))
-    )
-    attn.resolve_decode_config.cache_clear()
-    attn.launch_plan.cache_clear()
-
-
-def use(rule):
-    fl.default_config = rule
-    fl.resolve_config.cache_clear()
+def attention_rule(tiles):
+    """Decode attention's tile rule for (block_n, split_k, num_warps), or its default for None."""
+    if tiles is None:
+        return attn.default_decode_config
+    return lambda bh, n, device: TileConfig(block_n=tiles[0], split_k=tiles[1], num_warps=tiles[2], num_stages=1)
 
 
 def logits(model, rung, context, graph):
@@ -122,34 +113,33 @@ def main():
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)).eval()
     model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device="cuda", dtype=torch.bfloat16)
-    use(DEFAULT)
     ref = logits(model, "torch", args.context, graph=False)
     print("| rule | decode ms | overlap ms | kernels | same as decode (eager, graph, 48 steps) | max |Δ| vs torch |")
     print("|---|---:|---:|---:|---|---:|")
     runs = [(name, "default") for name in args.rules.split(",")]
     runs += [(args.rules.split(",")[-1], a) for a in args.attention.split(",") if a != "default"]
     for name, a in runs:
-        use(RULES[name])
-        use_attention(ATTENTION[a])
         label = name if a == "default" else f"{name}, attention {a}"
         try:
-            d = rung_row(model, "decode", context=args.context, replays=args.replays)
-            o = rung_row(model, "overlap", context=args.context, replays=args.replays)
-            same = [
-                torch.equal(logits(model, "decode", args.context, g), logits(model, "overlap", args.context, g))
-                for g in (False, True)
-            ]
-            same.append(torch.equal(steps(model, "decode", args.context), steps(model, "overlap", args.context)))
-            diff = (logits(model, "overlap", args.context, True) - ref).abs().max().item()
-            print(
-                f"| {label} | {d['step_ms']:.3f} | {o['step_ms']:.3f} | {o['kernels']} | {same} | {diff:.3f} |",
-                flush=True,
-            )
+            with fl.ruled_by(RULES[name]), attn.ruled_by(attention_rule(ATTENTION[a])):
+                measure(model, label, args, ref)
         except Exception as e:  # one failing rule must not hide the others' numbers
             print(f"| {label} | failed: {type(e).__name__}: {str(e)[:300]} |", flush=True)
-    use_attention(None)
-    use(DEFAULT)
     print(f"\n{torch.cuda.get_device_name()} · torch {torch.__version__} · context {args.context}")
+
+
+def measure(model, label, args, ref):
+    """One row of the table: both rungs under the tile rules in force, and the overlap rung's logits against the
+    PyTorch backend's (ref)."""
+    d = rung_row(model, "decode", context=args.context, replays=args.replays)
+    o = rung_row(model, "overlap", context=args.context, replays=args.replays)
+    same = [
+        torch.equal(logits(model, "decode", args.context, g), logits(model, "overlap", args.context, g))
+        for g in (False, True)
+    ]
+    same.append(torch.equal(steps(model, "decode", args.context), steps(model, "overlap", args.context)))
+    diff = (logits(model, "overlap", args.context, True) - ref).abs().max().item()
+    print(f"| {label} | {d['step_ms']:.3f} | {o['step_ms']:.3f} | {o['kernels']} | {same} | {diff:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,12 @@ def main():
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--attention-tile", type=int, default=DL.ATTENTION_TILE)
     args = parser.parse_args()
-    DL.ATTENTION_TILE = args.attention_tile
+    with DL.varied(DL.Variant(attention_tile=args.attention_tile)):
+        profile(args)
+
+
+def profile(args):
+    """The stamps of `layers` blocks, each one decode_layer launch, after two rounds that compile."""
     width, heads, max_len, dtype = 768, 12, 1024, torch.bfloat16
     blocks = [block(width, heads, max_len, args.context, dtype) for _ in range(args.layers)]
     x = torch.randn(1, 1, width, device="cuda", dtype=dtype)

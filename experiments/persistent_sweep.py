@@ -19,8 +19,6 @@ from experiments.overlap_sweep import logits, steps
 from explorer.measure.ladder import rung_row
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
-COLUMN_TILE = DL.column_tile
-
 VARIANTS = {  # name: (PDL, attention's key tile, items per program): a tile of 128 keys holds a split of 128 keys
     # whole, loaded before the wait for stage 0, where 64-key tiles loop after it
     "plain launch, attention loop": (False, 64, 1),
@@ -29,12 +27,6 @@ VARIANTS = {  # name: (PDL, attention's key tile, items per program): a tile of 
     "PDL, attention held (the default)": (True, 128, 1),
     "PDL, attention held, 2 column tiles per program": (True, 128, 2),
 }
-
-
-def use(pdl, attention_tile, per_program):
-    DL.PDL, DL.ATTENTION_TILE = pdl, attention_tile
-    DL.column_tile = lambda out_f, in_f, count: COLUMN_TILE(out_f, in_f, count * per_program)
-    DL.plan.cache_clear()
 
 
 def main():
@@ -57,11 +49,11 @@ def main():
     print("|---|---:|---:|---:|---|---:|")
     first = None
     for name, variant in VARIANTS.items():
-        use(*variant)
         try:
-            r = rung_row(model, "persistent", context=args.context, replays=args.replays)
-            got = [logits(model, "persistent", args.context, g) for g in (False, True)]
-            got.append(steps(model, "persistent", args.context))
+            with DL.varied(DL.Variant(*variant)):
+                r = rung_row(model, "persistent", context=args.context, replays=args.replays)
+                got = [logits(model, "persistent", args.context, g) for g in (False, True)]
+                got.append(steps(model, "persistent", args.context))
             first = first or got
             same = [torch.equal(a, b) for a, b in zip(got, first, strict=True)]
             diff = (got[1] - ref).abs().max().item()
@@ -69,7 +61,6 @@ def main():
             print(f"| {name} | {r['step_ms']:.3f} | {r['kernels']} | {ratio:.2f}x | {same} | {diff:.3f} |", flush=True)
         except Exception as e:  # one failing variant must not hide the others' numbers
             print(f"| {name} | failed: {type(e).__name__}: {str(e)[:300]} |", flush=True)
-    use(True, 128, 1)
     o = rung_row(model, "overlap", context=args.context, replays=args.replays)
     print(f"\noverlap rung again: {o['step_ms']:.3f} ms")
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · context {args.context}")

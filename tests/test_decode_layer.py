@@ -167,3 +167,19 @@ def test_the_interpreter_runs_one_program(device):
     if device.type == "cuda":
         pytest.skip("CPU behaviour")
     assert plan(3, 64, 4, 9, torch.float32, device)["programs"] == 1  # programs run one after another there
+
+
+def test_a_variant_holds_within_its_block_and_the_defaults_come_back():
+    """experiments/persistent_sweep.py compares launches through kernels.layer.kernel.varied, not by writing the
+    module's settings: narrower column tiles (two items a program), 64-key attention tiles, no PDL."""
+    from kernels.config import DeviceLimits
+    from kernels.layer.kernel import Variant, plan, varied
+
+    limits = DeviceLimits("GPU", 232448, 132, (9, 0), True)
+    before = plan(1, 768, 12, 1024, torch.bfloat16, limits)
+    with varied(Variant(pdl=False, attention_tile=64, items_per_program=2)):
+        inside = plan(1, 768, 12, 1024, torch.bfloat16, limits)
+    assert plan(1, 768, 12, 1024, torch.bfloat16, limits) == before
+    assert inside["attention"].block_n == 64 < before["attention"].block_n
+    assert all(inside["tiles"][k] <= before["tiles"][k] for k in before["tiles"]) and inside["tiles"] != before["tiles"]
+    assert not inside["constexprs"]["PDL"]

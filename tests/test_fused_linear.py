@@ -407,3 +407,23 @@ def test_one_launch_saves_hbm_bytes_and_pays_for_the_norm_in_l2_reads(rows):
     norm_reads = programs * rows * 768 * 2 + tiles * 2 * 768 * 2
     atomics = (2 * programs + tiles) * SECTOR  # each program's increment and old count, each tile's reset
     assert unfused.bytes < fused_t.bytes <= unfused.bytes + norm_reads + atomics
+
+
+def test_a_tile_rule_holds_within_its_block_and_the_default_comes_back():
+    """experiments/overlap_sweep.py compares tile rules through ruled_by, not by writing the modules' rules."""
+    from kernels.attn import decode_tiles as attn_tiles
+    from kernels.matmul import decode_tiles
+
+    cpu = torch.device("cpu")
+    before = decode_tiles.resolve_config(None, 1, 96, 64, torch.float32, cpu)
+    rule = lambda rows, n, k, dtype, device: TileConfig(
+        block_m=16, block_n=32, block_k=64, split_k=1, num_warps=4, num_stages=2
+    )
+    with decode_tiles.ruled_by(rule):
+        assert decode_tiles.resolve_config(None, 1, 96, 64, torch.float32, cpu).block_n == 32 != before.block_n
+    assert decode_tiles.resolve_config(None, 1, 96, 64, torch.float32, cpu) == before
+    before = attn_tiles.resolve_decode_config(None, 12, 100, 64, torch.float32, cpu)
+    with attn_tiles.ruled_by(lambda bh, n, device: TileConfig(block_n=16, split_k=2, num_warps=2, num_stages=1)):
+        inside = attn_tiles.launch_plan(None, 12, 100, 64, torch.float32, cpu)[0]
+        assert (inside.block_n, inside.split_k) == (16, 2) != (before.block_n, before.split_k)
+    assert attn_tiles.resolve_decode_config(None, 12, 100, 64, torch.float32, cpu) == before

@@ -2,6 +2,7 @@
 and how many splits a cache gets, what each launch passes, and the bytes one call moves.
 """
 
+import contextlib
 import functools
 import math
 
@@ -65,12 +66,31 @@ def default_decode_config(batch_heads: int, max_len: int, device) -> TileConfig:
     return TileConfig(block_n=block_n, split_k=split_k, num_warps=warps, num_stages=pipeline_stages(device))
 
 
+_rule = default_decode_config  # the rule resolve_decode_config applies (ruled_by swaps it within a block)
+
+
+@contextlib.contextmanager
+def ruled_by(rule):
+    """Within the block, decode attention's default tiles come from rule(batch_heads, max_len, device) in place
+    of default_decode_config: for comparing tile rules (experiments/overlap_sweep.py)."""
+    global _rule
+    saved, _rule = _rule, rule
+    resolve_decode_config.cache_clear()
+    launch_plan.cache_clear()
+    try:
+        yield
+    finally:
+        _rule = saved
+        resolve_decode_config.cache_clear()
+        launch_plan.cache_clear()
+
+
 @functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
 def resolve_decode_config(config, batch_heads, max_len, head_dim, dtype, device) -> TileConfig:
     user = as_config("decode_attention", config)
     check_fields("decode_attention", user)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    cfg = user.merged(default_decode_config(batch_heads, max_len, device))
+    cfg = user.merged(_rule(batch_heads, max_len, device))
     cfg = fit_defaults("decode_attention", cfg, user, lambda c: decode_shared_memory(c, head_dim, itemsize), device)
     need = decode_shared_memory(cfg, head_dim, itemsize)
     what = f"{max(1, cfg.num_stages - 1)} in-flight stages of {cfg.block_n}-key K and V tiles"

@@ -28,8 +28,10 @@ result up to the order of fp32 sums where the tiles differ. In the interpreter t
 (kernels.barrier says why), which takes every item itself.
 """
 
+import contextlib
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -64,6 +66,31 @@ STAGES = 5
 WARPS = 8
 PDL = True  # launch with programmatic dependent launch where the GPU has it
 ATTENTION_TILE = 128  # keys: a split of at most this many is loaded whole, before the wait for stage 0
+
+
+class Variant(NamedTuple):
+    """What the launches may vary, for comparing them (experiments/persistent_sweep.py): PDL where the GPU has
+    it, attention's key tile, and how many column tiles of each projection one program takes."""
+
+    pdl: bool = PDL
+    attention_tile: int = ATTENTION_TILE
+    items_per_program: int = 1
+
+
+_variant = Variant()
+
+
+@contextlib.contextmanager
+def varied(variant: Variant):
+    """Within the block, decode_layer launches as `variant` says."""
+    global _variant
+    saved, _variant = _variant, variant
+    plan.cache_clear()
+    try:
+        yield
+    finally:
+        _variant = saved
+        plan.cache_clear()
 
 
 @triton.jit
@@ -333,13 +360,14 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
         "BN_P": (width, 4 * width),
     }
     elements = CPU_ELEMENTS if limits.is_cpu else ELEMENTS
-    tiles = {name: column_tile(out_f, in_f, count, elements) for name, (out_f, in_f) in shapes.items()}
+    wanted = count * _variant.items_per_program  # items per projection
+    tiles = {name: column_tile(out_f, in_f, wanted, elements) for name, (out_f, in_f) in shapes.items()}
     # Attention's items too: about one per program (the default's would be many short splits of 32 keys, made
     # for programs of 2 warps, not for one 8-warp program per SM), each one key tile where it fits registers.
     split = None
     if not limits.is_cpu:
         split_k = prev_pow2(max(1, count // (rows * heads)))
-        block_n = min(ATTENTION_TILE, max(16, next_pow2(cdiv(max_len, split_k))))
+        block_n = min(_variant.attention_tile, max(16, next_pow2(cdiv(max_len, split_k))))
         split = TileConfig(block_n=block_n, split_k=split_k, num_warps=WARPS, num_stages=1)
     attention, chunk, splits, block_d, block_s, att_prefetch, _, scale, _ = attention_plan(
         split, rows * heads, max_len, width // heads, dtype, device
@@ -359,7 +387,7 @@ def plan(rows: int, width: int, heads: int, max_len: int, dtype, device) -> dict
         BLOCK_S=block_s,
         BLOCK_D=block_d,
         ATT_PREFETCH=att_prefetch,
-        PDL=PDL and overlaps_launches(device),
+        PDL=_variant.pdl and overlaps_launches(device),
     )
     return dict(
         programs=programs(device, items),

@@ -5,6 +5,7 @@ chooses the prefetch form, which holds each split's whole K slice in registers; 
 tiles go through shared memory as linear's do.
 """
 
+import contextlib
 import functools
 
 import torch
@@ -72,12 +73,29 @@ def _check_fields(user: TileConfig) -> None:
     check_fields(NAME, user)
 
 
+_rule = default_config  # the rule resolve_config applies (ruled_by swaps it within a block)
+
+
+@contextlib.contextmanager
+def ruled_by(rule):
+    """Within the block, decode_linear's default tiles come from rule(rows, out_features, in_features, dtype,
+    device) in place of default_config: for comparing tile rules (experiments/overlap_sweep.py)."""
+    global _rule
+    saved, _rule = _rule, rule
+    resolve_config.cache_clear()
+    try:
+        yield
+    finally:
+        _rule = saved
+        resolve_config.cache_clear()
+
+
 @functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
 def resolve_config(config, rows, out_features, in_features, dtype, device) -> TileConfig:
     user = as_config(NAME, config)
     _check_fields(user)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    cfg = user.merged(default_config(rows, out_features, in_features, dtype, device))
+    cfg = user.merged(_rule(rows, out_features, in_features, dtype, device))
     if prefetches(cfg):  # registers, not shared memory: the slice must fit them
         k_per_split, _ = splits_of(cfg, in_features)
         held = sum(slice_tiles(k_per_split)) * cfg.block_n
