@@ -6,7 +6,7 @@ import re
 import pandas as pd
 import pytest
 
-from explorer.app import hierarchy, plots
+from explorer.app import hierarchy, plots, units
 from explorer.measure import metrics
 from explorer.measure.traffic import op_traffic
 from tests.steps import FFN, profile, step
@@ -211,7 +211,7 @@ def test_hierarchy_sets_measured_device_and_launch_time_next_to_the_bandwidth_fl
     ],
 )
 def test_a_duration_takes_the_unit_its_size_calls_for(ms, shown):
-    assert plots.duration(ms) == shown
+    assert units.duration(ms) == shown
 
 
 def test_hierarchy_writes_interpreter_times_in_ms_and_s():
@@ -304,7 +304,7 @@ def test_each_counter_verdict_agrees_with_the_numbers_in_its_row():
         probed = pd.notna(r.probe_l1_requested_mb)
         assert cells[r.case][1].split(" (")[0].endswith("at L1" if probed else "at L2"), cells[r.case]
         l2 = cells[r.case][2]
-        assert l2.startswith(hierarchy._digits3(r.counter_l2_read_mb)) and ("fewer than requested" in l2) == (
+        assert l2.startswith(units.digits3(r.counter_l2_read_mb)) and ("fewer than requested" in l2) == (
             r.counter_l2_read_mb < 0.85 * r.model_l2_read_mb
         )
     # The cache write of one sequence reads 7 KB where the model says 3 KB: -57%, under the 64 KiB of noise.

@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from .plots import _digits3, duration
+from .units import digits3, duration
 
 
 def hierarchy_html(
@@ -104,7 +104,7 @@ def _levels_of(r) -> list[tuple[str, str, float, float]]:
 def _size(mb: float) -> str:
     """Decimal megabytes, as the counter table has them, in KB below one MB: 4.06 KB, 742 KB, 1.05 MB."""
     kb = abs(mb) * 1e3
-    return f"{_digits3(kb)} KB" if kb < 1e3 else f"{_digits3(abs(mb))} MB"
+    return f"{digits3(kb)} KB" if kb < 1e3 else f"{digits3(abs(mb))} MB"
 
 
 def _counter_checks(r) -> list[dict]:
@@ -173,7 +173,7 @@ def counters_html(meta: dict, rows: pd.DataFrame) -> str:
     for r in rows.itertuples():
         checks = {c["level"]: c for c in _counter_checks(r)}
         judged.append((r, checks))
-        shown = lambda c: f"{_digits3(c['model'])} / {_digits3(c['counter'])} ({_pct(c['pct'])})"
+        shown = lambda c: f"{digits3(c['model'])} / {digits3(c['counter'])} ({_pct(c['pct'])})"
         requests = checks["SM requests"]
         cells.append(
             [
@@ -208,8 +208,8 @@ def _l2_reads(r) -> str:
     model, counter = r.model_l2_read_mb, r.counter_l2_read_mb
     pct, _ = ncu_check.diff(model * ncu_check.MB, counter * ncu_check.MB)
     if abs(pct) <= 100 * ncu_check.TOLERANCE:
-        return f"{_digits3(counter)} (requests {_pct(pct)})"
-    return f"{_digits3(counter)} ({100 * (1 - counter / model):.0f}% fewer than requested)"
+        return f"{digits3(counter)} (requests {_pct(pct)})"
+    return f"{digits3(counter)} ({100 * (1 - counter / model):.0f}% fewer than requested)"
 
 
 def _counter_findings(judged: list) -> list[str]:

@@ -14,7 +14,7 @@ from kernels.config import TileConfig
 
 from ..measure import metrics
 from ..measure.counters import recorded
-from . import beside, plots
+from . import beside, plots, units
 from .counterpart import Counterpart
 from .hierarchy import counters_html, hierarchy_html
 
@@ -87,9 +87,9 @@ def _rows(summary: dict, clock: str) -> list[tuple[str, str]]:
     p50, p90 = summary["step_ms_p50"], summary["step_ms_p90"]
     rows = [
         ("time to first token (waited, from the click)", _seconds(summary.get("waited_s"))),
-        (f"first step (prefill, {clock})", plots.duration(summary["ttft_ms"])),
+        (f"first step (prefill, {clock})", units.duration(summary["ttft_ms"])),
         ("tokens/s delivered (wall clock, first to last token)", _rate(summary.get("wall_tokens_per_s"))),
-        (f"decode step p50 / p90 ({clock})", f"{plots.duration(p50)} / {plots.duration(p90)}"),
+        (f"decode step p50 / p90 ({clock})", f"{units.duration(p50)} / {units.duration(p90)}"),
         ("tokens/s at the decode step's pace", _rate(summary.get("device_tokens_per_s"))),
         ("warm-up (compile, first run, graph capture)", f"{summary.get('warmup_ms', 0):.0f} ms, not counted above"),
         ("fusion rung", summary.get("fusion", "")),

@@ -25,7 +25,7 @@ from ...measure import metrics
 from ...model.generate import generate
 from ...model.gpt import GPT, GPTConfig
 from ...model.weights import load_model
-from .. import estimate, models, plots
+from .. import estimate, models, units
 
 # The models a lesson may run: the bundled one, or random weights of GPT-2 small's shape (built here,
 # nothing downloaded), whose decode steps move as many bytes as GPT-2's do.
@@ -218,8 +218,8 @@ def ms(x: float) -> str:
 
 
 def duration(us: float) -> str:
-    """µs below a millisecond, ms below a second, s above: the charts' and tables' way (plots.duration)."""
-    return plots.duration(us / 1e3)
+    """µs below a millisecond, ms below a second, s above: the charts' and tables' way (units.duration)."""
+    return units.duration(us / 1e3)
 
 
 def mb(x: float) -> str:

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 from ...measure import metrics
 from ...measure.profile import profile_run
-from .. import plots
+from .. import units
 from . import base
 
 WEIGHT_KINDS = ("qkv/out proj", "ffn", "lm_head")  # the operations that read a weight matrix
@@ -73,7 +73,7 @@ def explain(r) -> str:
 def figure(r) -> go.Figure:
     kinds = r.tables["kinds"].sort_values("kernel_ms")
     clock = "interpreter time" if r.device == "CPU" else "device time"
-    unit, per = plots.time_unit(kinds.kernel_ms)
+    unit, per = units.time_unit(kinds.kernel_ms)
     bars = go.Bar(y=kinds.kind, x=kinds.kernel_ms / per, orientation="h", name=clock, marker_color="#4c78a8")
     fig = go.Figure(bars)
     fig.update_yaxes(ticklabelstandoff=10)  # kind names clear of the bars they name

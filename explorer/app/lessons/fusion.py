@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from kernels.config import overlaps_launches
 
 from ...measure.ladder import ladder_rows
-from .. import estimate, plots
+from .. import estimate, units
 from . import base
 
 RUNG_NAMES = {
@@ -109,7 +109,7 @@ def explain(r) -> str:
 def figure(r) -> go.Figure:
     ladder = r.tables["ladder"]
     names = [RUNG_NAMES.get(n, n) for n in ladder.rung]
-    unit, per = plots.time_unit(ladder.step_ms)
+    unit, per = units.time_unit(ladder.step_ms)
     fig = go.Figure()
     fig.add_trace(go.Bar(x=names, y=ladder.step_ms / per, marker_color="#e45756", name="time per step", yaxis="y"))
     fig.add_trace(

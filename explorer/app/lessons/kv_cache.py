@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from ...measure import metrics
 from ...measure.profile import profile_run
-from .. import plots
+from .. import units
 from . import base
 
 
@@ -107,7 +107,7 @@ def explain(r) -> str:
 def figure(r) -> go.Figure:
     steps, kernels = r.tables["steps"], r.tables["kernels"]
     decode = steps[steps.phase == "decode"]
-    unit, per = plots.time_unit([*decode.latency_ms, *kernels.kernel_ms], log=base.log_time(r))
+    unit, per = units.time_unit([*decode.latency_ms, *kernels.kernel_ms], log=base.log_time(r))
     fig = go.Figure()
     for cache, color in (("on", "#4c78a8"), ("off", "#e45756")):
         part = decode[decode.cache == cache]

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ...measure import launches, metrics
-from .. import plots
+from .. import units
 from . import base
 
 
@@ -79,7 +79,7 @@ def explain(r) -> str:
 def figure(r) -> go.Figure:
     steps = r.tables["steps"]
     decode = steps[steps.phase == "decode"]
-    unit, per = plots.time_unit(decode.latency_ms, log=base.log_time(r))
+    unit, per = units.time_unit(decode.latency_ms, log=base.log_time(r))
     fig = go.Figure()
     for launch, color in (("eager", "#e45756"), ("CUDA graph", "#4c78a8")):
         part = decode[decode.launch == launch]

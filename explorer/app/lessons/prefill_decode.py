@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from ...measure import metrics
 from ...measure.profile import profile_run
-from .. import plots
+from .. import units
 from . import base
 
 
@@ -91,7 +91,7 @@ def figure(r) -> go.Figure:
     f = r.facts
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.2)
     names, colors = ["prefill", "decode"], ["#4c78a8", "#f58518"]
-    unit, per = plots.time_unit([f["prefill_per_token_ms"], f["decode_ms"]])
+    unit, per = units.time_unit([f["prefill_per_token_ms"], f["decode_ms"]])
     titles = {1: f"{unit} per token", 2: "FLOP per HBM byte"}
     for col, values in (
         (1, [f["prefill_per_token_ms"] / per, f["decode_ms"] / per]),

@@ -11,7 +11,7 @@ from kernels.config import TileConfig
 from kernels.matmul.kernel import traffic as linear_traffic
 
 from ...measure import metrics, sweeps
-from .. import models, plots
+from .. import models, units
 from . import base
 
 
@@ -112,7 +112,7 @@ def figure(r) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     fig.add_trace(go.Bar(x=ok.tile, y=ok.modeled_mb, name="MB SM requests", marker_color="#4c78a8"), row=1, col=1)
     fig.add_trace(go.Bar(x=ok.tile, y=ok.hbm_mb, name="MB HBM", marker_color="#e45756"), row=1, col=1)
-    unit, per = plots.time_unit(ok.us / 1e3)  # the interpreter's µs run to millions: seconds, then
+    unit, per = units.time_unit(ok.us / 1e3)  # the interpreter's µs run to millions: seconds, then
     time = go.Bar(x=ok.tile, y=ok.us / 1e3 / per, name="time", marker_color="#54a24b", showlegend=False)
     fig.add_trace(time, row=2, col=1)
     fig.update_yaxes(title_text="MB", row=1, col=1)
