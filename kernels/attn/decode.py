@@ -207,6 +207,65 @@ def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def _split(
+    query,
+    keys,
+    values,
+    Lengths,
+    b,
+    h,
+    split,
+    CHUNK,
+    qk_scale,
+    wait,
+    PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    DOT: tl.constexpr,
+):
+    """Split `split` of (sequence b, head h)'s keys, CHUNK of them from split * CHUNK up to its length: the
+    partial (unnormalised output, max score, sum of exponentials). With PREFETCH (a chunk of one key tile) its
+    keys and values are requested at once, the older rows before the wait (_wait) for the work before."""
+    length = tl.load(Lengths + b).to(tl.int32)
+    lo = split * CHUNK
+    if PREFETCH:
+        acc, m_i, l_i = _decode_tile_prefetched(
+            query,
+            keys,
+            values,
+            b,
+            h,
+            lo,
+            length,
+            wait,
+            qk_scale,
+            PDL=PDL,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_N=BLOCK_N,
+            BLOCK_D=BLOCK_D,
+        )
+    else:
+        _wait(wait, PDL)
+        acc, m_i, l_i = _decode_chunk(
+            query,
+            keys,
+            values,
+            b,
+            h,
+            lo,
+            min(lo + CHUNK, length),
+            qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_N=BLOCK_N,
+            BLOCK_D=BLOCK_D,
+            DOT=DOT,
+        )
+    return acc, m_i, l_i
+
+
+@triton.jit
 def _decode_partial_kernel(
     query,
     keys,
@@ -226,39 +285,24 @@ def _decode_partial_kernel(
     bh = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     b, h = bh // H, bh % H
-    length = tl.load(Lengths + b).to(tl.int32)
-    lo = split * CHUNK
-    if PREFETCH:  # a chunk of one key tile: its keys and values all requested at once
-        acc, m_i, l_i = _decode_tile_prefetched(
-            query,
-            keys,
-            values,
-            b,
-            h,
-            lo,
-            length,
-            None,
-            qk_scale,
-            PDL=False,
-            HEAD_DIM=HEAD_DIM,
-            BLOCK_N=BLOCK_N,
-            BLOCK_D=BLOCK_D,
-        )
-    else:
-        acc, m_i, l_i = _decode_chunk(
-            query,
-            keys,
-            values,
-            b,
-            h,
-            lo,
-            min(lo + CHUNK, length),
-            qk_scale,
-            HEAD_DIM=HEAD_DIM,
-            BLOCK_N=BLOCK_N,
-            BLOCK_D=BLOCK_D,
-            DOT=DOT,
-        )
+    acc, m_i, l_i = _split(
+        query,
+        keys,
+        values,
+        Lengths,
+        b,
+        h,
+        split,
+        CHUNK,
+        qk_scale,
+        None,
+        False,
+        HEAD_DIM,
+        BLOCK_N,
+        BLOCK_D,
+        PREFETCH,
+        DOT,
+    )
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
     PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
@@ -359,40 +403,9 @@ def attend_item(
     decode layer kernel runs many per program, waiting for its first stage (wait = (Sync, arrivals)) where
     the one-launch kernel waits under PDL (wait None)."""
     b, h = bh // H, bh % H
-    length = tl.load(Lengths + b).to(tl.int32)
-    lo = split * CHUNK
-    if PREFETCH:
-        acc, m_i, l_i = _decode_tile_prefetched(
-            query,
-            keys,
-            values,
-            b,
-            h,
-            lo,
-            length,
-            wait,
-            qk_scale,
-            PDL=PDL,
-            HEAD_DIM=HEAD_DIM,
-            BLOCK_N=BLOCK_N,
-            BLOCK_D=BLOCK_D,
-        )
-    else:
-        _wait(wait, PDL)
-        acc, m_i, l_i = _decode_chunk(
-            query,
-            keys,
-            values,
-            b,
-            h,
-            lo,
-            min(lo + CHUNK, length),
-            qk_scale,
-            HEAD_DIM=HEAD_DIM,
-            BLOCK_N=BLOCK_N,
-            BLOCK_D=BLOCK_D,
-            DOT=DOT,
-        )
+    acc, m_i, l_i = _split(
+        query, keys, values, Lengths, b, h, split, CHUNK, qk_scale, wait, PDL, HEAD_DIM, BLOCK_N, BLOCK_D, PREFETCH, DOT
+    )
     dims = tl.arange(0, BLOCK_D)
     if partial is not None:
         Part, Counters, SPLITS = partial
