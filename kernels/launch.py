@@ -154,6 +154,9 @@ def _entry(kernel) -> tuple:
 class _Fast:
     def __init__(self, fn):
         self.fn, self.bound, self.bind = fn, {}, _unbound
+        # Why a bound launch was refused, if one was: the arguments as bound (tuples of addresses, say) are not
+        # what this Triton's launcher takes. The kernel then launches through the JITFunction from there on.
+        self.refused: str | None = None
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
@@ -161,7 +164,7 @@ class _Fast:
     def launch(self, grid, args, kwargs):
         global _stream
         lead = args[0] if isinstance(args[0], Tensor) else _first_tensor(args)
-        if not ENABLED or lead is None or not lead.is_cuda:
+        if not ENABLED or lead is None or not lead.is_cuda or self.refused:
             return self.fn[grid](*args, **kwargs)
         device = lead.get_device()
         try:  # the binder of the last call: its tensors are most likely where this call has them
@@ -187,19 +190,23 @@ class _Fast:
         else:  # a hook (a profiler) may read the arguments: hand it the tensors themselves
             full = args + tail
             meta = kernel.launch_metadata(grid, stream, *full)
-        entry(
-            grid[0],
-            grid[1],
-            grid[2],
-            stream,
-            kernel.function,
-            *between,
-            kernel.packed_metadata,
-            meta,
-            enter,
-            leave,
-            *full,
-        )
+        try:
+            entry(
+                grid[0],
+                grid[1],
+                grid[2],
+                stream,
+                kernel.function,
+                *between,
+                kernel.packed_metadata,
+                meta,
+                enter,
+                leave,
+                *full,
+            )
+        except (TypeError, ValueError, SystemError) as e:  # the launcher read its arguments and refused them
+            self.refused, self.bound = f"{type(e).__name__}: {e}", {}
+            return self.fn[grid](*args, **kwargs)
         return kernel
 
     def _first(self, grid, args, kwargs, key):

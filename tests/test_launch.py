@@ -107,6 +107,7 @@ def test_bound_kernels_serve_aligned_and_unaligned_rows_alike(device):
         y = decode_linear(x, w)
         assert_close("linear", y, reference.linear(x.float(), w.float()), torch.float16)
     assert len(bound) == before + 2  # one kernel per alignment, each launched directly the second time
+    assert launch.fast(fused._decode_prefetch_kernel).refused is None  # its tuples taken as bound
 
 
 @pytest.mark.gpu
