@@ -17,6 +17,9 @@ torch.set_num_threads(min(torch.get_num_threads(), _share))
 
 
 def pytest_collection_modifyitems(config, items):
+    # The long tests first (browser, server, fuzz): under -n the workers then end on short tests, and neither
+    # waits a minute at the end for the other's last browser test.
+    items.sort(key=lambda item: "slow" not in item.keywords)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
