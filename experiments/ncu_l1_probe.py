@@ -1,4 +1,4 @@
-"""Where the tiled kernels' re-reads stop: L1 or L2. For the cases whose L2 -> SM counter sits below the
+"""Where the tiled kernels' re-reads stop: L1 or L2. For the cases whose L2 counter sits below the
 model's count of loads issued, ncu's L1 metrics (global loads and cp.async, requested and hit) tell
 whether the L1 served the difference. Run on a GPU:
 

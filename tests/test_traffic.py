@@ -223,11 +223,13 @@ def test_hbm_reads_never_grow_with_a_larger_l2_and_fall_for_large_working_sets()
         assert reads == sorted(reads, reverse=True) and reads[0] > reads[-1], reads
 
 
-def test_layer_norm_serves_weight_and_bias_from_l1_after_each_sms_first_program():
+def test_layer_norm_requests_weight_and_bias_in_every_program_and_reads_them_from_hbm_once():
     t = layer_norm_mod.traffic(4096, 768, 2, residual=True, device=H200)
-    rows = 2 * 4096 * 768 * 2
-    assert t.bytes_read == rows + 132 * 2 * 768 * 2  # ncu on an H200: 12.70 MB
-    assert abs(t.bytes_read / 12.70e6 - 1) < 0.15
+    rows, wb = 2 * 4096 * 768 * 2, 2 * 768 * 2
+    programs = -(-4096 // layer_norm_mod.resolve_config(None, 4096, 768, H200).block_m)
+    assert t.bytes_read == rows + programs * wb  # ncu on an H200: 15.73 MB through L1
+    assert abs(t.bytes_read / 15.73e6 - 1) < 0.15
+    assert t.hbm_read == rows + wb
 
 
 def test_kv_write_moves_whole_sectors_per_row():

@@ -87,14 +87,21 @@ def _l1(r, way: str) -> float:
     return value if value is not None and pd.notna(value) and value > 0 else math.nan
 
 
+def _tma(r) -> bool:
+    """Whether a recorded row's loads are TMA copies, which pass neither L1's counter nor the L2's texture path."""
+    return str(getattr(r, "requests_counter", "")).endswith("(TMA)")
+
+
 def _levels_of(r) -> list[tuple[str, str, float, float]]:
     """(level, the counter's level, model, counter) per level a row is judged at. The models count the bytes
     the SMs request: at L1's counter where the row has one, otherwise at the L2's, which then sees them
-    (streaming kernels: nothing to merge)."""
+    (streaming kernels: nothing to merge). A TMA row's requests have no counter (NaN): HBM alone judges it."""
     out = []
     for way, level in (("read", "SM requests"), ("write", "SM stores")):
         l1 = _l1(r, way)
         at, counter = ("L1", l1) if pd.notna(l1) else ("L2", getattr(r, f"counter_l2_{way}_mb"))
+        if _tma(r):
+            at, counter = "no counter (TMA)", math.nan
         out.append((level, at, getattr(r, f"model_l2_{way}_mb"), counter))
     out += [("HBM read", "HBM", r.model_hbm_read_mb, r.counter_hbm_read_mb)]
     out += [("HBM write", "HBM", r.model_hbm_write_mb, r.counter_hbm_write_mb)]
@@ -117,6 +124,8 @@ def _counter_checks(r) -> list[dict]:
         noise_bytes = ncu_check.WRITE_NOISE_BYTES if level == "HBM write" else ncu_check.NOISE_BYTES
         pct, ok = ncu_check.diff(model * ncu_check.MB, counter * ncu_check.MB, noise_bytes)
         within = abs(pct) <= 100 * ncu_check.TOLERANCE
+        if math.isnan(counter):  # nothing to judge against
+            ok = within = True
         checks.append(
             dict(
                 level=level,
@@ -175,10 +184,16 @@ def counters_html(meta: dict, rows: pd.DataFrame) -> str:
         judged.append((r, checks))
         shown = lambda c: f"{digits3(c['model'])} / {digits3(c['counter'])} ({_pct(c['pct'])})"
         requests = checks["SM requests"]
+        if _tma(r):
+            requests_cell = (
+                f"{digits3(requests['model'])} / no counter: TMA copies pass neither L1 nor the texture path"
+            )
+        else:
+            requests_cell = shown(requests).replace(" (", f" at {requests['at']} (", 1)
         cells.append(
             [
                 r.case,
-                shown(requests).replace(" (", f" at {requests['at']} (", 1),
+                requests_cell,
                 _l2_reads(r),
                 shown(checks["HBM read"]),
                 shown(checks["HBM write"]),
@@ -206,6 +221,8 @@ def _l2_reads(r) -> str:
     from kernels import ncu_check
 
     model, counter = r.model_l2_read_mb, r.counter_l2_read_mb
+    if _tma(r):
+        return f"{digits3(counter)} (the texture path's loads, without the TMA copies)"
     pct, _ = ncu_check.diff(model * ncu_check.MB, counter * ncu_check.MB)
     if abs(pct) <= 100 * ncu_check.TOLERANCE:
         return f"{digits3(counter)} (requests {_pct(pct)})"
@@ -251,13 +268,13 @@ def _counter_findings(judged: list) -> list[str]:
         hit = sum(hits) / sum(_l1(r, "read") for r in merged) if all(pd.notna(h) for h in hits) else None
         fewer = [100 * (1 - r.counter_l2_read_mb / _l1(r, "read")) for r in merged]
         out.append(
-            f"For the tiled kernels ({', '.join(r.case for r in merged)}) the SMs request from L1 "
+            f"For {', '.join(r.case for r in merged)} the SMs request from L1 "
             + ("exactly" if counted < 0.005 else f"within {100 * counted:.0f}% of")
-            + " the bytes the model counts (tile re-reads included)"
+            + " the bytes the model counts (tile re-reads and per-program loads included)"
             + ("" if hit is None else ", none of them hit" if hit == 0 else f", {hit:.0%} of them hit")
-            + f", and the L2 sees {_span(fewer)}% fewer: misses to the same sector in flight at once are merged "
-            "before they reach L2. So the models' figure is what the SMs request, and an L2 figure is shown only "
-            "where the L2 counted it."
+            + f", and the L2 sees {_span(fewer)}% fewer: a load that hits in L1 (a weight every program of an SM "
+            "reads) or a miss to a sector already in flight (tiles) never reaches L2 on its own. So the models' "
+            "figure is what the SMs request, and an L2 figure is shown only where the L2 counted it."
         )
     return out
 
