@@ -22,18 +22,20 @@ from .errors import UserError
 
 # Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (a decode step of the
 # bundled model, 6 layers, in about 0.8 s); PyTorch on that CPU; an H200, eager launches included. And
-# seconds a job costs whatever its size, per device.
-RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0005, ("cuda", "triton"): 0.0003, ("cuda", "torch"): 0.0003}
-FIXED_S = {"cpu": 0.4, "cuda": 0.8}
+# seconds a job costs whatever its size, per device. The H200's pair is fitted to two warm Generates timed
+# through the server (benchmarks/page.py, 2026-12-01): the bundled model's 64 tokens in 0.73 s, GPT-2
+# small's 256 in 1.03 s.
+RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0005, ("cuda", "triton"): 0.0001, ("cuda", "torch"): 0.0003}
+FIXED_S = {"cpu": 0.4, "cuda": 0.65}
 # Triton's compilation on a GPU, the first time a kind of work meets a model and a bucket of lengths (tile
 # constants follow the width, the rows and the context): seconds on the H200 (benchmarks/RESULTS.md, 2026-12-01:
-# a generation of 64-256 tokens at a new length or width took 2.9-5.9 s more than the same run again; Compare's
+# a generation of 64-256 tokens at a new length or width took 2.8-5.1 s more than the same run again; Compare's
 # cache-off runs at new lengths about 25 s more).
-# A sweep compiles each config once per kernel, dtype and shape: about 0.7 s each (a layer_norm sweep of 20
-# configs took 15.1 s the first time, 1.1 s again).
+# A sweep compiles each config once per kernel, dtype and shape: about 0.45 s each (a layer_norm sweep of 20
+# configs took 9.9 s the first time, 1.1 s again).
 COMPILE_S = {
     "cpu": {"generate": 0.0, "cache off": 0.0, "ladder": 0.0, "sweep": 0.0},
-    "cuda": {"generate": 4.5, "cache off": 12.0, "ladder": 12.0, "sweep": 0.7},
+    "cuda": {"generate": 3.8, "cache off": 12.0, "ladder": 12.0, "sweep": 0.45},
 }
 PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
 TOKENS_PER_UNIT = 96
