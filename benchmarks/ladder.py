@@ -69,7 +69,10 @@ def main():
         f"\n{torch.cuda.get_device_name()} · bf16 · GPT-2 small shape · batch 1 · decode step at context {args.context}"
     )
     print(f"median of {args.replays} CUDA-graph replays (CUDA events) · torch {torch.__version__}")
-    print("\n| decode step | ms | kernels | MB HBM / L2→SM (modeled) | vs PyTorch graph |\n|---|---:|---:|---:|---:|")
+    print(
+        "\n| decode step | ms | kernels | MB HBM / SM requests (modeled) | vs PyTorch graph |"
+        "\n|---|---:|---:|---:|---:|"
+    )
     for name, ms, kernels, mb in rows:
         print(f"| {name} | {ms:.3f} | {kernels} | {mb} | {base / ms:.2f}x |")
 
