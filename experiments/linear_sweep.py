@@ -13,8 +13,8 @@ import argparse
 import torch
 
 import kernels.matmul.kernel as L
+from benchmarks.linear import linear_inputs
 from kernels import TileConfig, reference, timing
-from kernels.bench import linear_inputs
 
 RULES = [  # (block_m, block_n, block_k, stages, warps) for the persistent form
     (128, 256, 64, 3, 8),

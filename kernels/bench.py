@@ -1,4 +1,6 @@
-"""Time each kernel next to what a user would pick instead, on a GPU: python -m kernels.bench
+"""The harness of the per-operation benchmarks (benchmarks/attention.py, layer_norm.py, linear.py,
+kv_cache.py; benchmarks/operations.py runs them all): each times our kernel next to what a user would pick
+instead, on a GPU.
 
 Every case runs ours and the PyTorch baseline in the same process on the same random inputs. Two
 timings per kernel:
@@ -17,9 +19,8 @@ import datetime
 import itertools
 
 import torch
-import torch.nn.functional as F
 
-from . import attention, decode_attention, layer_norm, linear, reference, timing
+from . import timing
 from .config import device_limits
 
 EAGER_REGIME = "eager: triton.testing.do_bench median of plain calls, L2 flushed before each, launch overhead included"
@@ -36,7 +37,7 @@ def copy_bandwidth(device) -> float:
     return 2 * n * 4 / t.ms / 1e6
 
 
-def _time_pair(ours, theirs, make_inputs, bytes_per_set):
+def time_pair(ours, theirs, make_inputs, bytes_per_set):
     """Ours and the baseline over the same rotated sets: device time (the one method) and eager time."""
     from triton.testing import do_bench
 
@@ -52,101 +53,6 @@ def _time_pair(ours, theirs, make_inputs, bytes_per_set):
     return row
 
 
-def attention_cases(device, dtype):
-    heads, head_dim = 12, 64
-    for batch in (1, 8):
-        for n in (128, 512, 1024, 4096):
-            make = lambda b=batch, n=n: [
-                torch.randn(b, heads, n, head_dim, device=device, dtype=dtype) for _ in range(3)
-            ]
-            flops = 4 * batch * heads * head_dim * n * (n + 1) // 2
-            row = _time_pair(
-                lambda q, k, v: attention(q, k, v),
-                lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                make,
-                4 * batch * heads * n * head_dim * 2,
-            )
-            yield dict(
-                kernel="attention (prefill, causal)", shape=f"B={batch} N={n}", unit="TFLOP/s", work=flops / 1e12, **row
-            )
-
-
-def decode_cases(device, dtype):
-    heads, head_dim = 12, 64
-    # Splits of one key tile (B=1 up to 8192 keys), and of several that loop (longer caches, larger batches).
-    for batch, n in ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 8192), (32, 2048)):
-
-        def make(b=batch, n=n):
-            q = torch.randn(b, heads, 1, head_dim, device=device, dtype=dtype)
-            k, v = (torch.randn(b, heads, n, head_dim, device=device, dtype=dtype) for _ in range(2))
-            return q, k, v, torch.full((b,), n, device=device, dtype=torch.int32)
-
-        kv_bytes = 2 * batch * heads * n * head_dim * 2
-        row = _time_pair(
-            lambda q, k, v, lens: decode_attention(q, k, v, lens),
-            lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v),
-            make,
-            kv_bytes,
-        )
-        yield dict(kernel="decode attention", shape=f"B={batch} cache={n}", unit="GB/s", work=kv_bytes / 1e9, **row)
-
-
-def layer_norm_cases(device, dtype):
-    width = 768
-    for rows in (1, 4096, 8 * 1024):
-        for residual in (False, True):
-
-            def make(rows=rows):
-                return [torch.randn(rows, width, device=device, dtype=dtype) for _ in range(2)] + [
-                    torch.randn(width, device=device, dtype=dtype) for _ in range(2)
-                ]
-
-            moved = rows * width * 2 * (4 if residual else 2)
-            if residual:
-                ours = lambda x, r, w, b: layer_norm(x, w, b, residual=r)
-                theirs = lambda x, r, w, b: reference.layer_norm(x, w, b, residual=r)
-            else:
-                ours = lambda x, r, w, b: layer_norm(x, w, b)
-                theirs = lambda x, r, w, b: F.layer_norm(x, (width,), w, b)
-            name = "layernorm + residual add" if residual else "layernorm"
-            row = _time_pair(ours, theirs, make, moved)
-            yield dict(kernel=name, shape=f"{rows}x{width}", unit="GB/s", work=moved / 1e9, **row)
-
-
-def linear_inputs(rows, k, n, device, dtype) -> tuple:
-    """Random x (rows, k), weight (n, k) scaled as a layer's, bias (n,) and residual (rows, n)."""
-    return (
-        torch.randn(rows, k, device=device, dtype=dtype),
-        torch.randn(n, k, device=device, dtype=dtype) / k**0.5,
-        torch.randn(n, device=device, dtype=dtype),
-        torch.randn(rows, n, device=device, dtype=dtype),
-    )
-
-
-def linear_cases(device, dtype):
-    shapes = [  # (name, rows, in, out, activation, residual)
-        ("linear + GELU (c_fc)", 1024, 768, 3072, "gelu", False),
-        ("linear + GELU (c_fc)", 4096, 768, 3072, "gelu", False),
-        ("linear + GELU (c_fc)", 8192, 768, 3072, "gelu", False),
-        ("linear + residual (c_proj)", 4096, 3072, 768, None, True),
-        ("linear decode (c_fc)", 1, 768, 3072, "gelu", False),
-        ("linear decode (c_attn)", 1, 768, 2304, None, False),
-        ("linear decode (c_fc)", 8, 768, 3072, "gelu", False),
-        ("linear decode (lm_head)", 1, 768, 50257, None, False),
-    ]
-    for name, rows, k, n, act, res in shapes:
-        make = lambda rows=rows, k=k, n=n: linear_inputs(rows, k, n, device, dtype)
-        ours = lambda x, w, b, r, act=act, res=res: linear(x, w, b, activation=act, residual=r if res else None)
-        theirs = lambda x, w, b, r, act=act, res=res: reference.linear(
-            x, w, b, activation=act, residual=r if res else None
-        )
-        moved = 2 * (rows * k + n * k + rows * n * (2 if res else 1))
-        decode = rows <= 16
-        work = moved / 1e9 if decode else 2 * rows * n * k / 1e12
-        row = _time_pair(ours, theirs, make, moved)
-        yield dict(kernel=name, shape=f"M={rows} {k}->{n}", unit="GB/s" if decode else "TFLOP/s", work=work, **row)
-
-
 def _guarded(cases, name):
     """Run the cases of one group; a case that fails is reported and the rest go on."""
     while True:
@@ -159,18 +65,11 @@ def _guarded(cases, name):
             return
 
 
-def run(dtype=torch.bfloat16, only=None):
+def run(groups: dict, dtype=torch.bfloat16) -> list[dict]:
+    """Every case of each group ({name: cases(device, dtype)}), printed as it is measured."""
     device = torch.device("cuda")
-    groups = {
-        "attention": attention_cases,
-        "decode": decode_cases,
-        "layer_norm": layer_norm_cases,
-        "linear": linear_cases,
-    }
     rows = []
     for name, cases in groups.items():
-        if only and name not in only:
-            continue
         for row in _guarded(cases(device, dtype), name):
             row["ours_rate"] = row["work"] / row["ours_ms"] * 1e3
             row["torch_rate"] = row["work"] / row["torch_ms"] * 1e3
@@ -196,14 +95,16 @@ def _format_row(r):
     )
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(groups: dict, prog: str, doc: str | None = None, argv=None) -> None:
+    """The command line of a benchmark script: `prog [--dtype bfloat16] [--only NAME ...] [--out FILE]`."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
-    parser.add_argument("--only", nargs="*", help="attention, decode, layer_norm, linear")
-    parser.add_argument("--out", help="write the markdown table here")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("kernels.bench times compiled kernels and needs a CUDA GPU")
+    parser.add_argument("--only", nargs="*", choices=list(groups), help="these groups of cases alone")
+    parser.add_argument("--out", help="write the markdown table here (and its rows as JSON beside it)")
+    args = parser.parse_args(argv)
+    timing.require_cuda(prog)
     import triton
 
     limits = device_limits("cuda")
@@ -215,7 +116,8 @@ def main():
     print(title)
     print(REGIMES)
     print(HEADER)
-    rows = run(getattr(torch, args.dtype), args.only)
+    picked = {name: cases for name, cases in groups.items() if not args.only or name in args.only}
+    rows = run(picked, getattr(torch, args.dtype))
     text = "\n".join([title, "", REGIMES, "", HEADER, *map(_format_row, rows)])
     if args.out:
         with open(args.out, "w") as f:
@@ -224,10 +126,3 @@ def main():
 
         with open(args.out.rsplit(".", 1)[0] + ".json", "w") as f:
             json.dump(dict(title=title, regimes=REGIMES, copy_gbs=bandwidth, rows=rows), f, indent=1)
-
-
-if __name__ == "__main__":
-    from .timing import require_cuda
-
-    require_cuda("python -m kernels.bench")
-    main()

@@ -1,5 +1,5 @@
 """Device time of a short GPU function, free of Python launch overhead and of a warm L2: the one method that
-kernels.bench, the autotuner and the tile sweeps share.
+the benchmarks (kernels.bench), the autotuner and the tile sweeps share.
 
 Small kernels (a few microseconds) launched from Python are timed mostly as launch overhead by any
 host-driven loop, do_bench included. Capturing the calls in a CUDA graph and timing its replays with

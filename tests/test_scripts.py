@@ -12,10 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 CPU_TOO = ("sampling", "stream_check")  # experiments that run on CPU as well
 GPU_ONLY = [
     *sorted(f"-m experiments.{p.stem}" for p in (ROOT / "experiments").glob("*.py") if p.stem not in CPU_TOO),
-    "-m benchmarks.generation",
-    "-m benchmarks.ladder",
-    "-m kernels.bench",
+    *sorted(
+        f"-m benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in ("page", "torch_loop")
+    ),
 ]
+OPERATIONS = ("attention", "kv_cache", "layer_norm", "linear")  # one benchmark per operation
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a GPU shows")
@@ -25,3 +26,24 @@ def test_a_gpu_only_script_says_so_in_one_line_and_exits_2(script):
     assert done.returncode == 2, (script, done.stdout[-500:], done.stderr[-2000:])
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "needs a CUDA GPU" in lines[0], lines
+
+
+def test_every_operation_has_its_benchmark_and_the_whole_run_holds_each_group():
+    """benchmarks/NAME.py for each operation, each with its groups of cases; benchmarks.operations runs them all,
+    named by operation and group, and its --only takes exactly those names."""
+    import importlib
+
+    every = importlib.import_module("benchmarks.operations").GROUPS
+    for name in OPERATIONS:
+        groups = importlib.import_module(f"benchmarks.{name}").GROUPS
+        assert groups and all(callable(cases) for cases in groups.values())
+        assert all(every[f"{name}.{group}"] is cases for group, cases in groups.items())
+    assert len(every) == sum(len(importlib.import_module(f"benchmarks.{n}").GROUPS) for n in OPERATIONS)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.operations", "--only", "linear.nothing"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "invalid choice: 'linear.nothing'" in done.stderr and "linear.decode" in done.stderr

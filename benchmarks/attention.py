@@ -1,0 +1,56 @@
+"""Attention on a GPU next to PyTorch's scaled_dot_product_attention: causal prefill (TFLOP/s) and decode
+over a cache (GB/s of K and V read), the harness and its two timings in kernels.bench.
+
+    python -m benchmarks.attention [--only prefill decode] [--dtype bfloat16] [--out attention.md]
+"""
+
+import torch
+import torch.nn.functional as F
+
+from kernels import attention, decode_attention
+from kernels.bench import main, time_pair
+
+HEADS, HEAD_DIM = 12, 64  # GPT-2 small's
+
+
+def prefill_cases(device, dtype):
+    for batch in (1, 8):
+        for n in (128, 512, 1024, 4096):
+            make = lambda b=batch, n=n: [
+                torch.randn(b, HEADS, n, HEAD_DIM, device=device, dtype=dtype) for _ in range(3)
+            ]
+            flops = 4 * batch * HEADS * HEAD_DIM * n * (n + 1) // 2
+            row = time_pair(
+                lambda q, k, v: attention(q, k, v),
+                lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                make,
+                4 * batch * HEADS * n * HEAD_DIM * 2,
+            )
+            yield dict(
+                kernel="attention (prefill, causal)", shape=f"B={batch} N={n}", unit="TFLOP/s", work=flops / 1e12, **row
+            )
+
+
+def decode_cases(device, dtype):
+    # Splits of one key tile (B=1 up to 8192 keys), and of several that loop (longer caches, larger batches).
+    for batch, n in ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 8192), (32, 2048)):
+
+        def make(b=batch, n=n):
+            q = torch.randn(b, HEADS, 1, HEAD_DIM, device=device, dtype=dtype)
+            k, v = (torch.randn(b, HEADS, n, HEAD_DIM, device=device, dtype=dtype) for _ in range(2))
+            return q, k, v, torch.full((b,), n, device=device, dtype=torch.int32)
+
+        kv_bytes = 2 * batch * HEADS * n * HEAD_DIM * 2
+        row = time_pair(
+            lambda q, k, v, lens: decode_attention(q, k, v, lens),
+            lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v),
+            make,
+            kv_bytes,
+        )
+        yield dict(kernel="decode attention", shape=f"B={batch} cache={n}", unit="GB/s", work=kv_bytes / 1e9, **row)
+
+
+GROUPS = {"prefill": prefill_cases, "decode": decode_cases}
+
+if __name__ == "__main__":
+    main(GROUPS, "python -m benchmarks.attention", __doc__)
