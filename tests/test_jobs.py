@@ -91,17 +91,17 @@ def test_a_generation_past_its_budget_stops_and_says_so():
     assert cell(last["summary"], "stopped") == "at the time budget"
 
 
-def test_tiles_that_cannot_run_are_refused_before_any_launch(monkeypatch):
-    import kernels
+def test_tiles_that_cannot_run_are_refused_before_any_launch():
+    from kernels.matmul.kernel import forms_taken
 
-    launched = []
-    monkeypatch.setattr(kernels, "layer_norm", lambda *a, **k: launched.append(1))
     # Too large for any GPU's shared memory, the H200's 227 KB included.
     tiles = settings.Tiles(linear_decode=TileConfig(block_n=256, block_k=256, num_stages=8))
-    s = settings.RunSettings(new_tokens=2, tiles=tiles)
-    with pytest.raises(ValueError, match="linear: .* shared memory"):
-        list(jobs.JOBS["generate"]({"settings": s}, NEVER))
+    with forms_taken() as launched, pytest.raises(ValueError, match="linear: .* shared memory"):
+        list(jobs.JOBS["generate"]({"settings": settings.RunSettings(new_tokens=2, tiles=tiles)}, NEVER))
     assert launched == []
+    with forms_taken() as launched:  # the same run with tiles that fit: its prefill launches the linear kernel
+        list(jobs.JOBS["generate"]({"settings": settings.RunSettings(new_tokens=1)}, NEVER))
+    assert launched
 
 
 def test_out_of_memory_and_bad_tiles_become_advice():

@@ -76,22 +76,30 @@ def test_linear_split_k_decode_path(device, dtype, rows, k, n, epi, cfg):
 @pytest.mark.parametrize(
     "cfg", [None, TileConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_stages=2)], ids=str
 )
-def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg, monkeypatch):
+def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg):
     module = kernels.matmul.kernel
-    launched = []
-    persistent = module._launch_persistent
-    monkeypatch.setattr(module, "_launch_persistent", lambda *a: launched.append(a) or persistent(*a))
-    with module.forced_form(persistent=True):
+    with module.forced_form(persistent=True), module.forms_taken() as taken:
         _check(device, dtype, rows, k, n, epi, cfg)
-    assert len(launched) == 1
+    assert taken == ["persistent"]
 
 
-def test_linear_persistent_form_falls_back_where_rows_are_not_aligned(device, monkeypatch):
+def test_linear_persistent_form_falls_back_where_rows_are_not_aligned(device):
     """Rows of 33 halves (66 bytes) cannot be described to TMA: the tile kernel runs instead, correctly."""
     module = kernels.matmul.kernel
-    monkeypatch.setattr(module, "_launch_persistent", lambda *a: pytest.fail("the persistent form ran"))
-    with module.forced_form(persistent=True):
+    with module.forced_form(persistent=True), module.forms_taken() as taken:
         _check(device, torch.float16, 40, 33, 24, EPILOGUES[1], None)
+    assert taken == ["tile"]
+
+
+def test_the_forms_taken_are_recorded_only_inside_the_block(device):
+    module = kernels.matmul.kernel
+    x, w = torch.randn(3, 40, device=device), torch.randn(24, 40, device=device)
+    with module.forms_taken() as outer:
+        with module.forms_taken() as inner:
+            linear(x, w)
+        linear(x, w)
+    linear(x, w)
+    assert len(inner) == 1 and len(outer) == 1 and inner[0] in ("tile", "split-k") and module._taken is None
 
 
 def test_linear_keeps_leading_dims(device):

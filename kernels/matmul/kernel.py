@@ -313,6 +313,21 @@ def forced_form(persistent: bool | None):
         _forced = before
 
 
+_taken: list[str] | None = None  # see forms_taken
+
+
+@contextlib.contextmanager
+def forms_taken():
+    """Within this block each call of linear appends the form it launched to the list yielded: "persistent"
+    (TMA, one program per SM), "tile" or "split-k" (decode-shaped rows)."""
+    global _taken
+    before, _taken = _taken, []
+    try:
+        yield _taken
+    finally:
+        _taken = before
+
+
 def persistent_form(rows: int, dtype: torch.dtype, device) -> bool:
     if rows <= DECODE_ROWS:
         return False
@@ -400,10 +415,14 @@ def linear(x, weight, bias=None, *, activation=None, residual=None, config=None)
     flags = dict(HAS_BIAS=bias is not None, APPLY_GELU=activation == "gelu", HAS_RESIDUAL=residual is not None)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     sx, sw = x2.stride(), weight.stride()  # y is contiguous: its rows are out_features apart
+    # r2 is contiguous: the residual, or y
+    form = "persistent" if persistent and _describable(x2, weight, y) else "tile" if cfg.split_k == 1 else "split-k"
+    if _taken is not None:
+        _taken.append(form)
     with explain_resources("linear", cfg):
-        if persistent and _describable(x2, weight, y):  # r2 is contiguous: the residual, or y
+        if form == "persistent":
             _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision)
-        elif cfg.split_k == 1:
+        elif form == "tile":
             grid = (cdiv(rows, cfg.block_m) * cdiv(out_features, cfg.block_n),)
             launch.fast(_linear_kernel)[grid](
                 x2,
