@@ -22,6 +22,7 @@ import torch
 
 from benchmarks.torch_loop import TorchGraphLoop
 from explorer.measure import metrics
+from explorer.measure.clock import timed
 from explorer.model.generate import generate
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
@@ -107,7 +108,7 @@ def clocks(model, prompt, n, repeats, loop_rate):
         "vs PyTorch loop |\n|---|---:|---:|---:|---:|---:|"
     )
     for r in range(repeats):
-        steps = list(generate(model, prompt, max_new_tokens=n, eos_token_id=-1, warmup=r == 0, graph=True))
+        steps = list(timed(model, prompt, max_new_tokens=n, eos_token_id=-1, warmup=r == 0, graph=True))
         s = metrics.summary(steps)
         pace = 1000 / s["step_ms_p50"]
         print(

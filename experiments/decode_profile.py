@@ -115,12 +115,12 @@ def attention_sweep(context=1000):
 
 def profiled_ops():
     """The profiling pass's per-operation times for the decode rung (what the app's charts show)."""
+    from explorer.measure.clock import timed
     from explorer.measure.profile import profile_run
-    from explorer.model.generate import generate
 
     model = gpt2(6, 768, 12, 4096)
     prompt = list(range(1, 33))
-    graphed = list(generate(model, prompt, max_new_tokens=24, eos_token_id=-1, graph=True))
+    graphed = list(timed(model, prompt, max_new_tokens=24, eos_token_id=-1, graph=True))
     prof = profile_run(model, [prompt], graphed, cache=True, samples=3)
     decode = prof[prof.phase == "decode"]
     print("\nprofiled decode rung, 6 layers: graph step p50", sorted(s.latency_ms for s in graphed[4:])[10], "ms")

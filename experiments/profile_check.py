@@ -9,8 +9,8 @@ steps of the summed per-operation device times (explorer.measure.profile) and la
 
 import torch
 
+from explorer.measure.clock import timed
 from explorer.measure.profile import profile_run
-from explorer.model.generate import generate
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 
@@ -26,7 +26,7 @@ def main():
         for temperature in (0.0, 0.8):
             m = model.with_fusion(fusion)
             kw = dict(max_new_tokens=24, eos_token_id=-1, temperature=temperature, seed=1)
-            graphed = list(generate(m, prompt, graph=True, **kw))
+            graphed = list(timed(m, prompt, graph=True, **kw))
             replay = sorted(s.latency_ms for s in graphed[4:])[len(graphed[4:]) // 2]
             prof = profile_run(m, [prompt], graphed, cache=True, samples=3)
             steps = prof[prof.phase == "decode"].groupby("step")[["kernel_ms", "launch_ms"]].sum()

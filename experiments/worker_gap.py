@@ -94,11 +94,11 @@ def main() -> None:
     print("in this process, the profiling pass's parts")
     from explorer.app.jobs.generate import prepare
     from explorer.measure import launches
+    from explorer.measure.clock import timed
     from explorer.measure.profile import profile_run
-    from explorer.model.generate import generate
 
     model, _, ids = prepare(s)
-    steps = list(generate(model, [ids], max_new_tokens=args.tokens, cache=True, tiles=s.tiles))
+    steps = list(timed(model, [ids], max_new_tokens=args.tokens, cache=True, tiles=s.tiles))
     for _ in range(3):
         t0 = time.monotonic()
         launches.decode_step_launches(model, [ids], cache=True, graph=None, tiles=s.tiles, backend=s.backend)

@@ -30,10 +30,10 @@ from .app import settings as table
 from .app import validate
 from .app.errors import UserError
 from .measure import launches, metrics
+from .measure.clock import timed
 from .measure.ladder import ladder_rows
 from .measure.profile import profile_run
 from .measure.sweeps import GRIDS, sequence_sweep, tile_sweep
-from .model.generate import generate
 from .model.ops import Tiles
 
 CACHE_CHOICES = {"on": True, "off": False}
@@ -249,7 +249,7 @@ def _generate_report(model, tok, args, peaks, graphs):
             if graph and not cache:
                 continue
             kw = dict(cache=cache, backend=backend, graph=graph, tiles=args.tiles)
-            steps = list(generate(m, ids, max_new_tokens=r["new_tokens"], tokenizer=tok, **kw, **sampling))
+            steps = list(timed(m, ids, max_new_tokens=r["new_tokens"], tokenizer=tok, **kw, **sampling))
             counted = None
             if model.device.type == "cuda":
                 counted = launches.decode_step_launches(m, ids, **kw)

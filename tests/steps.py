@@ -3,7 +3,7 @@
 import pandas as pd
 import torch
 
-from explorer.model.generate import Step
+from explorer.measure.clock import TimedStep
 from explorer.model.ops import Op
 from explorer.model.sizes import AttentionSizes, DecodeAttentionSizes, LinearSizes
 from kernels import TileConfig
@@ -40,8 +40,8 @@ PREFILL = Op(
 )
 
 
-def step(i, ms, *, batch=1, kv=0, ops=None, wall_s=None, peak=None, graph=False, warmup_ms=None) -> Step:
-    return Step(
+def step(i, ms, *, batch=1, kv=0, ops=None, wall_s=None, peak=None, graph=False, warmup_ms=None) -> TimedStep:
+    return TimedStep(
         index=i,
         phase="prefill" if i == 0 else "decode",
         token_ids=[1] * batch,

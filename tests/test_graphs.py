@@ -4,6 +4,7 @@ times kernels on the device rather than their launches."""
 import pytest
 import torch
 
+from explorer.measure.clock import timed
 from explorer.measure.profile import profile_run
 from explorer.measure.traffic import step_traffic
 from explorer.model import graphs
@@ -55,7 +56,7 @@ def test_graph_replays_equal_eager_steps(backend, fusion, dtype, temperature, de
     prompts = [[5, 6, 7], list(range(1, 18)), [9]]
     kw = dict(max_new_tokens=40, backend=backend, eos_token_id=-1, temperature=temperature, top_k=20, seed=3)
     eager = list(generate(model, prompts, graph=False, **kw))
-    graphed = list(generate(model, prompts, graph=True, **kw))
+    graphed = list(timed(model, prompts, graph=True, **kw))
     assert [s.graph for s in graphed] == [False] + [True] * 39
     assert [s.token_ids for s in graphed] == [s.token_ids for s in eager]
     for g, e in zip(graphed, eager, strict=True):
@@ -107,12 +108,12 @@ def test_a_kept_graph_replays_for_the_next_generation_of_the_same_shape(temperat
     cache it inherits held another prompt's keys; a third of another length captures its own."""
     model = random_model(device, torch.float16)
     kw = dict(max_new_tokens=30, eos_token_id=-1, temperature=temperature, top_k=20, seed=5)
-    first = list(generate(model, [[5, 6, 7], [8, 9]], graph=True, **kw))
-    second = list(generate(model, [[1, 2], [3, 4, 5]], graph=True, **kw))
+    first = list(timed(model, [[5, 6, 7], [8, 9]], graph=True, **kw))
+    second = list(timed(model, [[1, 2], [3, 4, 5]], graph=True, **kw))
     eager = list(generate(model, [[1, 2], [3, 4, 5]], graph=False, **kw))
     assert first[1].warmup_ms > 0 and second[1].warmup_ms == 0  # captured once, then replayed
     assert [s.token_ids for s in second] == [s.token_ids for s in eager]
-    other = list(generate(model, [[1, 2], [3, 4, 5]], graph=True, **(kw | dict(max_new_tokens=31))))
+    other = list(timed(model, [[1, 2], [3, 4, 5]], graph=True, **(kw | dict(max_new_tokens=31))))
     assert other[1].warmup_ms > 0 and [s.token_ids for s in other[:30]] == [s.token_ids for s in eager]
 
 
@@ -135,7 +136,7 @@ def test_profiling_times_the_device_not_the_launches(device, gpu_alone):
     model = random_model(device, torch.bfloat16, n_positions=256, n_layer=6, n_embd=768, n_head=12, vocab=4096)
     prompt = list(range(1, 33))
     for _ in gpu_alone:
-        graphed = list(generate(model, prompt, max_new_tokens=24, eos_token_id=-1, graph=True))
+        graphed = list(timed(model, prompt, max_new_tokens=24, eos_token_id=-1, graph=True))
         replay_ms = sorted(s.latency_ms for s in graphed[4:])[len(graphed[4:]) // 2]
         prof = profile_run(model, [prompt], graphed, cache=True, samples=3)
         decode = prof[prof.phase == "decode"]

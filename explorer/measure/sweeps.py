@@ -22,9 +22,9 @@ from kernels.config import TileConfig
 from kernels.matmul.kernel import traffic as linear_traffic
 from kernels.norm.kernel import traffic as layer_norm_traffic
 
-from ..model.generate import generate
 from ..model.ops import Tiles
 from . import metrics
+from .clock import timed
 
 Progress = Callable[[int, int, str], None]
 
@@ -215,7 +215,7 @@ def sequence_runs(
     for i, (backend, cache, graph, length) in enumerate(runs):
         prompt = torch.randint(0, model.config.vocab_size, (length,), generator=gen).tolist()
         steps = list(
-            generate(
+            timed(
                 model,
                 prompt,
                 max_new_tokens=new_tokens,

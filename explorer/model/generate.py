@@ -9,13 +9,15 @@ never leaves the device, and so are the tokens a repetition penalty looks back o
 explorer.model.sampling) before the host reads the tokens of the step before it, so the host's work on
 one token (copying it back, detokenising, building the Step) overlaps the device's work on the next.
 On CPU, and under an observer, steps run one after another, each yielded as soon as it is done.
-Each Step carries two clocks: `latency_ms`, the step's time on the device clock (CUDA events around
-it; perf_counter on CPU), and `wall_s`, when its tokens reached the caller by the wall clock.
+
+The decoder keeps no time of its own. A caller that wants one passes a clock (explorer.measure.clock):
+generate() marks it where each step starts and ends on the device's stream, and around what ran before
+the first steps (the warm-up, a CUDA graph's capture), and hands the marks over in the Step; the clock
+reads them.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -35,17 +37,16 @@ class Step:
     texts: list[str]  # the text each token adds, per sequence
     positions: list[int]  # position of each new token (its sequence's length before it)
     context_tokens: int  # tokens the model processed in this step, whole batch
-    latency_ms: float  # the step on the device clock (see timer)
-    timer: str  # what measured latency_ms
     kv_used_bytes: int
     kv_allocated_bytes: int
     ops: tuple[Op, ...] = ()  # the named operations the step ran, in order
     graph: bool = False  # the step was one CUDA graph replay
-    wall_s: float = 0.0  # wall clock, from the start of generation (after warm-up) to this step's tokens
-    peak_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated since the run began (GPU only)
-    warmup_ms: float = 0.0  # compile + first-run time before step 0; CUDA graph capture before step 1
     finished: list[bool] = field(default_factory=list)
     stop_reason: str | None = None  # set on the last step
+    # The clock's marks (none without a clock): where the step started and ended, and around what ran before
+    # it (the warm-up before step 0, the graph's capture before step 1).
+    marks: tuple = ()
+    setup_marks: tuple = ()
 
     @property
     def token_id(self) -> int:
@@ -119,12 +120,13 @@ def generate(
     observer: Observer | None = None,
     warmup: bool | None = None,
     graph: bool | None = None,
+    clock=None,
 ) -> Iterator[Step]:
     """Yield one Step per generated token (per batch step). Stops at max_new_tokens, at end-of-text
     (every sequence), or at the model's position limit; the last Step says which.
 
     observer: called around every operation of every step (see explorer.model.ops), e.g. by the
-    measure layer's profiler; its own work (a GPU spin before each kernel) shows in latency_ms.
+    measure layer's profiler; its own work (a GPU spin before each kernel) shows in the step's time.
 
     graph=True replays every decode step from a CUDA graph captured once (see explorer.model.graphs):
     it needs a CUDA device and the cache on, and no observer (a replay launches nothing one by one).
@@ -133,6 +135,9 @@ def generate(
     batch, length, rung, tiles and sampling mode, which replays it without capturing again.
 
     fusion: a rung of the fusion ladder (explorer.model.ops.FUSIONS); None keeps the model's.
+
+    clock: marked around each step and what ran before it (see the module's text): `mark()` where a span
+    starts or ends, `begin()` once the warm-up is done and the timed run starts.
 
     temperature 0 is greedy; above it, tokens are drawn (seeded by seed) from the top_k most likely (0: all)
     and the nucleus of probability top_p (1: all). repetition_penalty above 1 lowers the logits of tokens
@@ -152,7 +157,11 @@ def generate(
     graph = _use_graph(graph, device, cache, observer)
     if warmup is None:  # the interpreter compiles nothing: a warm-up there only doubles the first step
         warmup = device.type == "cuda"
-    warmup_ms = _warm_up(model, batch, cache, tiles, backend) if warmup else 0.0
+    before = clock.mark() if clock and warmup else None
+    if warmup:
+        _warm_up(model, batch, cache, tiles, backend)
+    started = clock.begin() if clock else None
+    setup = (before, started) if before else ()
     sampler = Sampler(
         batch,
         model.config.vocab_size,
@@ -163,15 +172,10 @@ def generate(
         penalty=repetition_penalty,
         seed=seed,
     )
-    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy=sampler.greedy)
+    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, sampler.greedy, clock)
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
     cuda = device.type == "cuda"
-    on_cpu = "Triton interpreter" if (backend or model.backend) == "triton" else "PyTorch on CPU"
-    timer = "cuda events around each step (device clock)" if cuda else f"cpu perf_counter ({on_cpu})"
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-    t0 = time.perf_counter()
     steps = run.n_steps
     # Under an observer each step runs alone, so what it saw belongs to the Step yielded next.
     ahead = observer is None and cuda
@@ -199,17 +203,14 @@ def generate(
                 texts=["" if was_finished[b] or finished[b] else texts.add(b, t) for b, t in enumerate(ids)],
                 positions=launched.positions,
                 context_tokens=launched.context_tokens,
-                latency_ms=launched.latency_ms(),
-                timer=timer,
                 kv_used_bytes=run.kv.bytes_per_token * sum(launched.positions) if run.kv else 0,
                 kv_allocated_bytes=run.kv.allocated_bytes if run.kv else 0,
                 ops=launched.ops,
                 graph=launched.graph,
-                wall_s=time.perf_counter() - t0,
-                peak_memory_bytes=_peak_allocated(device) if cuda else None,
-                warmup_ms=warmup_ms if index == 0 else launched.capture_ms,
                 finished=list(finished),
                 stop_reason=stop,
+                marks=launched.marks,
+                setup_marks=setup if index == 0 else launched.setup_marks,
             )
             if stop:
                 return
@@ -220,13 +221,11 @@ def generate(
 
 
 class _Slot:
-    """What one queued step needs on a GPU and the host allocates once per run, not per token: the
-    timing events around the step, the pinned buffer its tokens are copied into, and the event that says
-    they arrived. The loop keeps at most two steps in flight, and reads each one's tokens and time
-    before its slot comes round again (a ring of SLOTS)."""
+    """What one queued step needs on a GPU and the host allocates once per run, not per token: the pinned
+    buffer its tokens are copied into, and the event that says they arrived. The loop keeps at most two
+    steps in flight, and reads each one's tokens before its slot comes round again (a ring of SLOTS)."""
 
     def __init__(self, batch: int):
-        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         self.host = torch.empty(batch, dtype=torch.long, pin_memory=True)
         self.ready = torch.cuda.Event()
 
@@ -235,12 +234,11 @@ SLOTS = 3
 
 
 class _Launched:
-    """One step queued on the device: its sampled tokens on their way to the host, its events."""
+    """One step queued on the device: its sampled tokens on their way to the host, the clock's marks."""
 
-    def __init__(self, next_ids, positions, context_tokens, ops, graph, capture_ms, start, end, slot=None):
+    def __init__(self, next_ids, positions, context_tokens, ops, graph, marks, setup_marks, slot=None):
         self.next_ids, self.positions, self.context_tokens = next_ids, positions, context_tokens
-        self.ops, self.graph, self.capture_ms = ops, graph, capture_ms
-        self.start, self.end = start, end
+        self.ops, self.graph, self.marks, self.setup_marks = ops, graph, marks, setup_marks
         if slot is not None:
             self.host, self.ready = slot.host, slot.ready
             self.host.copy_(next_ids, non_blocking=True)
@@ -253,26 +251,13 @@ class _Launched:
             self.ready.synchronize()
         return self.host.tolist()
 
-    def latency_ms(self) -> float:
-        if isinstance(self.start, float):
-            return (self.end - self.start) * 1e3
-        return self.start.elapsed_time(self.end)
-
-
-def _clock(event):
-    """Now: the event recorded on the current stream (a GPU run's slot), else the wall clock."""
-    if event is None:
-        return time.perf_counter()
-    event.record()
-    return event
-
 
 class _Run:
     """The state of one generation: the cache (or the growing token buffer when it is off)."""
 
-    def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy=False):
+    def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy, clock):
         self.model, self.tiles, self.backend, self.use_graph, self.greedy = model, tiles, backend, graph, greedy
-        self.observer = observer
+        self.observer, self.clock = observer, clock
         self.graph = None
         self.lengths = [len(p) for p in batch]
         n_pos = model.config.n_positions
@@ -299,13 +284,15 @@ class _Run:
         """Queue step `index`: its forward pass and the sampling of its tokens, all on the device."""
         if after is not None:
             self._append(after.next_ids)
-        capture_ms = 0.0
+        mark = self.clock.mark if self.clock else lambda: None
+        setup = ()
         if self.use_graph and index == 1 and self.graph is None:  # captured before the first decode step
+            before = mark()
             self.graph = DecodeGraph(self.model, self.kv, tiles=self.tiles, backend=self.backend, greedy=self.greedy)
-            capture_ms = self.graph.capture_ms
+            setup = (before, mark()) if self.clock else ()
         positions, context = list(self.lengths), self._context(index)
         slot = self.slots[index % SLOTS] if self.cuda else None
-        start = _clock(slot and slot.start)
+        start = mark()
         if self.graph is not None and index > 0:
             logits, ops, replayed = self.graph.step(self.next_ids), self.graph.ops, True
             # A greedy graph picked the token itself, into the input of its next replay.
@@ -315,8 +302,8 @@ class _Run:
             logits = self._forward(index, trace)
             ops, replayed = tuple(trace.ops), False
             next_ids = sampler(logits)
-        end = _clock(slot and slot.end)
-        return _Launched(next_ids, positions, context, ops, replayed, capture_ms, start, end, slot)
+        marks = (start, mark()) if self.clock else ()
+        return _Launched(next_ids, positions, context, ops, replayed, marks, setup, slot)
 
     def release(self) -> None:
         if self.pool is not None and self.graph is not None:
@@ -359,10 +346,9 @@ def _use_graph(graph: bool | None, device: torch.device, cache: bool, observer) 
     return bool(graph)
 
 
-def _warm_up(model, batch, cache, tiles, backend) -> float:
-    """Run the first two steps once, untimed and unobserved, so Triton's compilation (and autotuning)
-    is spent here and reported apart; returns its wall time in ms."""
-    t0 = time.perf_counter()
+def _warm_up(model, batch, cache, tiles, backend) -> None:
+    """Run the first two steps once, unobserved, so Triton's compilation (and autotuning) is spent here, apart
+    from the steps (a clock marks it as the setup of step 0), and wait for the device to finish them."""
     steps = generate(
         model, batch, max_new_tokens=2, cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False
     )
@@ -370,10 +356,3 @@ def _warm_up(model, batch, cache, tiles, backend) -> float:
         pass
     if model.device.type == "cuda":
         torch.cuda.synchronize(model.device)
-    return (time.perf_counter() - t0) * 1e3
-
-
-def _peak_allocated(device: torch.device) -> int:
-    """torch.cuda.max_memory_allocated without flattening every allocator statistic first: that flattening
-    takes about 0.4 ms, as long as a whole decode step on the GPU, and it runs once a step."""
-    return torch.cuda.memory_stats_as_nested_dict(device)["allocated_bytes"]["all"]["peak"]

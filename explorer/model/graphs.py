@@ -9,8 +9,6 @@ graph and each later step is one replay: the same kernels, launched by the drive
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from kernels.timing import collector_paused
@@ -36,7 +34,6 @@ class DecodeGraph:
         device = cache.lengths.device
         if device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA GPU; this model runs on {device.type}")
-        t0 = time.perf_counter()
         self.model, self.cache = model, cache
         self.ids = torch.zeros(cache.lengths.shape[0], dtype=torch.long, device=device)
         kw = dict(tiles=tiles, backend=backend)
@@ -65,7 +62,6 @@ class DecodeGraph:
         cache.next_lengths = cache.lengths
         torch.cuda.synchronize(device)
         self.ops = tuple(trace.ops)  # what every replay runs, by name
-        self.capture_ms = (time.perf_counter() - t0) * 1e3
 
     def step(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B,) -> next-token logits (B, vocab), a buffer the next step overwrites."""

@@ -15,8 +15,8 @@ import time
 import pandas as pd
 
 from ...measure import launches, metrics
+from ...measure.clock import timed
 from ...measure.profile import NoKernelTime, Profiler, profile_run
-from ...model.generate import generate
 from ...model.ops import Tiles
 from ...model.weights import load_model
 from .. import counterpart, models, views
@@ -84,7 +84,7 @@ def run(payload: dict, control: Control):
     # call costs nothing beside it), so no profiling pass follows; on a GPU a pass after the run times the
     # kernels with launch overhead kept out, and the run itself replays graphs untouched.
     watch = Profiler() if device == "cpu" else None
-    tokens = generate(
+    tokens = timed(
         model,
         [ids] * s.batch,
         max_new_tokens=s.new_tokens,

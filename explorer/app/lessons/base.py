@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 import torch
 
 from ...measure import metrics
-from ...model.generate import generate
+from ...measure.clock import timed
 from ...model.gpt import GPT, GPTConfig
 from ...model.weights import load_model
 from .. import estimate, models, units
@@ -131,7 +131,7 @@ def generation(model, settings: dict, **overrides) -> list:
     nothing to compile."""
     s = {**settings, **overrides}
     return list(
-        generate(
+        timed(
             model,
             prompt(model, s["prompt_tokens"]),
             max_new_tokens=s["new_tokens"],
