@@ -12,6 +12,7 @@ from .layer.kernel import decode_layer
 from .matmul.decode import decode_linear
 from .matmul.kernel import linear
 from .norm.kernel import layer_norm
+from .norm.rms import rms_norm
 
 __all__ = [
     "TileConfig",
@@ -25,5 +26,6 @@ __all__ = [
     "kv_write",
     "layer_norm",
     "linear",
+    "rms_norm",
     "supported_dtypes",
 ]

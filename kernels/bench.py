@@ -1,4 +1,4 @@
-"""The harness of the per-operation benchmarks (benchmarks/attention.py, layer_norm.py, linear.py,
+"""The harness of the per-operation benchmarks (benchmarks/attention.py, norm.py, linear.py,
 kv_cache.py; benchmarks/operations.py runs them all): each times our kernel next to what a user would pick
 instead, on a GPU.
 

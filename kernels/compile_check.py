@@ -26,36 +26,32 @@ def _cases(dtype, arch):
     from .matmul import decode as FL
     from .matmul import kernel as L
     from .norm import kernel as LN
+    from .norm import rms as RMS
 
     limits = DeviceLimits(ARCHS[arch][0], ARCHS[arch][1], 132, divmod(arch, 10), arch >= 80)
     t = "*" + TYPES[dtype]
     item = 2 if dtype != "float32" else 4
     prec = "ieee" if dtype == "float32" else "tf32"
-    yield (
-        "layer_norm",
-        LN._layer_norm_kernel,
-        dict(
-            X=t,
-            R=t,
-            Y=t,
-            S=t,
-            W=t,
-            B=t,
-            stride_xm="i32",
-            stride_rm="i32",
-            stride_ym="i32",
-            stride_sm="i32",
-            M="i32",
-            N="i32",
-            eps="fp32",
-            HAS_RESIDUAL=True,
-            BLOCK_M=4,
-            BLOCK_N=1024,
-        ),
-        4,
-        1,
-        0,
+    norm = dict(
+        X=t,
+        R=t,
+        Y=t,
+        S=t,
+        W=t,
+        B=t,
+        stride_xm="i32",
+        stride_rm="i32",
+        stride_ym="i32",
+        stride_sm="i32",
+        M="i32",
+        N="i32",
+        eps="fp32",
+        HAS_RESIDUAL=True,
+        BLOCK_M=4,
+        BLOCK_N=1024,
     )
+    yield "layer_norm", LN._layer_norm_kernel, norm, 4, 1, 0
+    yield "rms_norm", RMS._rms_norm_kernel, {k: v for k, v in norm.items() if k != "B"}, 4, 1, 0  # no bias
     ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)
     import torch
 

@@ -55,7 +55,7 @@ class TileConfig:
 
 # Allowed values of each field, per kernel: (low, high), powers of two in between.
 BOUNDS = {
-    "layer_norm": {"block_m": (1, 64), "block_n": (16, 65536), "num_warps": (1, 32)},
+    **{name: {"block_m": (1, 64), "block_n": (16, 65536), "num_warps": (1, 32)} for name in ("layer_norm", "rms_norm")},
     "linear": {
         "block_m": (16, 256),
         "block_n": (16, 256),

@@ -64,7 +64,7 @@ UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kb": 1e3, "mb": 1
 @dataclass(frozen=True)
 class Case:
     name: str
-    kind: str  # layer_norm, linear, attention, decode_attention, kv_write
+    kind: str  # layer_norm, rms_norm, linear, attention, decode_attention, kv_write
     shape: dict
     # linear only: "tile" is the tile kernel, whose loads pass through L1; "tma" the persistent form
     # (Hopper on, 16-bit), whose TMA copies reach shared memory past L1 and the texture path, so no
@@ -74,6 +74,7 @@ class Case:
 
 CASES = (
     Case("layer_norm+residual 4096x768", "layer_norm", dict(rows=4096, width=768)),
+    Case("rms_norm+residual 4096x576", "rms_norm", dict(rows=4096, width=576)),
     Case("linear M=1 768->3072 +GELU (split-K)", "linear", dict(rows=1, out=3072, inp=768)),
     Case("linear M=1024 768->3072 +GELU", "linear", dict(rows=1024, out=3072, inp=768), form="tile"),
     Case("linear M=1024 768->3072 +GELU (persistent, TMA)", "linear", dict(rows=1024, out=3072, inp=768), form="tma"),
@@ -108,12 +109,13 @@ def model(case: Case, dtype, device):
 
     item = torch.empty((), dtype=dtype).element_size()
     s = case.shape
-    kinds = dict(layer_norm=norm, linear=matmul, attention=attn, decode_attention=attn, kv_write=kv_cache)
+    kinds = dict(
+        layer_norm=norm, rms_norm=norm.rms, linear=matmul, attention=attn, decode_attention=attn, kv_write=kv_cache
+    )
     mod = kinds[case.kind]  # each operation's package: its tile rules and traffic model
-    if case.kind == "layer_norm":
-        return mod.traffic(s["rows"], s["width"], item, residual=True, device=device), mod.resolve_config(
-            None, s["rows"], s["width"], device
-        )
+    if case.kind in ("layer_norm", "rms_norm"):
+        t = mod.traffic(s["rows"], s["width"], item, residual=True, device=device)
+        return t, mod.resolve_config(None, s["rows"], s["width"], device, case.kind)
     if case.kind == "linear":
         with form(case):
             t = mod.traffic(s["rows"], s["out"], s["inp"], item, activation="gelu", dtype=dtype, device=device)
@@ -140,13 +142,16 @@ def make_call(case: Case, dtype, device):
     """Inputs on the GPU and a function that launches the case once."""
     import torch
 
-    from . import attention, decode_attention, kv_write, layer_norm, linear
+    from . import attention, decode_attention, kv_write, layer_norm, linear, rms_norm
 
     s = case.shape
     rand = lambda *shape: torch.randn(shape, device=device, dtype=dtype)
     if case.kind == "layer_norm":
         x, r, w, b = rand(s["rows"], s["width"]), rand(s["rows"], s["width"]), rand(s["width"]), rand(s["width"])
         return lambda: layer_norm(x, w, b, residual=r)
+    if case.kind == "rms_norm":
+        x, r, w = rand(s["rows"], s["width"]), rand(s["rows"], s["width"]), rand(s["width"])
+        return lambda: rms_norm(x, w, residual=r)
     if case.kind == "linear":
         x, w, b = rand(s["rows"], s["inp"]), rand(s["out"], s["inp"]), rand(s["out"])
 

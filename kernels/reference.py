@@ -16,6 +16,16 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
     return F.layer_norm(s, (x.shape[-1],), weight, bias, eps), s
 
 
+def rms_norm(x, weight, eps=1e-5, *, residual=None, config=None):
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension, in fp32 at least (as Llama's RMSNorm
+    computes it; float64 stays float64, for the tests' oracle)."""
+    s = x if residual is None else x + residual
+    wide = torch.promote_types(s.dtype, torch.float32)
+    h = s.to(wide)
+    y = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight.to(wide)).to(x.dtype)
+    return y if residual is None else (y, s)
+
+
 def linear(x, weight, bias=None, *, activation=None, residual=None, config=None):
     y = F.linear(x, weight, bias)
     if activation == "gelu":

@@ -4,7 +4,6 @@ import pickle
 import time
 
 import pytest
-import torch
 
 from explorer.measure.clock import Clock, TimedStep, timed
 from explorer.model.generate import generate

@@ -82,17 +82,18 @@ def default_config(rows: int, width: int, device) -> TileConfig:
 
 
 @functools.lru_cache(maxsize=1024)  # called on every launch: resolve each shape once
-def resolve_config(config: TileConfig | None, rows: int, width: int, device) -> TileConfig:
-    cfg = as_config("layer_norm", config).merged(default_config(rows, width, device))
-    check_fields("layer_norm", cfg)
+def resolve_config(config: TileConfig | None, rows: int, width: int, device, name: str = "layer_norm") -> TileConfig:
+    """The tiles of a row normalisation (`name`: layer_norm, or rms_norm, which holds rows the same way)."""
+    cfg = as_config(name, config).merged(default_config(rows, width, device))
+    check_fields(name, cfg)
     if cfg.block_n < width:
         raise ValueError(
-            f"layer_norm: block_n={cfg.block_n} is smaller than the row width {width}; the kernel holds whole "
+            f"{name}: block_n={cfg.block_n} is smaller than the row width {width}; the kernel holds whole "
             f"rows in registers (one pass), so block_n must be at least {next_pow2(width)}"
         )
     if cfg.block_m * cfg.block_n > 65536:
         raise ValueError(
-            f"layer_norm: block_m * block_n = {cfg.block_m * cfg.block_n} elements per program is more than "
+            f"{name}: block_m * block_n = {cfg.block_m * cfg.block_n} elements per program is more than "
             "65536, which does not fit in registers; use a smaller block_m"
         )
     return cfg
@@ -161,15 +162,22 @@ def tuned_config(x, weight, bias, eps=1e-5, *, residual=None):
 
 
 def traffic(
-    rows: int, width: int, itemsize: int, *, residual: bool = False, config: TileConfig | None = None, device="cpu"
+    rows: int,
+    width: int,
+    itemsize: int,
+    *,
+    residual: bool = False,
+    config: TileConfig | None = None,
+    device="cpu",
+    bias: bool = True,
 ) -> Traffic:
     """Modeled traffic of one fused launch: each row read and written once, and weight and bias requested
     by every program (ncu on an H200 at 4096x768: 15.73 MB through L1, exactly this). Those are plain
     cached loads that hit in L1 after an SM's first program, so the L2 sees them about once per SM (12.70
-    MB there) and HBM once: the rows stream, weight and bias stay."""
+    MB there) and HBM once: the rows stream, weight and bias stay. bias=False: RMSNorm, weight alone."""
     cfg = resolve_config(config, rows, width, device)
     row_bytes = rows * width * itemsize
-    wb = 2 * width * itemsize
+    wb = (2 if bias else 1) * width * itemsize
     streams = 2 if residual else 1
     reads = row_bytes * streams + cdiv(rows, cfg.block_m) * wb
     writes = row_bytes * streams

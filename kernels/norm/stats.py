@@ -1,5 +1,5 @@
-"""LayerNorm's statistics, written once for every kernel that normalises rows (LayerNorm itself, and the
-decode step's linear with the LayerNorm in its prologue)."""
+"""The normalisations' statistics, written once for every kernel that normalises rows: LayerNorm's (LayerNorm
+itself, and the decode step's linear with the LayerNorm in its prologue) and RMSNorm's."""
 
 import triton
 import triton.language as tl
@@ -18,3 +18,10 @@ def moments(x, mask, n, eps, AXIS: tl.constexpr):
         diff = tl.where(mask, x - mean, 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, axis=AXIS) / n + eps)
     return mean, rstd, diff
+
+
+@triton.jit
+def inverse_rms(x, n, eps, AXIS: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) of x along AXIS over its n valid entries: RMSNorm's one statistic (no mean is
+    taken out). x is fp32 and zero where masked, so masked lanes add nothing to the sum."""
+    return 1.0 / tl.sqrt(tl.sum(x * x, axis=AXIS) / n + eps)

@@ -1,0 +1,108 @@
+"""RMSNorm over the last dimension (the Llama family's normalisation), optionally fused with the block's
+residual add, as LayerNorm is (kernel.py):
+
+    s = x + residual                       (when residual is given; rounded to x's dtype, as torch does)
+    y = s / sqrt(mean(s^2) + eps) * weight
+
+No mean is taken out and there is no bias: one statistic, one parameter vector. Rows are held whole in
+registers as LayerNorm holds them (the same tile rules, resolve_config), so each row is read and written
+once; with the residual, four row-sized transfers instead of the five of a separate add.
+"""
+
+import triton
+import triton.language as tl
+
+from .. import launch
+from ..config import Traffic, cdiv, check_dtype, explain_resources, new_output
+from .kernel import resolve_config
+from .kernel import traffic as layer_norm_traffic
+from .stats import inverse_rms
+
+
+@triton.jit
+def _rms_norm_kernel(
+    X,
+    R,
+    Y,
+    S,
+    W,
+    stride_xm,
+    stride_rm,
+    stride_ym,
+    stride_sm,
+    M,
+    N,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = (rows < M)[:, None] & col_mask[None, :]
+
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
+        tl.store(S + rows[:, None] * stride_sm + cols[None, :], x, mask=mask)
+    x = x.to(tl.float32)
+
+    scale = inverse_rms(x, N, eps, 1)
+
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    y = x * scale[:, None] * w[None, :]
+    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+def rms_norm(x, weight, eps=1e-5, *, residual=None, config=None):
+    """RMSNorm of x (..., C); with `residual`, returns (y, x + residual) from one pass."""
+    check_dtype("rms_norm", x)
+    width = x.shape[-1]
+    if weight.shape != (width,):
+        raise ValueError(f"rms_norm: weight must have shape ({width},), got {tuple(weight.shape)}")
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        raise ValueError(
+            f"rms_norm: residual {tuple(residual.shape)} {residual.dtype} must match x {tuple(x.shape)} {x.dtype}"
+        )
+    x2 = x.reshape(-1, width)
+    rows = x2.shape[0]
+    cfg = resolve_config(config, rows, width, x.device, "rms_norm")
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = new_output(x2)  # contiguous: its rows (and s's) are `width` apart
+    if residual is not None:
+        r2 = residual.reshape(-1, width)
+        r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
+        s = new_output(x2)
+    else:
+        r2, s = x2, y  # unused by the kernel when HAS_RESIDUAL is False
+    if rows > 0:
+        with explain_resources("rms_norm", cfg):
+            launch.fast(_rms_norm_kernel)[(cdiv(rows, cfg.block_m),)](
+                x2,
+                r2,
+                y,
+                s,
+                weight,
+                x2.stride(0),
+                r2.stride(0),
+                width,
+                width,
+                rows,
+                width,
+                eps,
+                HAS_RESIDUAL=residual is not None,
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=cfg.block_n,
+                num_warps=cfg.num_warps,
+            )
+    y = y.view(x.shape)
+    return y if residual is None else (y, s.view(x.shape))
+
+
+def traffic(rows: int, width: int, itemsize: int, *, residual: bool = False, config=None, device="cpu") -> Traffic:
+    """Modeled traffic of one launch: LayerNorm's (kernel.traffic), with the weight alone requested by every
+    program and read from HBM once."""
+    return layer_norm_traffic(rows, width, itemsize, residual=residual, config=config, device=device, bias=False)
