@@ -28,7 +28,7 @@ from ..config import (
     new_output,
     next_pow2,
 )
-from .stats import moments
+from .stats import moments, summed_rows
 
 
 @triton.jit
@@ -55,13 +55,7 @@ def _layer_norm_kernel(
     col_mask = cols < N
     mask = (rows < M)[:, None] & col_mask[None, :]
 
-    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
-        x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
-        tl.store(S + rows[:, None] * stride_sm + cols[None, :], x, mask=mask)
-    x = x.to(tl.float32)
-
+    x = summed_rows(X, R, S, rows, cols, mask, stride_xm, stride_rm, stride_sm, HAS_RESIDUAL=HAS_RESIDUAL)
     _, rstd, diff = moments(x, mask, N, eps, 1)
 
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)

@@ -16,7 +16,7 @@ from .. import launch
 from ..config import Traffic, cdiv, check_dtype, explain_resources, new_output
 from .kernel import resolve_config
 from .kernel import traffic as layer_norm_traffic
-from .stats import inverse_rms
+from .stats import inverse_rms, summed_rows
 
 
 @triton.jit
@@ -42,13 +42,7 @@ def _rms_norm_kernel(
     col_mask = cols < N
     mask = (rows < M)[:, None] & col_mask[None, :]
 
-    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
-        x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
-        tl.store(S + rows[:, None] * stride_sm + cols[None, :], x, mask=mask)
-    x = x.to(tl.float32)
-
+    x = summed_rows(X, R, S, rows, cols, mask, stride_xm, stride_rm, stride_sm, HAS_RESIDUAL=HAS_RESIDUAL)
     scale = inverse_rms(x, N, eps, 1)
 
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)

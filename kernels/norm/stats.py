@@ -25,3 +25,15 @@ def inverse_rms(x, n, eps, AXIS: tl.constexpr):
     """1 / sqrt(mean(x^2) + eps) of x along AXIS over its n valid entries: RMSNorm's one statistic (no mean is
     taken out). x is fp32 and zero where masked, so masked lanes add nothing to the sum."""
     return 1.0 / tl.sqrt(tl.sum(x * x, axis=AXIS) / n + eps)
+
+
+@triton.jit
+def summed_rows(X, R, S, rows, cols, mask, stride_xm, stride_rm, stride_sm, HAS_RESIDUAL: tl.constexpr):
+    """A normalisation's input rows as fp32 (zero where masked): X's, or with HAS_RESIDUAL X + R, rounded to
+    S's dtype as torch's separate add rounds it, and stored to S (the block's residual stream goes on from it)."""
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
+        tl.store(S + rows[:, None] * stride_sm + cols[None, :], x, mask=mask)
+    return x.to(tl.float32)
