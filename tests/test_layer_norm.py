@@ -20,6 +20,10 @@ def _config(cfg, width):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=str)
 @pytest.mark.parametrize("with_residual", [False, True])
 def test_layer_norm_matches_reference(device, dtype, rows, width, cfg, with_residual):
+    if rows == 1000 and (cfg == "wide" or getattr(cfg, "block_m", None) == 1) and device.type == "cpu":
+        pytest.skip(
+            "1000 rows in one- and two-row programs are slow in the interpreter; smaller rows cover those tiles"
+        )
     x = torch.randn(rows, width, device=device, dtype=dtype) * 3 + 1
     w = torch.randn(width, device=device, dtype=dtype)
     b = torch.randn(width, device=device, dtype=dtype)
