@@ -1,16 +1,16 @@
-"""Every operation's benchmark in one run and one table: attention, the normalisations, the linear layer and
-the KV-cache write, each next to PyTorch (kernels.bench's harness and timings).
+"""Every operation's benchmark in one run and one table: attention, the normalisations, rotary positions, the
+linear layer and the KV-cache write, each next to PyTorch (kernels.bench's harness and timings).
 
     python -m benchmarks.operations [--only attention.prefill linear.decode ...] [--out kernels.md]
 """
 
 from kernels.bench import main
 
-from . import attention, kv_cache, linear, norm
+from . import attention, kv_cache, linear, norm, rope
 
 GROUPS = {
     f"{module.__name__.rsplit('.', 1)[1]}.{name}": cases
-    for module in (attention, norm, linear, kv_cache)
+    for module in (attention, norm, rope, linear, kv_cache)
     for name, cases in module.GROUPS.items()
 }
 

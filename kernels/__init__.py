@@ -13,6 +13,7 @@ from .matmul.decode import decode_linear
 from .matmul.kernel import linear
 from .norm.kernel import layer_norm
 from .norm.rms import rms_norm
+from .rope.kernel import rotary
 
 __all__ = [
     "TileConfig",
@@ -27,5 +28,6 @@ __all__ = [
     "layer_norm",
     "linear",
     "rms_norm",
+    "rotary",
     "supported_dtypes",
 ]

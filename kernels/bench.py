@@ -1,5 +1,5 @@
-"""The harness of the per-operation benchmarks (benchmarks/attention.py, norm.py, linear.py,
-kv_cache.py; benchmarks/operations.py runs them all): each times our kernel next to what a user would pick
+"""The harness of the per-operation benchmarks (benchmarks/attention.py, norm.py, rope.py,
+linear.py, kv_cache.py; benchmarks/operations.py runs them all): each times our kernel next to what a user would pick
 instead, on a GPU.
 
 Every case runs ours and the PyTorch baseline in the same process on the same random inputs. Two

@@ -27,6 +27,7 @@ def _cases(dtype, arch):
     from .matmul import kernel as L
     from .norm import kernel as LN
     from .norm import rms as RMS
+    from .rope import kernel as ROPE
 
     limits = DeviceLimits(ARCHS[arch][0], ARCHS[arch][1], 132, divmod(arch, 10), arch >= 80)
     t = "*" + TYPES[dtype]
@@ -52,6 +53,8 @@ def _cases(dtype, arch):
     )
     yield "layer_norm", LN._layer_norm_kernel, norm, 4, 1, 0
     yield "rms_norm", RMS._rms_norm_kernel, {k: v for k, v in norm.items() if k != "B"}, 4, 1, 0  # no bias
+    rope = dict(X=t, Y=t, Positions="*i64", x_strides=["i32", "i32", "i32"], heads="i32", tokens="i32")
+    yield "rotary", ROPE._rotary_kernel, dict(rope, log2_theta="fp32", HEAD_DIM=64, BLOCK_M=64, HALF=32), 4, 1, 0
     ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)
     import torch
 

@@ -26,6 +26,18 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, config=None):
     return y if residual is None else (y, s)
 
 
+def rotary(x, positions, theta=10000.0, *, block_m=None):
+    """x (B, H, T, D) rotated by its rows' positions (B, T), Llama's rotate_half convention, computed in x's
+    precision or fp32, whichever is wider."""
+    wide = torch.promote_types(x.dtype, torch.float32)
+    half = x.shape[-1] // 2
+    inv_freq = theta ** -(torch.arange(0, half, dtype=wide, device=x.device) * 2 / x.shape[-1])
+    angle = positions.to(wide)[:, None, :, None] * inv_freq  # (B, 1, T, D/2)
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x[..., :half].to(wide), x[..., half:].to(wide)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
 def linear(x, weight, bias=None, *, activation=None, residual=None, config=None):
     y = F.linear(x, weight, bias)
     if activation == "gelu":

@@ -16,7 +16,7 @@ GPU_ONLY = [
         f"-m benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in ("page", "torch_loop")
     ),
 ]
-OPERATIONS = ("attention", "kv_cache", "linear", "norm")  # one benchmark per operation
+OPERATIONS = ("attention", "kv_cache", "linear", "norm", "rope")  # one benchmark per operation
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a GPU shows")
