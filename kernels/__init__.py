@@ -11,6 +11,7 @@ from .kv_cache.kernel import kv_write
 from .layer.kernel import decode_layer
 from .matmul.decode import decode_linear
 from .matmul.kernel import linear
+from .matmul.swiglu import swiglu
 from .norm.kernel import layer_norm
 from .norm.rms import rms_norm
 from .rope.kernel import rotary
@@ -30,4 +31,5 @@ __all__ = [
     "rms_norm",
     "rotary",
     "supported_dtypes",
+    "swiglu",
 ]

@@ -25,6 +25,7 @@ def _cases(dtype, arch):
     from .layer import kernel as DL
     from .matmul import decode as FL
     from .matmul import kernel as L
+    from .matmul import swiglu as SW
     from .norm import kernel as LN
     from .norm import rms as RMS
     from .rope import kernel as ROPE
@@ -53,12 +54,23 @@ def _cases(dtype, arch):
     )
     yield "layer_norm", LN._layer_norm_kernel, norm, 4, 1, 0
     yield "rms_norm", RMS._rms_norm_kernel, {k: v for k, v in norm.items() if k != "B"}, 4, 1, 0  # no bias
-    rope = dict(X=t, Y=t, Positions="*i64", x_strides=["i32", "i32", "i32"], heads="i32", tokens="i32")
-    yield "rotary", ROPE._rotary_kernel, dict(rope, log2_theta="fp32", HEAD_DIM=64, BLOCK_M=64, HALF=32), 4, 1, 0
-    ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)
     import torch
 
     tdt = getattr(torch, dtype)
+    glu = SW.resolve_config(None, 1024, 1536, 576, tdt, limits)
+    blocks = dict(BLOCK_M=glu.block_m, BLOCK_N=glu.block_n, BLOCK_K=glu.block_k, GROUP_M=glu.group_m)
+    matrices = dict(X=t, W=t, Y=t, M="i32", F="i32", K="i32", x_strides=["i32", 1], w_strides=["i32", 1])
+    yield (
+        "swiglu",
+        SW._swiglu_kernel,
+        dict(matrices, stride_ym="i32", PRECISION=prec, **blocks),
+        glu.num_warps,
+        glu.num_stages,
+        SW.shared_memory(glu, item, limits),
+    )
+    rope = dict(X=t, Y=t, Positions="*i64", x_strides=["i32", "i32", "i32"], heads="i32", tokens="i32")
+    yield "rotary", ROPE._rotary_kernel, dict(rope, log2_theta="fp32", HEAD_DIM=64, BLOCK_M=64, HALF=32), 4, 1, 0
+    ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)
     for rows, split in ((4096, None), (1, TileConfig(split_k=4))):
         cfg = L.resolve_config(split, rows, 3072, 768, tdt, limits)
         est = L.shared_memory(cfg, item, limits)

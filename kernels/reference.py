@@ -38,6 +38,12 @@ def rotary(x, positions, theta=10000.0, *, block_m=None):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
+def swiglu(x, gate_up, *, config=None):
+    """silu(x @ W_gate.T) * (x @ W_up.T), gate_up = [W_gate; W_up] (2F, K)."""
+    gate, up = F.linear(x, gate_up).chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 def linear(x, weight, bias=None, *, activation=None, residual=None, config=None):
     y = F.linear(x, weight, bias)
     if activation == "gelu":

@@ -1,6 +1,7 @@
 """Linear layers: the prefill matmul with its fused epilogues (kernel.py), and the decode step's one-launch
 linear with a LayerNorm prologue and a KV-cache-write epilogue (decode.py; its work items in decode_items.py,
-its tiles and traffic in decode_tiles.py)."""
+its tiles and traffic in decode_tiles.py); and the gated feed-forward's gate and up projections as one matmul
+with SiLU(gate) * up in its epilogue (swiglu.py)."""
 
 from .decode import decode_linear
 from .decode_items import load_slice, slice_item
