@@ -1,13 +1,14 @@
-"""Attention on a GPU next to PyTorch's scaled_dot_product_attention: causal prefill (TFLOP/s) and decode
-over a cache (GB/s of K and V read), the harness and its two timings in kernels.bench.
+"""Attention on a GPU next to PyTorch's scaled_dot_product_attention: causal prefill (TFLOP/s), decode over a
+cache (GB/s of K and V read), and decode with grouped-query heads (SmolLM2's 9 over 3, PyTorch's enable_gqa).
+The harness and its two timings are in kernels.bench.
 
-    python -m benchmarks.attention [--only prefill decode] [--dtype bfloat16] [--out attention.md]
+    python -m benchmarks.attention [--only prefill decode grouped] [--dtype bfloat16] [--out attention.md]
 """
 
 import torch
 import torch.nn.functional as F
 
-from kernels import attention, decode_attention
+from kernels import attention, decode_attention, grouped_decode_attention
 from kernels.bench import main, time_pair
 
 HEADS, HEAD_DIM = 12, 64  # GPT-2 small's
@@ -50,7 +51,32 @@ def decode_cases(device, dtype):
         yield dict(kernel="decode attention", shape=f"B={batch} cache={n}", unit="GB/s", work=kv_bytes / 1e9, **row)
 
 
-GROUPS = {"prefill": prefill_cases, "decode": decode_cases}
+def grouped_cases(device, dtype):
+    heads, kv_heads = 9, 3  # SmolLM2-135M's
+    for batch, n in ((1, 1024), (1, 8192), (8, 1024), (8, 8192)):
+
+        def make(b=batch, n=n):
+            q = torch.randn(b, heads, 1, HEAD_DIM, device=device, dtype=dtype)
+            k, v = (torch.randn(b, kv_heads, n, HEAD_DIM, device=device, dtype=dtype) for _ in range(2))
+            return q, k, v, torch.full((b,), n, device=device, dtype=torch.int32)
+
+        kv_bytes = 2 * batch * kv_heads * n * HEAD_DIM * 2
+        row = time_pair(
+            lambda q, k, v, lens: grouped_decode_attention(q, k, v, lens),
+            lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+            make,
+            kv_bytes,
+        )
+        yield dict(
+            kernel="decode attention, 9 heads over 3",
+            shape=f"B={batch} cache={n}",
+            unit="GB/s",
+            work=kv_bytes / 1e9,
+            **row,
+        )
+
+
+GROUPS = {"prefill": prefill_cases, "decode": decode_cases, "grouped": grouped_cases}
 
 if __name__ == "__main__":
     main(GROUPS, "python -m benchmarks.attention", __doc__)

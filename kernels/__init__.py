@@ -5,6 +5,7 @@ decoder makes."""
 
 from . import elementwise
 from .attn.decode import decode_attention
+from .attn.grouped import grouped_decode_attention
 from .attn.kernel import attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
 from .kv_cache.kernel import kv_write
@@ -25,6 +26,7 @@ __all__ = [
     "decode_linear",
     "device_limits",
     "elementwise",
+    "grouped_decode_attention",
     "kv_write",
     "layer_norm",
     "linear",

@@ -64,7 +64,7 @@ UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kb": 1e3, "mb": 1
 @dataclass(frozen=True)
 class Case:
     name: str
-    kind: str  # layer_norm, rms_norm, linear, attention, decode_attention, kv_write
+    kind: str  # layer_norm, rms_norm, linear, swiglu, attention, decode_attention, grouped_attention, rotary, kv_write
     shape: dict
     # linear only: "tile" is the tile kernel, whose loads pass through L1; "tma" the persistent form
     # (Hopper on, 16-bit), whose TMA copies reach shared memory past L1 and the texture path, so no
@@ -78,9 +78,12 @@ CASES = (
     Case("linear M=1 768->3072 +GELU (split-K)", "linear", dict(rows=1, out=3072, inp=768)),
     Case("linear M=1024 768->3072 +GELU", "linear", dict(rows=1024, out=3072, inp=768), form="tile"),
     Case("linear M=1024 768->3072 +GELU (persistent, TMA)", "linear", dict(rows=1024, out=3072, inp=768), form="tma"),
+    Case("swiglu gate+up M=1024 576->2x1536", "swiglu", dict(rows=1024, out=1536, inp=576)),
     Case("attention causal B1 H12 T1024 D64", "attention", dict(batch=1, heads=12, t=1024, d=64)),
     Case("attention causal B4 H12 T4096 D64", "attention", dict(batch=4, heads=12, t=4096, d=64)),
     Case("decode attention B1 H12 N8192 D64", "decode_attention", dict(batch=1, heads=12, n=8192, d=64)),
+    Case("grouped decode attention B1 H9/3 N8192 D64", "grouped_attention", dict(batch=1, heads=9, kv=3, n=8192, d=64)),
+    Case("rotary B1 H9 T1024 D64", "rotary", dict(batch=1, heads=9, t=1024, d=64)),
     Case("kv_write B1 H12 D64 cache 1024", "kv_write", dict(batch=1, heads=12, t_max=1024, d=64)),
     Case("kv_write B128 H12 D64 cache 1024", "kv_write", dict(batch=128, heads=12, t_max=1024, d=64)),
 )
@@ -105,14 +108,18 @@ def model(case: Case, dtype, device):
     """(Traffic, TileConfig or None) of one case from the kernel's own model."""
     import torch
 
-    from . import attn, kv_cache, matmul, norm
+    from . import attn, kv_cache, matmul, norm, rope
 
     item = torch.empty((), dtype=dtype).element_size()
     s = case.shape
     kinds = dict(
         layer_norm=norm, rms_norm=norm.rms, linear=matmul, attention=attn, decode_attention=attn, kv_write=kv_cache
     )
-    mod = kinds[case.kind]  # each operation's package: its tile rules and traffic model
+    from .attn import grouped
+    from .matmul.swiglu import resolve_config as swiglu_config
+    from .matmul.swiglu import traffic as swiglu_traffic
+
+    mod = kinds.get(case.kind)  # each operation's package: its tile rules and traffic model
     if case.kind in ("layer_norm", "rms_norm"):
         t = mod.traffic(s["rows"], s["width"], item, residual=True, device=device)
         return t, mod.resolve_config(None, s["rows"], s["width"], device, case.kind)
@@ -121,6 +128,13 @@ def model(case: Case, dtype, device):
             t = mod.traffic(s["rows"], s["out"], s["inp"], item, activation="gelu", dtype=dtype, device=device)
             persistent = mod.persistent_form(s["rows"], dtype, device)
             return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device, persistent)
+    if case.kind == "swiglu":
+        t = swiglu_traffic(s["rows"], s["out"], s["inp"], item, dtype=dtype, device=device)
+        return t, swiglu_config(None, s["rows"], s["out"], s["inp"], dtype, device)
+    if case.kind == "grouped_attention":
+        return grouped.traffic([s["n"]] * s["batch"], s["heads"], s["kv"], s["d"], item), None
+    if case.kind == "rotary":
+        return rope.traffic(s["batch"], s["heads"], s["t"], s["d"], item), None
     if case.kind == "attention":
         t = mod.traffic(s["batch"], s["heads"], s["t"], s["t"], s["d"], item, dtype=dtype, device=device)
         return t, mod.resolve_config(None, s["t"], s["d"], dtype, device)
@@ -142,7 +156,17 @@ def make_call(case: Case, dtype, device):
     """Inputs on the GPU and a function that launches the case once."""
     import torch
 
-    from . import attention, decode_attention, kv_write, layer_norm, linear, rms_norm
+    from . import (
+        attention,
+        decode_attention,
+        grouped_decode_attention,
+        kv_write,
+        layer_norm,
+        linear,
+        rms_norm,
+        rotary,
+        swiglu,
+    )
 
     s = case.shape
     rand = lambda *shape: torch.randn(shape, device=device, dtype=dtype)
@@ -160,6 +184,18 @@ def make_call(case: Case, dtype, device):
                 return linear(x, w, b, activation="gelu")
 
         return call
+    if case.kind == "swiglu":
+        x, w = rand(s["rows"], s["inp"]), rand(2 * s["out"], s["inp"])
+        return lambda: swiglu(x, w)
+    if case.kind == "grouped_attention":
+        q = rand(s["batch"], s["heads"], 1, s["d"])
+        kc, vc = (rand(s["batch"], s["kv"], s["n"], s["d"]) for _ in range(2))
+        n = torch.full((s["batch"],), s["n"], device=device, dtype=torch.int32)
+        return lambda: grouped_decode_attention(q, kc, vc, n)
+    if case.kind == "rotary":
+        x = rand(s["batch"], s["heads"], s["t"], s["d"])
+        positions = torch.arange(s["t"], device=device)[None, :].expand(s["batch"], -1).contiguous()
+        return lambda: rotary(x, positions, 100000.0)
     if case.kind == "attention":
         q, k, v = (rand(s["batch"], s["heads"], s["t"], s["d"]) for _ in range(3))
         return lambda: attention(q, k, v, causal=True)

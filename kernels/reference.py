@@ -71,6 +71,13 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=keep[:, None, None, :])
 
 
+def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None):
+    """Every key/value head repeated for its group of query heads, then ordinary decode attention."""
+    group = q.shape[1] // k_cache.shape[1]
+    repeat = lambda t: t.repeat_interleave(group, dim=1)
+    return decode_attention(q, repeat(k_cache), repeat(v_cache), lengths)
+
+
 def kv_write(k, v, k_cache, v_cache, lengths):
     rows, pos = torch.arange(k.shape[0], device=k.device), lengths.long()
     k_cache[rows, :, pos] = k[:, :, 0]  # (B, H, D) at each sequence's own position
