@@ -1,14 +1,14 @@
 """Attention on a GPU next to PyTorch's scaled_dot_product_attention: causal prefill (TFLOP/s), decode over a
-cache (GB/s of K and V read), and decode with grouped-query heads (SmolLM2's 9 over 3, PyTorch's enable_gqa).
+cache (GB/s of K and V read), and both with grouped-query heads (SmolLM2's 9 over 3, PyTorch's enable_gqa).
 The harness and its two timings are in kernels.bench.
 
-    python -m benchmarks.attention [--only prefill decode grouped] [--dtype bfloat16] [--out attention.md]
+    python -m benchmarks.attention [--only prefill decode grouped grouped_prefill] [--out attention.md]
 """
 
 import torch
 import torch.nn.functional as F
 
-from kernels import attention, decode_attention, grouped_decode_attention
+from kernels import attention, decode_attention, grouped_attention, grouped_decode_attention
 from kernels.bench import main, time_pair
 
 HEADS, HEAD_DIM = 12, 64  # GPT-2 small's
@@ -76,7 +76,34 @@ def grouped_cases(device, dtype):
         )
 
 
-GROUPS = {"prefill": prefill_cases, "decode": decode_cases, "grouped": grouped_cases}
+def grouped_prefill_cases(device, dtype):
+    heads, kv_heads = 9, 3  # SmolLM2-135M's
+    for batch, n in ((1, 1024), (4, 4096)):
+        make = lambda b=batch, n=n: [
+            torch.randn(b, h, n, HEAD_DIM, device=device, dtype=dtype) for h in (heads, kv_heads, kv_heads)
+        ]
+        flops = 4 * batch * heads * HEAD_DIM * n * (n + 1) // 2
+        row = time_pair(
+            lambda q, k, v: grouped_attention(q, k, v),
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+            make,
+            2 * batch * (heads + 2 * kv_heads) * n * HEAD_DIM * 2,
+        )
+        yield dict(
+            kernel="attention (prefill, causal), 9 heads over 3",
+            shape=f"B={batch} N={n}",
+            unit="TFLOP/s",
+            work=flops / 1e12,
+            **row,
+        )
+
+
+GROUPS = {
+    "prefill": prefill_cases,
+    "decode": decode_cases,
+    "grouped": grouped_cases,
+    "grouped_prefill": grouped_prefill_cases,
+}
 
 if __name__ == "__main__":
     main(GROUPS, "python -m benchmarks.attention", __doc__)

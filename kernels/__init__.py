@@ -6,6 +6,7 @@ decoder makes."""
 from . import elementwise
 from .attn.decode import decode_attention
 from .attn.grouped import grouped_decode_attention
+from .attn.grouped_prefill import grouped_attention
 from .attn.kernel import attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
 from .kv_cache.kernel import kv_write
@@ -26,6 +27,7 @@ __all__ = [
     "decode_linear",
     "device_limits",
     "elementwise",
+    "grouped_attention",
     "grouped_decode_attention",
     "kv_write",
     "layer_norm",

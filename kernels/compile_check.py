@@ -19,6 +19,7 @@ def _cases(dtype, arch):
     """(name, jit function, args: name -> type or constexpr value, num_warps, num_stages, estimate)."""
     from .attn import decode as AD
     from .attn import grouped as GQA
+    from .attn import grouped_prefill as GQAP
     from .attn import kernel as A
     from .config import DeviceLimits, TileConfig
     from .elementwise import kernel as E
@@ -73,6 +74,10 @@ def _cases(dtype, arch):
     gqa |= dict(k_strides=["i32", "i32", "i32", 1], v_strides=["i32", "i32", "i32", 1], kv_heads="i32", group="i32")
     blocks = dict(HEAD_DIM=64, PRECISION=prec, BLOCK_G=16, BLOCK_N=128, BLOCK_D=64)
     yield "grouped_decode_attention", GQA._grouped_decode_kernel, dict(gqa, scale_log2="fp32", **blocks), 4, 2, 0
+    gqa_prefill = dict(Q=t, K=t, V=t, Out=t, q_strides=["i32", "i32", "i32", 1], k_strides=["i32", "i32", "i32", 1])
+    gqa_prefill |= dict(v_strides=["i32", "i32", "i32", 1], kv_heads="i32", group="i32", tq="i32", tk="i32")
+    blocks = dict(HEAD_DIM=64, CAUSAL=True, PRECISION=prec, BLOCK_M=16, BLOCK_G=4, BLOCK_N=32, BLOCK_D=64)
+    yield "grouped_attention", GQAP._grouped_attention_kernel, dict(gqa_prefill, scale_log2="fp32", **blocks), 4, 2, 0
     rope = dict(X=t, Y=t, Positions="*i64", x_strides=["i32", "i32", "i32"], heads="i32", tokens="i32")
     yield "rotary", ROPE._rotary_kernel, dict(rope, log2_theta="fp32", HEAD_DIM=64, BLOCK_M=64, HALF=32), 4, 1, 0
     ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)

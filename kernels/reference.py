@@ -71,6 +71,12 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=keep[:, None, None, :])
 
 
+def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None):
+    """Every key/value head repeated for its group of query heads, then ordinary attention."""
+    group = q.shape[1] // k.shape[1]
+    return attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), causal=causal)
+
+
 def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None):
     """Every key/value head repeated for its group of query heads, then ordinary decode attention."""
     group = q.shape[1] // k_cache.shape[1]

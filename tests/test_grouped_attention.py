@@ -4,7 +4,7 @@ in float64 and against transformers' Llama attention maths."""
 import pytest
 import torch
 
-from kernels import grouped_decode_attention, reference
+from kernels import grouped_attention, grouped_decode_attention, reference
 from kernels.attn import grouped
 from tests.tolerances import DTYPES, assert_close, f64
 
@@ -79,3 +79,34 @@ def test_each_key_value_head_is_read_once_for_its_group():
     kv = 2 * 3 * 1000 * 64 * 2
     assert grouped_bytes.hbm_read - 2 * 9 * 64 * 2 // 2 - 32 == kv
     assert full.hbm_read - grouped_bytes.hbm_read == 2 * kv
+
+
+# Prefill: (batch, heads, kv_heads, tq, tk, head_dim): SmolLM2's 9 over 3; groups of 1, 2 and 8; queries 1, 17,
+# 127; keys past the queries (a prompt after a cached prefix); head dims 40 and 128.
+PREFILL = [(1, 9, 3, 17, 17, 64), (2, 4, 2, 1, 33, 32), (1, 8, 1, 127, 127, 40), (1, 3, 3, 17, 40, 128)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", PREFILL, ids=str)
+@pytest.mark.parametrize("causal", [True, False])
+def test_grouped_attention_matches_reference(device, dtype, shape, causal):
+    batch, heads, kv_heads, tq, tk, head_dim = shape
+    q = torch.randn(batch, heads, tq, head_dim, device=device, dtype=dtype)
+    k, v = (torch.randn(batch, kv_heads, tk, head_dim, device=device, dtype=dtype) for _ in range(2))
+    o = grouped_attention(q, k, v, causal=causal)
+    assert_close("attention", o, reference.grouped_attention(*f64(q, k, v), causal=causal), dtype)
+
+
+def test_grouped_attention_over_1000_positions_in_small_tiles(device):
+    q = torch.randn(1, 6, 1000, 32, device=device)
+    k, v = (torch.randn(1, 2, 1000, 32, device=device) for _ in range(2))
+    o = grouped_attention(q, k, v, block_m=16, block_n=64)
+    assert_close("attention", o, reference.grouped_attention(*f64(q, k, v)), torch.float32)
+
+
+def test_grouped_attention_says_what_is_wrong(device):
+    q = torch.randn(1, 9, 4, 64, device=device)
+    with pytest.raises(ValueError, match="H a multiple of H_kv"):
+        grouped_attention(q, torch.randn(1, 2, 4, 64, device=device), torch.randn(1, 2, 4, 64, device=device))
+    with pytest.raises(ValueError, match=r"keys \(3\) must be at least as many as queries \(4\)"):
+        grouped_attention(q, torch.randn(1, 3, 3, 64, device=device), torch.randn(1, 3, 3, 64, device=device))
