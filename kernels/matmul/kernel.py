@@ -265,17 +265,9 @@ def default_config(
     rows: int, out_features: int, in_features: int, dtype: torch.dtype, device, residual: bool = False
 ) -> TileConfig:
     limits = device_limits(device)
-    stages = pipeline_stages(device)
     if limits.is_cpu:
-        # The interpreter runs a grid's programs one after another, and its cost is per program and per
-        # operation, not per element: the widest column tiles, row tiles up to 128 (a prompt of up to 128 tokens
-        # in one), one split, and the longest K step the shared memory allows (resolve_config shrinks block_k to
-        # fit: 64 in fp32, 128 in fp16, at 128 x 256).
-        block_m, group_m = max(16, min(128, next_pow2(rows))), 1 if rows <= DECODE_ROWS else 8
-        return TileConfig(
-            block_m=block_m, block_n=256, block_k=256, group_m=group_m, split_k=1, num_warps=4, num_stages=1
-        )
-    block_k = 32 if dtype == torch.float32 else 64
+        return tile_rule(rows, dtype, device)
+    stages = pipeline_stages(device)
     if rows <= DECODE_ROWS:
         block_n, block_k = 64, 128
         # Enough programs to give every SM two weight slices to stream, but no split shorter than BLOCK_K.
@@ -291,9 +283,26 @@ def default_config(
         if residual:
             return TileConfig(block_m=128, block_n=128, block_k=64, group_m=8, split_k=1, num_warps=8, num_stages=4)
         return TileConfig(block_m=128, block_n=256, block_k=64, group_m=8, split_k=1, num_warps=8, num_stages=3)
+    return tile_rule(rows, dtype, device)
+
+
+def tile_rule(rows: int, dtype: torch.dtype, device) -> TileConfig:
+    """The tile kernel's tiles, one split (the rule swiglu.py halves for its two weight tiles)."""
+    if device_limits(device).is_cpu:
+        # The interpreter runs a grid's programs one after another, and its cost is per program and per
+        # operation, not per element: the widest column tiles, row tiles up to 128 (a prompt of up to 128 tokens
+        # in one), one split, and the longest K step the shared memory allows (resolve_config shrinks block_k to
+        # fit: 64 in fp32, 128 in fp16, at 128 x 256).
+        block_m, group_m = max(16, min(128, next_pow2(rows))), 1 if rows <= DECODE_ROWS else 8
+        return TileConfig(
+            block_m=block_m, block_n=256, block_k=256, group_m=group_m, split_k=1, num_warps=4, num_stages=1
+        )
     # 64x128 tiles in 4 warps: the fastest of 48 configs at M=1024, K=768, N=3072 on an H200
     # (benchmarks/RESULTS.md), ahead of 128x128 in 8 warps.
-    return TileConfig(block_m=64, block_n=128, block_k=block_k, group_m=8, split_k=1, num_warps=4, num_stages=stages)
+    block_k = 32 if dtype == torch.float32 else 64
+    return TileConfig(
+        block_m=64, block_n=128, block_k=block_k, group_m=8, split_k=1, num_warps=4, num_stages=pipeline_stages(device)
+    )
 
 
 _forced: bool | None = None  # see forced_form

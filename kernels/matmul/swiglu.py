@@ -10,6 +10,8 @@ leaves the registers. The tiles follow the tile kernel's (kernel.py) with half i
 loads two weight tiles of BLOCK_N.
 """
 
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
@@ -28,9 +30,8 @@ from ..config import (
     explain_resources,
     fit_defaults,
     new_output,
-    pipeline_stages,
 )
-from .kernel import DECODE_ROWS, _tile_coords
+from .kernel import DECODE_ROWS, _tile_coords, tile_rule
 
 
 @triton.jit
@@ -77,23 +78,11 @@ def _swiglu_kernel(
 
 
 def default_config(rows: int, features: int, dtype: torch.dtype, device) -> TileConfig:
-    """The tile kernel's rule with half its columns (two weight tiles a program); in the interpreter, as few
-    programs as the tile limits allow."""
-    limits = device_limits(device)
-    if limits.is_cpu:
-        block_m = max(16, min(128, 1 << max(0, rows - 1).bit_length()))
-        return TileConfig(block_m=block_m, block_n=128, block_k=128, group_m=8, split_k=1, num_warps=4, num_stages=1)
-    block_m = 16 if rows <= DECODE_ROWS else 64
-    block_k = 32 if dtype == torch.float32 else 64
-    return TileConfig(
-        block_m=block_m,
-        block_n=64,
-        block_k=block_k,
-        group_m=8,
-        split_k=1,
-        num_warps=4,
-        num_stages=pipeline_stages(device),
-    )
+    """The tile kernel's rule (kernel.tile_rule) with half its columns, since a program loads two weight tiles;
+    on a GPU, decode-shaped rows in one 16-row tile."""
+    rule = tile_rule(rows, dtype, device)
+    small = rows <= DECODE_ROWS and not device_limits(device).is_cpu
+    return replace(rule, block_m=16 if small else rule.block_m, block_n=rule.block_n // 2)
 
 
 def shared_memory(cfg: TileConfig, itemsize: int, device) -> int:
