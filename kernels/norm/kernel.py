@@ -99,25 +99,11 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
     width = x.shape[-1]
     if weight.shape != (width,) or bias.shape != (width,):
         raise ValueError(f"layer_norm: weight and bias must have shape ({width},), got {weight.shape}, {bias.shape}")
-    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
-        raise ValueError(f"layer_norm: residual {residual.shape} {residual.dtype} must match x {x.shape} {x.dtype}")
-    flat = x.dim() == 2  # the common case keeps its tensors: a view costs the host more than the check
-    x2 = x if flat else x.reshape(-1, width)
+    x2, r2, y, s, stride_x, stride_r = row_buffers("layer_norm", x, residual)
     rows = x2.shape[0]
     if config == "autotune":
         config = tuned_config(x, weight, bias, eps, residual=residual)
     cfg = resolve_config(config, rows, width, x.device)
-    stride_x = x2.stride()  # one call: each costs the host about as much as a check
-    if stride_x[-1] != 1:
-        x2 = x2.contiguous()
-        stride_x = x2.stride()
-    y = new_output(x2)  # contiguous: its rows (and s's) are `width` apart
-    if residual is not None:
-        r2 = residual if flat else residual.reshape(-1, width)
-        r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
-        s, stride_r = new_output(x2), r2.stride(0)
-    else:
-        r2, s, stride_r = x2, y, stride_x[0]  # unused by the kernel when HAS_RESIDUAL is False
     if rows > 0:
         grid = (cdiv(rows, cfg.block_m),)
         with explain_resources("layer_norm", cfg):
@@ -128,7 +114,7 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
                 s,
                 weight,
                 bias,
-                stride_x[0],
+                stride_x,
                 stride_r,
                 width,
                 width,
@@ -140,11 +126,35 @@ def layer_norm(x, weight, bias, eps=1e-5, *, residual=None, config=None):
                 BLOCK_N=cfg.block_n,
                 num_warps=cfg.num_warps,
             )
-    if flat:
-        return y if residual is None else (y, s)
+    return shaped_like(x, y, s if residual is not None else None)
+
+
+def row_buffers(name: str, x, residual):
+    """What a row normalisation launches with, after checking the residual against x: x and the residual as
+    (rows, width) with contiguous columns, their row strides, and new contiguous y and s (s is y without a
+    residual: the kernel then leaves it alone). A 2-D x keeps its tensors: a view costs the host more than the
+    check."""
+    width = x.shape[-1]
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        raise ValueError(f"{name}: residual {residual.shape} {residual.dtype} must match x {x.shape} {x.dtype}")
+    x2 = x if x.dim() == 2 else x.reshape(-1, width)
+    stride_x = x2.stride()  # one call: each costs the host about as much as a check
+    if stride_x[-1] != 1:
+        x2 = x2.contiguous()
+        stride_x = x2.stride()
+    y = new_output(x2)  # contiguous: its rows (and s's) are `width` apart
     if residual is None:
-        return y.view(x.shape)
-    return y.view(x.shape), s.view(x.shape)
+        return x2, x2, y, y, stride_x[0], stride_x[0]
+    r2 = residual if residual.dim() == 2 else residual.reshape(-1, width)
+    r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
+    return x2, r2, y, new_output(x2), stride_x[0], r2.stride(0)
+
+
+def shaped_like(x, y, s=None):
+    """y (and s, where the residual was given) in x's shape."""
+    if x.dim() == 2:
+        return y if s is None else (y, s)
+    return y.view(x.shape) if s is None else (y.view(x.shape), s.view(x.shape))
 
 
 def tuned_config(x, weight, bias, eps=1e-5, *, residual=None):

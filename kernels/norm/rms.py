@@ -13,8 +13,8 @@ import triton
 import triton.language as tl
 
 from .. import launch
-from ..config import Traffic, cdiv, check_dtype, explain_resources, new_output
-from .kernel import resolve_config
+from ..config import Traffic, cdiv, check_dtype, explain_resources
+from .kernel import resolve_config, row_buffers, shaped_like
 from .kernel import traffic as layer_norm_traffic
 from .stats import inverse_rms, summed_rows
 
@@ -56,22 +56,9 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, config=None):
     width = x.shape[-1]
     if weight.shape != (width,):
         raise ValueError(f"rms_norm: weight must have shape ({width},), got {tuple(weight.shape)}")
-    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
-        raise ValueError(
-            f"rms_norm: residual {tuple(residual.shape)} {residual.dtype} must match x {tuple(x.shape)} {x.dtype}"
-        )
-    x2 = x.reshape(-1, width)
+    x2, r2, y, s, stride_x, stride_r = row_buffers("rms_norm", x, residual)
     rows = x2.shape[0]
     cfg = resolve_config(config, rows, width, x.device, "rms_norm")
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    y = new_output(x2)  # contiguous: its rows (and s's) are `width` apart
-    if residual is not None:
-        r2 = residual.reshape(-1, width)
-        r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
-        s = new_output(x2)
-    else:
-        r2, s = x2, y  # unused by the kernel when HAS_RESIDUAL is False
     if rows > 0:
         with explain_resources("rms_norm", cfg):
             launch.fast(_rms_norm_kernel)[(cdiv(rows, cfg.block_m),)](
@@ -80,8 +67,8 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, config=None):
                 y,
                 s,
                 weight,
-                x2.stride(0),
-                r2.stride(0),
+                stride_x,
+                stride_r,
                 width,
                 width,
                 rows,
@@ -92,8 +79,7 @@ def rms_norm(x, weight, eps=1e-5, *, residual=None, config=None):
                 BLOCK_N=cfg.block_n,
                 num_warps=cfg.num_warps,
             )
-    y = y.view(x.shape)
-    return y if residual is None else (y, s.view(x.shape))
+    return shaped_like(x, y, s if residual is not None else None)
 
 
 def traffic(rows: int, width: int, itemsize: int, *, residual: bool = False, config=None, device="cpu") -> Traffic:
