@@ -70,18 +70,24 @@ def _grouped_decode_kernel(
     tl.store(out, o.to(Out.dtype.element_ty), mask=q_mask)
 
 
+def check_groups(name: str, q, k, v) -> int:
+    """The checks of attention with grouped heads (q (B, H, Tq, D), k and v (B, H_kv, Tk, D), H a multiple of
+    H_kv, and check_qkv's on one query head per key/value head); returns the group size H / H_kv."""
+    if q.dim() != 4 or k.dim() != 4 or not k.shape[1] or q.shape[1] % k.shape[1]:
+        raise ValueError(
+            f"{name}: q must be (B, H, Tq, D) and k, v (B, H_kv, Tk, D) with H a multiple of H_kv, "
+            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    group = q.shape[1] // k.shape[1]
+    check_qkv(name, q[:, ::group], k, v)
+    return group
+
+
 def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None):
     """One query per sequence and head over a cache of fewer heads: q (B, H, 1, D), caches (B, H_kv, T_max, D)
     with H a multiple of H_kv (query head h reads key/value head h // (H / H_kv)), keys [0, lengths[b])."""
-    batch, heads, tq, head_dim = q.shape if q.dim() == 4 else (None,) * 4
-    if q.dim() == 4 and k_cache.dim() == 4 and k_cache.shape[1] and heads % k_cache.shape[1] == 0:
-        group = heads // k_cache.shape[1]
-        check_qkv("grouped_decode_attention", q[:, ::group], k_cache, v_cache)  # one query head per KV head
-    else:
-        raise ValueError(
-            "grouped_decode_attention: q must be (B, H, 1, D) and the caches (B, H_kv, T_max, D) with H a multiple "
-            f"of H_kv, got q {tuple(q.shape)} and caches {tuple(k_cache.shape)}"
-        )
+    group = check_groups("grouped_decode_attention", q, k_cache, v_cache)
+    batch, heads, tq, head_dim = q.shape
     if tq != 1:
         raise ValueError(f"grouped_decode_attention: q must hold one new token per sequence, got {tuple(q.shape)}")
     if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != q.device:

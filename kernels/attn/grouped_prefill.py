@@ -16,7 +16,7 @@ import triton.language as tl
 
 from .. import launch
 from ..config import TileConfig, cdiv, explain_resources, new_output, next_pow2
-from .kernel import check_qkv
+from .grouped import check_groups
 from .softmax import online_step
 
 
@@ -87,15 +87,9 @@ def _grouped_attention_kernel(
 def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None):
     """Flash attention with grouped-query heads: q (B, H, Tq, D), k and v (B, H_kv, Tk, D), H a multiple of
     H_kv (query head h reads key/value head h // (H / H_kv)), Tk >= Tq -> o like q."""
-    if q.dim() != 4 or k.dim() != 4 or not k.shape[1] or q.shape[1] % k.shape[1]:
-        raise ValueError(
-            "grouped_attention: q must be (B, H, Tq, D) and k, v (B, H_kv, Tk, D) with H a multiple of H_kv, "
-            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
+    group = check_groups("grouped_attention", q, k, v)
     batch, heads, tq, head_dim = q.shape
     kv_heads, tk = k.shape[1], k.shape[2]
-    group = heads // kv_heads
-    check_qkv("grouped_attention", q[:, ::group], k, v)
     if tk < tq:
         raise ValueError(f"grouped_attention: keys ({tk}) must be at least as many as queries ({tq})")
     block_g = next_pow2(group)
