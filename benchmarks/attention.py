@@ -32,28 +32,9 @@ def prefill_cases(device, dtype):
             )
 
 
-def decode_cases(device, dtype):
-    # Splits of one key tile (B=1 up to 8192 keys), and of several that loop (longer caches, larger batches).
-    for batch, n in ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 8192), (32, 2048)):
-
-        def make(b=batch, n=n):
-            q = torch.randn(b, HEADS, 1, HEAD_DIM, device=device, dtype=dtype)
-            k, v = (torch.randn(b, HEADS, n, HEAD_DIM, device=device, dtype=dtype) for _ in range(2))
-            return q, k, v, torch.full((b,), n, device=device, dtype=torch.int32)
-
-        kv_bytes = 2 * batch * HEADS * n * HEAD_DIM * 2
-        row = time_pair(
-            lambda q, k, v, lens: decode_attention(q, k, v, lens),
-            lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v),
-            make,
-            kv_bytes,
-        )
-        yield dict(kernel="decode attention", shape=f"B={batch} cache={n}", unit="GB/s", work=kv_bytes / 1e9, **row)
-
-
-def grouped_cases(device, dtype):
-    heads, kv_heads = 9, 3  # SmolLM2-135M's
-    for batch, n in ((1, 1024), (1, 8192), (8, 1024), (8, 8192)):
+def _decode_cases(device, dtype, shapes, heads, kv_heads, ours, theirs, name):
+    """One query per sequence and head over a full cache of kv_heads heads: ours next to theirs."""
+    for batch, n in shapes:
 
         def make(b=batch, n=n):
             q = torch.randn(b, heads, 1, HEAD_DIM, device=device, dtype=dtype)
@@ -61,19 +42,23 @@ def grouped_cases(device, dtype):
             return q, k, v, torch.full((b,), n, device=device, dtype=torch.int32)
 
         kv_bytes = 2 * batch * kv_heads * n * HEAD_DIM * 2
-        row = time_pair(
-            lambda q, k, v, lens: grouped_decode_attention(q, k, v, lens),
-            lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
-            make,
-            kv_bytes,
-        )
-        yield dict(
-            kernel="decode attention, 9 heads over 3",
-            shape=f"B={batch} cache={n}",
-            unit="GB/s",
-            work=kv_bytes / 1e9,
-            **row,
-        )
+        row = time_pair(ours, theirs, make, kv_bytes)
+        yield dict(kernel=name, shape=f"B={batch} cache={n}", unit="GB/s", work=kv_bytes / 1e9, **row)
+
+
+def decode_cases(device, dtype):
+    # Splits of one key tile (B=1 up to 8192 keys), and of several that loop (longer caches, larger batches).
+    shapes = ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 8192), (32, 2048))
+    ours = lambda q, k, v, lens: decode_attention(q, k, v, lens)
+    theirs = lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v)
+    return _decode_cases(device, dtype, shapes, HEADS, HEADS, ours, theirs, "decode attention")
+
+
+def grouped_cases(device, dtype):
+    shapes = ((1, 1024), (1, 8192), (8, 1024), (8, 8192))
+    ours = lambda q, k, v, lens: grouped_decode_attention(q, k, v, lens)
+    theirs = lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    return _decode_cases(device, dtype, shapes, 9, 3, ours, theirs, "decode attention, 9 heads over 3")  # SmolLM2's
 
 
 def grouped_prefill_cases(device, dtype):
