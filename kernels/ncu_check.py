@@ -109,17 +109,14 @@ def model(case: Case, dtype, device):
     import torch
 
     from . import attn, kv_cache, matmul, norm, rope
+    from .attn import grouped
+    from .matmul import swiglu
 
     item = torch.empty((), dtype=dtype).element_size()
     s = case.shape
-    kinds = dict(
-        layer_norm=norm, rms_norm=norm.rms, linear=matmul, attention=attn, decode_attention=attn, kv_write=kv_cache
-    )
-    from .attn import grouped
-    from .matmul.swiglu import resolve_config as swiglu_config
-    from .matmul.swiglu import traffic as swiglu_traffic
-
-    mod = kinds.get(case.kind)  # each operation's package: its tile rules and traffic model
+    kinds = dict(layer_norm=norm, rms_norm=norm.rms, linear=matmul, swiglu=swiglu, attention=attn)
+    kinds |= dict(decode_attention=attn, grouped_attention=grouped, rotary=rope, kv_write=kv_cache)
+    mod = kinds[case.kind]  # each operation's package (or module): its tile rules and traffic model
     if case.kind in ("layer_norm", "rms_norm"):
         t = mod.traffic(s["rows"], s["width"], item, residual=True, device=device)
         return t, mod.resolve_config(None, s["rows"], s["width"], device, case.kind)
@@ -129,12 +126,12 @@ def model(case: Case, dtype, device):
             persistent = mod.persistent_form(s["rows"], dtype, device)
             return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device, persistent)
     if case.kind == "swiglu":
-        t = swiglu_traffic(s["rows"], s["out"], s["inp"], item, dtype=dtype, device=device)
-        return t, swiglu_config(None, s["rows"], s["out"], s["inp"], dtype, device)
+        t = mod.traffic(s["rows"], s["out"], s["inp"], item, dtype=dtype, device=device)
+        return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device)
     if case.kind == "grouped_attention":
-        return grouped.traffic([s["n"]] * s["batch"], s["heads"], s["kv"], s["d"], item), None
+        return mod.traffic([s["n"]] * s["batch"], s["heads"], s["kv"], s["d"], item), None
     if case.kind == "rotary":
-        return rope.traffic(s["batch"], s["heads"], s["t"], s["d"], item), None
+        return mod.traffic(s["batch"], s["heads"], s["t"], s["d"], item), None
     if case.kind == "attention":
         t = mod.traffic(s["batch"], s["heads"], s["t"], s["t"], s["d"], item, dtype=dtype, device=device)
         return t, mod.resolve_config(None, s["t"], s["d"], dtype, device)

@@ -175,10 +175,9 @@ def generate(
     run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, sampler.greedy, clock)
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
-    cuda = device.type == "cuda"
     steps = run.n_steps
     # Under an observer each step runs alone, so what it saw belongs to the Step yielded next.
-    ahead = observer is None and cuda
+    ahead = observer is None and run.cuda
     try:  # finally: also when the caller stops early, the captured graph goes back to the model's pool
         pending = run.launch(0, sampler)
         for index in range(steps):
