@@ -55,7 +55,7 @@ def decode_cases(device, dtype):
 
 
 def grouped_cases(device, dtype):
-    shapes = ((1, 1024), (1, 8192), (8, 1024), (8, 8192))
+    shapes = ((1, 1024), (1, 4096), (1, 8192), (8, 1024), (8, 4096), (8, 8192))
     ours = lambda q, k, v, lens: grouped_decode_attention(q, k, v, lens)
     theirs = lambda q, k, v, lens: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     return _decode_cases(device, dtype, shapes, 9, 3, ours, theirs, "decode attention, 9 heads over 3")  # SmolLM2's

@@ -70,14 +70,23 @@ def _cases(dtype, arch):
         glu.num_stages,
         SW.shared_memory(glu, item, limits),
     )
-    gqa = dict(Q=t, K=t, V=t, Out=t, Lengths="*i32", q_strides=["i32", "i32", 1])
-    gqa |= dict(k_strides=["i32", "i32", "i32", 1], v_strides=["i32", "i32", "i32", 1], kv_heads="i32", group="i32")
-    blocks = dict(HEAD_DIM=64, PRECISION=prec, BLOCK_G=16, BLOCK_N=128, BLOCK_D=64)
-    yield "grouped_decode_attention", GQA._grouped_decode_kernel, dict(gqa, scale_log2="fp32", **blocks), 4, 2, 0
+    cache = [t, "i32", "i32", "i32", 1]  # a tensor with its strides, as the kernel takes it
+    gqa = dict(query=[t, "i32", "i32", 1], keys=cache, values=cache, out=[t, "i32", "i32", 1], Lengths="*i32")
+    gqa |= dict(partial=["*fp32", "*i32", "i32"], kv_heads="i32", group="i32", CHUNK="i32", positions="i32")
+    blocks = dict(HEAD_DIM=64, PRECISION=prec, BLOCK_G=16, BLOCK_N=64, BLOCK_D=64, BLOCK_S=32, BLOCK_GM=4)
+    blocks |= dict(scale_log2="fp32", ONE_TILE=True)
+    yield "grouped_decode_attention", GQA._grouped_decode_kernel, dict(gqa, **blocks), 4, 3 if arch >= 80 else 2, 0
     gqa_prefill = dict(Q=t, K=t, V=t, Out=t, q_strides=["i32", "i32", "i32", 1], k_strides=["i32", "i32", "i32", 1])
     gqa_prefill |= dict(v_strides=["i32", "i32", "i32", 1], kv_heads="i32", group="i32", tq="i32", tk="i32")
-    blocks = dict(HEAD_DIM=64, CAUSAL=True, PRECISION=prec, BLOCK_M=16, BLOCK_G=4, BLOCK_N=32, BLOCK_D=64)
-    yield "grouped_attention", GQAP._grouped_attention_kernel, dict(gqa_prefill, scale_log2="fp32", **blocks), 4, 2, 0
+    blocks = dict(HEAD_DIM=64, CAUSAL=True, PRECISION=prec, BLOCK_R=64, BLOCK_N=64, BLOCK_D=64)
+    yield (
+        "grouped_attention",
+        GQAP._grouped_attention_kernel,
+        dict(gqa_prefill, scale_log2="fp32", **blocks),
+        4,
+        3 if arch >= 80 else 2,
+        0,
+    )
     rope = dict(X=t, Y=t, Positions="*i64", x_strides=["i32", "i32", "i32"], heads="i32", tokens="i32")
     yield "rotary", ROPE._rotary_kernel, dict(rope, log2_theta="fp32", HEAD_DIM=64, BLOCK_M=64, HALF=32), 4, 1, 0
     ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)

@@ -129,7 +129,7 @@ def model(case: Case, dtype, device):
         t = mod.traffic(s["rows"], s["out"], s["inp"], item, dtype=dtype, device=device)
         return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device)
     if case.kind == "grouped_attention":
-        return mod.traffic([s["n"]] * s["batch"], s["heads"], s["kv"], s["d"], item), None
+        return mod.traffic([s["n"]] * s["batch"], s["heads"], s["kv"], s["d"], item, device=device), None
     if case.kind == "rotary":
         return mod.traffic(s["batch"], s["heads"], s["t"], s["d"], item), None
     if case.kind == "attention":

@@ -9,6 +9,7 @@
 #     tests:N   the whole test suite under pytest -n 16, N times in a row (Triton's cache kept in .triton-cache,
 #               so a later call on the same warm machine compiles nothing again)
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
+#     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
 #     ncu       the traffic models against the hardware counters (python -m kernels.ncu_check under ncu)
 # The page and the recording each start from an empty Triton cache: their first runs compile, as on a new machine.
 set -u
@@ -51,6 +52,9 @@ for PART in "${@:-page}"; do
     timeout 240 python3 -m benchmarks.ladder 2>&1 | tail -n 20 | tee -a "$LOG"
     say "whole generations"
     timeout 200 python3 -m benchmarks.generation --repeats 2 2>&1 | tail -n 20 | tee -a "$LOG" ;;
+  ops)
+    say "every operation next to PyTorch"
+    timeout "${OPS_S:-240}" python3 -m benchmarks.operations --out "$OUT/operations.md" 2>&1 | tail -n 80 | tee -a "$LOG" ;;
   ncu)
     say "the traffic models against the hardware counters"
     PATH=$PATH:/usr/local/cuda/bin timeout 300 python3 -m kernels.ncu_check --dtype bf16 --out "$OUT/ncu_check.csv" \

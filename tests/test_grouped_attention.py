@@ -4,7 +4,7 @@ in float64 and against transformers' Llama attention maths."""
 import pytest
 import torch
 
-from kernels import grouped_attention, grouped_decode_attention, reference
+from kernels import arrival, grouped_attention, grouped_decode_attention, reference
 from kernels.attn import grouped
 from tests.tolerances import DTYPES, assert_close, f64
 
@@ -21,18 +21,33 @@ CASES = [
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,head_dim,lengths,t_max", CASES, ids=str)
-@pytest.mark.parametrize("block_n", [None, 16])
-def test_grouped_decode_attention_matches_reference(device, dtype, heads, kv_heads, head_dim, lengths, t_max, block_n):
+@pytest.mark.parametrize("block_n,split_k", [(None, None), (16, None), (16, 4)], ids=str)
+def test_grouped_decode_attention_matches_reference(
+    device, dtype, heads, kv_heads, head_dim, lengths, t_max, block_n, split_k
+):
+    """With the device's default splits, with 16-key tiles, and with 4 splits merged by the last to arrive
+    (splits of 1 to 63 keys, and empty ones past a short sequence's length)."""
     if block_n == 16 and max(lengths) >= 1000 and device.type == "cpu":
         pytest.skip("1000 keys in 16-key tiles are slow in the interpreter; the default tiles cover 1000 keys")
     batch = len(lengths)
     q = torch.randn(batch, heads, 1, head_dim, device=device, dtype=dtype)
     k, v = (torch.randn(batch, kv_heads, t_max, head_dim, device=device, dtype=dtype) for _ in range(2))
     n = torch.tensor(lengths, device=device, dtype=torch.int32)
-    o = grouped_decode_attention(q, k, v, n, block_n=block_n)
+    o = grouped_decode_attention(q, k, v, n, block_n=block_n, split_k=split_k)
     expected = reference.grouped_decode_attention(*f64(q, k, v), n.cpu())
     expected[n.cpu() == 0] = 0.0  # a sequence of length 0 attends to nothing (PyTorch's softmax of nothing: NaN)
     assert_close("attention", o, expected, dtype)
+
+
+def test_split_keys_leave_the_arrival_counters_at_zero(device):
+    """Two calls in a row over 8 splits: the second finds its counters reset by the first's last arrivals."""
+    q = torch.randn(2, 9, 1, 64, device=device)
+    k, v = (torch.randn(2, 3, 128, 64, device=device) for _ in range(2))
+    n = torch.tensor([128, 50], device=device)
+    for _ in range(2):
+        o = grouped_decode_attention(q, k, v, n, block_n=16, split_k=8)
+        assert_close("attention", o, reference.grouped_decode_attention(*f64(q, k, v), n.cpu()), torch.float32)
+    assert not arrival.counters(torch.device(device), 6)[:6].any()
 
 
 def test_grouped_decode_attention_reads_strided_queries(device):

@@ -3,71 +3,152 @@ query heads, and the KV cache holds only those few.
 
     o[b, h] = softmax(q[b, h] . K[b, h // G, :n]^T / sqrt(D)) V[b, h // G, :n]      G = query heads per KV head
 
-One program per (sequence, key/value head) walks that head's keys once, for all G queries of its group
-together: the G query rows form one tile (padded to 16 rows for the tensor cores' dot), so every key and
-value row is read from memory once per sequence, not once per query head. Each tile of keys goes through
-the online softmax (softmax.online_step), as in flash attention.
+One program per (sequence, key/value head, split of the keys) walks its share of that head's keys once, for all
+G queries of its group together: the G query rows form one tile (padded to 16 rows for the tensor cores' dot),
+so every key and value row is read from memory once per sequence, not once per query head. Each tile of keys
+goes through the online softmax (softmax.online_step), as in flash attention.
+
+At B=1 SmolLM2's 3 key/value heads would be 3 programs on a GPU of 132 SMs, so the keys are split as decode
+attention splits them (flash-decoding): each split stores a partial (unnormalised output, max, sum) per query
+head, and the last split of a (sequence, key/value head) to arrive (kernels.arrival) merges its G heads'
+partials in one tile (_merge_group: decode attention's merge for G heads at once) and resets its counter.
+One launch, no host synchronisation, capturable in a CUDA graph. With one split there is nothing to merge:
+the program writes its heads' outputs directly (the interpreter's default, whose cost is per program).
 """
 
+import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from .. import launch
-from ..config import SECTOR, TileConfig, Traffic, explain_resources, new_output, next_pow2
+from .. import arrival, launch
+from ..config import (
+    SECTOR,
+    TileConfig,
+    Traffic,
+    cdiv,
+    device_limits,
+    explain_resources,
+    l2_miss,
+    new_output,
+    next_pow2,
+    pipeline_stages,
+    sectors,
+)
+from .decode import _partials
 from .kernel import check_qkv
 from .softmax import online_step
 
 
 @triton.jit
 def _grouped_decode_kernel(
-    Q,
-    K,
-    V,
-    Out,
+    query,  # (Q, stride_b, stride_h, stride_d)
+    keys,  # (cache, stride_b, stride_h, stride_n, stride_d)
+    values,
+    out,  # (Out, stride_b, stride_h, stride_d)
     Lengths,
-    q_strides,  # (batch, head, dim)
-    k_strides,  # (batch, head, position, dim)
-    v_strides,
+    partial,  # (Part, Counters, splits), or None with one split
     kv_heads,
     group,
+    CHUNK,
+    positions,  # the cache's positions (rows past a sequence's length are allocated, so they may be loaded)
     scale_log2,
     HEAD_DIM: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_GM: tl.constexpr,  # the group's heads as the merge holds them, a power of two (BLOCK_G pads to 16)
+    ONE_TILE: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
     b, kv = pid // kv_heads, pid % kv_heads
-    n = tl.load(Lengths + b)
-    queries, dims, keys = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_N)
+    queries, dims, keys_n = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_N)
     heads = kv * group + queries
     q_mask = (queries < group)[:, None] & (dims < HEAD_DIM)[None, :]
-    sqb, sqh, sqd = q_strides
+    Q, sqb, sqh, sqd = query
     q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
-    skb, skh, skt, skd = k_strides
-    svb, svh, svt, svd = v_strides
+    n = tl.load(Lengths + b).to(tl.int32)
+    K, skb, skh, skt, skd = keys
+    V, svb, svh, svt, svd = values
     k_base = K + b * skb + kv * skh + dims[None, :] * skd
     v_base = V + b * svb + kv * svh + dims[None, :] * svd
+    lo = split * CHUNK
+    if ONE_TILE:
+        # A split of one key tile: its keys and values are requested with q and the length, not after the
+        # length arrives (masked by the cache's size, then the scores by the length): one memory round trip
+        # fewer, which is most of a split's time at B=1.
+        pos = lo + keys_n
+        inside = (pos < positions)[:, None] & (dims < HEAD_DIM)[None, :]
+        k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=inside, other=0.0)
+        v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=inside, other=0.0)
+        seen = (pos < n)[None, :]
+        scores = tl.where(seen, tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2, float("-inf"))
+        m_i = tl.max(scores, axis=1)
+        p = tl.where(seen, tl.exp2(scores - m_i[:, None]), 0.0)  # a split past the length: max -inf, sum 0
+        l_i = tl.sum(p, axis=1)
+        acc = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    else:
+        hi = tl.minimum(lo + CHUNK, n)
+        m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)  # an empty split: max -inf, sum 0, output 0
+        l_i = tl.zeros((BLOCK_G,), tl.float32)
+        acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
+        for start in range(lo, hi, BLOCK_N):  # every tile holds at least one key below hi: the max stays finite
+            pos = start + keys_n
+            kv_mask = (pos < hi)[:, None] & (dims < HEAD_DIM)[None, :]
+            k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=kv_mask, other=0.0)
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
+            scores = tl.where((pos < hi)[None, :], scores, float("-inf"))
+            m_i, alpha, p, l_i = online_step(m_i, l_i, scores, 1)
+            v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=kv_mask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
 
-    m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_G,), tl.float32)
-    acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
-    for start in range(0, n, BLOCK_N):  # every tile holds at least one key below n: the max stays finite
-        pos = start + keys
-        kv_mask = (pos < n)[:, None] & (dims < HEAD_DIM)[None, :]
-        k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=kv_mask, other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
-        scores = tl.where((pos < n)[None, :], scores, float("-inf"))
-        m_i, alpha, p, l_i = online_step(m_i, l_i, scores, 1)
-        v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-    o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # a sequence of length 0 attends to nothing: zeros
-    out = Out + (b * kv_heads * group + heads[:, None]) * HEAD_DIM + dims[None, :]  # o is contiguous (B, H, 1, D)
-    tl.store(out, o.to(Out.dtype.element_ty), mask=q_mask)
+    Out, sob, soh, sod = out
+    live = queries < group
+    if partial is None:  # one split: its partial is the whole answer (a sequence of length 0 gets zeros)
+        o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(Out + b * sob + heads[:, None] * soh + dims[None, :] * sod, o.to(Out.dtype.element_ty), mask=q_mask)
+    else:
+        Part, Counters, SPLITS = partial
+        first = b * kv_heads * group + kv * group  # the group's first (sequence, query head) pair
+        PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0) * group, BLOCK_D)
+        part = (first + queries) * SPLITS + split
+        tl.store(PartO + part[:, None] * BLOCK_D + dims[None, :], acc, mask=live[:, None])
+        tl.store(PartM + part, m_i, mask=live)
+        tl.store(PartL + part, l_i, mask=live)
+        # As in decode attention's one launch: every thread's stores before the barrier, the barrier before the
+        # release half of the atomic, so the last to arrive reads every other split's partials.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(Counters + pid, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLITS - 1:
+            o = _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
+            g = tl.arange(0, BLOCK_GM)
+            rows = Out + b * sob + (kv * group + g)[:, None] * soh + dims[None, :] * sod
+            tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None] & (dims < HEAD_DIM)[None, :])
+            tl.store(Counters + pid, 0)  # every split has arrived: nothing else touches the slot this launch
+
+
+@triton.jit
+def _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
+                 BLOCK_D: tl.constexpr):  # fmt: skip
+    """The normalised outputs of a group's query heads (pairs first .. first + group - 1) from the partials of
+    all their splits, every head's in one (head, split, dim) tile, so its loads go out together: each partial
+    weighed by exp2(its max - the head's largest max), over the weighed sums (decode attention's merge,
+    decode._decode_merge, for G heads at once)."""
+    g, splits, dims = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_D)
+    at = (first + g)[:, None] * SPLITS + splits[None, :]
+    ok = (g < group)[:, None] & (splits < SPLITS)[None, :]
+    m = tl.load(PartM + at, mask=ok, other=float("-inf"))
+    sums = tl.load(PartL + at, mask=ok, other=0.0)
+    part = tl.load(PartO + at[:, :, None] * BLOCK_D + dims[None, None, :], mask=ok[:, :, None], other=0.0)
+    m_max = tl.max(m, axis=1)
+    w = tl.where(m > float("-inf"), tl.exp2(m - m_max[:, None]), 0.0)  # splits past a length weigh nothing
+    l_sum = tl.sum(w * sums, axis=1)
+    return tl.sum(w[:, :, None] * part, axis=1) / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
 
 
 def check_groups(name: str, q, k, v) -> int:
@@ -83,50 +164,112 @@ def check_groups(name: str, q, k, v) -> int:
     return group
 
 
-def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None):
+MERGE_TILE = 16384  # elements of the merge's (head, split, dim) tile: 64 fp32 registers a thread in 4 warps
+
+
+@functools.lru_cache(maxsize=256)  # the host asks once per shape, not once per launch
+def plan(groups: int, max_len: int, device, *, group=1, head_dim=64, block_n=None, split_k=None):
+    """(block_n, splits, chunk) for `groups` (sequence, key/value head) pairs over a cache of max_len positions.
+
+    On a GPU: about two programs per SM in all, but no split shorter than one key tile; 128-key tiles for fewer
+    than 8 pairs (at B=1 a split's one tile is most of its time: one round trip to memory), 64-key tiles
+    otherwise. The fastest of 20 tilings, or within 6% of it, at 1024 to 8192 keys and B=1 and 8 on an H200
+    (experiments/grouped_sweep.py). On CPU one split of 128-key tiles: the interpreter's cost is per program
+    and per loop step. block_n and split_k, where given, replace the defaults (split_k is rounded to a power
+    of two, at most one split per key tile, and at most as many as the merge's tile holds for `group` heads
+    of head_dim)."""
+    limits = device_limits(device)
+    block_n = block_n or (128 if limits.is_cpu or groups < 8 else 64)
+    tiles = max(1, cdiv(max_len, block_n))
+    if split_k is None:
+        split_k = 1 if limits.is_cpu else cdiv(2 * limits.num_sms, groups)
+    most = max(1, MERGE_TILE // (next_pow2(group) * max(16, next_pow2(head_dim))))
+    splits = min(next_pow2(max(1, split_k)), next_pow2(tiles), most)
+    chunk = cdiv(tiles, splits) * block_n
+    return block_n, cdiv(max_len, chunk) if max_len else 1, chunk
+
+
+def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, split_k=None):
     """One query per sequence and head over a cache of fewer heads: q (B, H, 1, D), caches (B, H_kv, T_max, D)
-    with H a multiple of H_kv (query head h reads key/value head h // (H / H_kv)), keys [0, lengths[b])."""
+    with H a multiple of H_kv (query head h reads key/value head h // (H / H_kv)), keys [0, lengths[b]).
+    block_n (keys per tile) and split_k (splits of the keys) default to plan()'s."""
     group = check_groups("grouped_decode_attention", q, k_cache, v_cache)
     batch, heads, tq, head_dim = q.shape
     if tq != 1:
         raise ValueError(f"grouped_decode_attention: q must hold one new token per sequence, got {tuple(q.shape)}")
-    if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != q.device:
+    device = q.device
+    if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != device:
         raise ValueError(f"grouped_decode_attention: lengths must be an int32/int64 tensor of shape ({batch},)")
-    kv_heads = k_cache.shape[1]
+    kv_heads, max_len = k_cache.shape[1], k_cache.shape[2]
+    block_n, splits, chunk = plan(
+        batch * kv_heads, max_len, device, group=group, head_dim=head_dim, block_n=block_n, split_k=split_k
+    )
     block_d = max(16, next_pow2(head_dim))
-    block_g = max(16, next_pow2(group))
-    block_n = block_n or (64 if q.device.type == "cpu" else max(16, min(128, 8192 // block_d)))
     o = new_output(q)
-    if o.numel():
-        with explain_resources("grouped_decode_attention", TileConfig(block_n=block_n)):
-            launch.fast(_grouped_decode_kernel)[(batch * kv_heads,)](
-                q,
-                k_cache,
-                v_cache,
-                o,
-                lengths,
-                (q.stride(0), q.stride(1), q.stride(3)),
-                k_cache.stride(),
-                v_cache.stride(),
-                kv_heads,
-                group,
-                math.log2(math.e) / math.sqrt(head_dim),
-                HEAD_DIM=head_dim,
-                PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-                BLOCK_G=block_g,
-                BLOCK_N=block_n,
-                BLOCK_D=block_d,
-            )
+    if not o.numel():
+        return o
+    partial = None
+    if splits > 1:  # one fp32 buffer for the three kinds of partial (decode._partials), a counter per pair
+        part = new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32)
+        partial = (part, arrival.counters(device, batch * kv_heads), splits)
+    sq, so = q.stride(), o.stride()
+    cfg = TileConfig(block_n=block_n, split_k=splits)
+    with explain_resources("grouped_decode_attention", cfg):
+        launch.fast(_grouped_decode_kernel)[(batch * kv_heads, splits)](
+            (q, sq[0], sq[1], sq[3]),
+            (k_cache, *k_cache.stride()),
+            (v_cache, *v_cache.stride()),
+            (o, so[0], so[1], so[3]),
+            lengths,
+            partial,
+            kv_heads,
+            group,
+            chunk,
+            max_len,
+            math.log2(math.e) / math.sqrt(head_dim),
+            HEAD_DIM=head_dim,
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            BLOCK_G=max(16, next_pow2(group)),
+            BLOCK_N=block_n,
+            BLOCK_D=block_d,
+            BLOCK_S=next_pow2(splits),
+            BLOCK_GM=next_pow2(group),
+            ONE_TILE=chunk == block_n,
+            num_warps=4,
+            num_stages=pipeline_stages(device),
+        )
     return o
 
 
-def traffic(lengths: list[int], heads: int, kv_heads: int, head_dim: int, itemsize: int) -> Traffic:
-    """One launch: each sequence's keys and values below its length read once per key/value head (a group's
-    query heads share them), its queries read and outputs written once, and its length read by every one of
-    its programs (a sector each). The score and output dots count 4 flops per key, dimension and query head."""
+def traffic(lengths, heads, kv_heads, head_dim, itemsize, *, max_len=None, device="cpu", block_n=None, split_k=None):
+    """One launch over caches of max_len positions (default: the longest length), split as plan() splits it.
+
+    SM requests: each program loads its group's G query rows and its sequence's length (a sector), and its
+    share of the keys and values below the length, so each key/value head's rows once per sequence (a group's
+    query heads share them). With one split each program writes its G outputs. With several, each stores G
+    partial outputs (fp32, BLOCK_D each) and G maxes and sums (a sector each, SPLITS apart), adds 1 to its
+    counter (a sector); the last to arrive reads its G heads' partials back, writes their outputs and resets
+    the counter (a sector). HBM: q, a sector of lengths per sequence, the cache once, the outputs; the
+    partials reach HBM as decode attention's do (read back from L2 while they fit), the counters once.
+    The score and output dots count 4 flops per key, dimension and query head."""
+    batch, group = len(lengths), heads // kv_heads
+    max_len = max_len or max(lengths, default=1)
+    _, splits, _ = plan(
+        batch * kv_heads, max_len, device, group=group, head_dim=head_dim, block_n=block_n, split_k=split_k
+    )
     row = head_dim * itemsize
     kv = sum(2 * kv_heads * n * row for n in lengths)
-    qo = len(lengths) * heads * row
-    reads = kv + qo + len(lengths) * kv_heads * SECTOR
+    qo = batch * heads * row
     flops = sum(4 * heads * n * head_dim for n in lengths)
-    return Traffic(reads, qo, flops, kv + 2 * qo, kv + qo + len(lengths) * SECTOR, qo)
+    programs, pairs = batch * kv_heads * splits, batch * kv_heads
+    reads = kv + qo * splits + programs * SECTOR
+    hbm = kv + qo + batch * SECTOR
+    if splits == 1:
+        return Traffic(reads, qo, flops, kv + 2 * qo, hbm, qo)
+    block_d = max(16, next_pow2(head_dim))
+    partials = programs * group * (block_d + 2) * 4
+    reads += programs * group * block_d * 4 + 2 * batch * heads * sectors(splits * 4)
+    writes = programs * group * (block_d * 4 + 2 * SECTOR) + qo + (programs + pairs) * SECTOR
+    counters = sectors(pairs * 4)
+    hbm += round(partials * l2_miss(partials, device)) + counters
+    return Traffic(reads, writes, flops, kv + 2 * qo, hbm, partials + qo + counters)

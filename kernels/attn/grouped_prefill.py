@@ -2,10 +2,13 @@
 group of G query heads.
 
 One program per (sequence, key/value head, block of query positions) holds the G query heads' rows for those
-positions as one tile of G x BLOCK_M rows (head-major: row r is head r // BLOCK_M at position r % BLOCK_M),
-so each tile of keys and values is read once for the whole group instead of once per query head. Scores go
-through the shared online softmax (softmax.online_step). Causal masking is bottom-right aligned, as the
-other attention kernels align it: query i sits at key position Tk - Tq + i.
+positions as one tile of BLOCK_R rows (position-major: row r is head r % G at position r // G, so BLOCK_R // G
+positions per program and at most G - 1 rows idle, where padding G to a power of two would idle a quarter of
+SmolLM2's tile), so each tile of keys and values is read once for the whole group instead of once per query
+head. The key tiles are the flash kernel's own loop (kernel._attention_tiles: the shared online softmax, the
+tiles below the diagonal unmasked); its causal mask reads each row's position, so it holds for any layout of
+rows. Causal masking is bottom-right aligned, as the other attention kernels align it: query i sits at key
+position Tk - Tq + i.
 """
 
 import math
@@ -15,9 +18,9 @@ import triton
 import triton.language as tl
 
 from .. import launch
-from ..config import TileConfig, cdiv, explain_resources, new_output, next_pow2
+from ..config import TileConfig, cdiv, device_limits, explain_resources, new_output, next_pow2, pipeline_stages
 from .grouped import check_groups
-from .softmax import online_step
+from .kernel import LOG2E, _attention_tiles
 
 
 @triton.jit
@@ -37,71 +40,115 @@ def _grouped_attention_kernel(
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_G: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
     bk = tl.program_id(1).to(tl.int64)
     b, kv = bk // kv_heads, bk % kv_heads
-    r = tl.arange(0, BLOCK_G * BLOCK_M)
-    g, pos = r // BLOCK_M, tl.program_id(0) * BLOCK_M + r % BLOCK_M
-    head = kv * group + g
-    dims, keys = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_N)
-    row_ok = (g < group) & (pos < tq)
+    positions = BLOCK_R // group  # query positions per program, each with its group's G heads
+    first = tl.program_id(0) * positions
+    r = tl.arange(0, BLOCK_R)
+    pos, head = first + r // group, kv * group + r % group
+    dims = tl.arange(0, BLOCK_D)
+    row_ok = (r < positions * group) & (pos < tq)
     q_mask = row_ok[:, None] & (dims < HEAD_DIM)[None, :]
     sqb, sqh, sqt, sqd = q_strides
     q = tl.load(Q + b * sqb + head[:, None] * sqh + pos[:, None] * sqt + dims[None, :] * sqd, mask=q_mask, other=0.0)
     skb, skh, skt, skd = k_strides
     svb, svh, svt, svd = v_strides
-    k_base = K + b * skb + kv * skh + dims[None, :] * skd
-    v_base = V + b * svb + kv * svh + dims[None, :] * svd
 
-    last = tk - tq + pos  # the last key each query row may see
-    end = tk
+    m_i = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_R,), tl.float32)
+    acc = tl.zeros((BLOCK_R, BLOCK_D), tl.float32)
+    offset = tk - tq  # key position of query 0
     if CAUSAL:
-        end = tl.minimum(tk, tk - tq + (tl.program_id(0) + 1) * BLOCK_M)
-    m_i = tl.full((BLOCK_G * BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_G * BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_G * BLOCK_M, BLOCK_D), tl.float32)
-    for start in range(0, end, BLOCK_N):
-        kpos = start + keys
-        kv_mask = (kpos < tk)[:, None] & (dims < HEAD_DIM)[None, :]
-        k = tl.load(k_base + kpos[:, None].to(tl.int64) * skt, mask=kv_mask, other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
-        seen = (kpos < tk)[None, :]
-        if CAUSAL:
-            seen = seen & (kpos[None, :] <= last[:, None])
-        # A row with no key seen yet (a padded row, or an early query in a late tile) keeps a finite max.
-        scores = tl.where(seen, scores, -1.0e30)
-        m_i, alpha, p, l_i = online_step(m_i, l_i, scores, 1)
-        p = tl.where(seen, p, 0.0)
-        v = tl.load(v_base + kpos[:, None].to(tl.int64) * svt, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-    o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        full_hi = (offset + first + 1) // BLOCK_N * BLOCK_N
+        hi = tl.minimum(offset + first + positions, tk)
+    else:
+        full_hi = tk // BLOCK_N * BLOCK_N
+        hi = tk
+    K, V = K + b * skb + kv * skh, V + b * svb + kv * svh
+    # The key tiles every row sees in full, unmasked, then the tiles the diagonal crosses (or the last, partial
+    # tile), masked.
+    acc, l_i, m_i = _attention_tiles(
+        acc,
+        l_i,
+        m_i,
+        q,
+        K,
+        V,
+        pos,
+        dims,
+        0,
+        full_hi,
+        tk,
+        offset,
+        scale_log2,
+        skt,
+        skd,
+        svt,
+        svd,
+        MASKED=False,
+        CAUSAL=CAUSAL,
+        HEAD_DIM=HEAD_DIM,
+        PRECISION=PRECISION,
+        BLOCK_N=BLOCK_N,
+    )
+    acc, l_i, m_i = _attention_tiles(
+        acc,
+        l_i,
+        m_i,
+        q,
+        K,
+        V,
+        pos,
+        dims,
+        full_hi,
+        hi,
+        tk,
+        offset,
+        scale_log2,
+        skt,
+        skd,
+        svt,
+        svd,
+        MASKED=True,
+        CAUSAL=CAUSAL,
+        HEAD_DIM=HEAD_DIM,
+        PRECISION=PRECISION,
+        BLOCK_N=BLOCK_N,
+    )
+    o = acc / l_i[:, None]  # every row saw a key, or only masked scores (finite: weight 1 each, never 0 / 0)
     heads = kv_heads * group
     out = Out + ((b * heads + head[:, None]) * tq + pos[:, None]) * HEAD_DIM + dims[None, :]  # contiguous
     tl.store(out, o.to(Out.dtype.element_ty), mask=q_mask)
 
 
-def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None):
+def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None, num_warps=None):
     """Flash attention with grouped-query heads: q (B, H, Tq, D), k and v (B, H_kv, Tk, D), H a multiple of
-    H_kv (query head h reads key/value head h // (H / H_kv)), Tk >= Tq -> o like q."""
+    H_kv (query head h reads key/value head h // (H / H_kv)), Tk >= Tq -> o like q.
+
+    block_m: rows of the query tile, each a (position, query head) of one group, so block_m // G positions per
+    program (G = H / H_kv); block_n: keys per tile. On a GPU 64-key tiles, and 64 rows in 4 warps, or 128 rows
+    in 8 warps where those still make four programs per SM (the fastest of 18 tilings at B=1 and 1024 positions,
+    and at B=4 and 4096, on an H200: experiments/grouped_sweep.py); on CPU 128 rows over 128-key tiles (the
+    interpreter's cost is per program and loop step)."""
     group = check_groups("grouped_attention", q, k, v)
     batch, heads, tq, head_dim = q.shape
     kv_heads, tk = k.shape[1], k.shape[2]
     if tk < tq:
         raise ValueError(f"grouped_attention: keys ({tk}) must be at least as many as queries ({tq})")
-    block_g = next_pow2(group)
-    block_m = block_m or max(1, min(64, 64 // block_g, next_pow2(tq)))
-    if block_g * block_m < 16:
-        block_m = 16 // block_g  # the dot's tile needs 16 rows
-    block_n = block_n or 32
+    limits = device_limits(q.device)
+    wide = limits.is_cpu or cdiv(tq, max(1, 128 // group)) * batch * kv_heads >= 4 * limits.num_sms
+    block_r = max(16, next_pow2(group), block_m or (128 if wide else 64))
+    block_n = block_n or (128 if limits.is_cpu else 64)
+    num_warps = num_warps or (8 if wide and not limits.is_cpu else 4)
     block_d = max(16, next_pow2(head_dim))
     o = new_output(q, (batch, heads, tq, head_dim))
     if o.numel():
-        with explain_resources("grouped_attention", TileConfig(block_m=block_m, block_n=block_n)):
-            launch.fast(_grouped_attention_kernel)[(cdiv(tq, block_m), batch * kv_heads)](
+        with explain_resources("grouped_attention", TileConfig(block_m=block_r, block_n=block_n)):
+            launch.fast(_grouped_attention_kernel)[(cdiv(tq, block_r // group), batch * kv_heads)](
                 q,
                 k,
                 v,
@@ -113,13 +160,14 @@ def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None):
                 group,
                 tq,
                 tk,
-                math.log2(math.e) / math.sqrt(head_dim),
+                LOG2E / math.sqrt(head_dim),
                 HEAD_DIM=head_dim,
                 CAUSAL=causal,
                 PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-                BLOCK_M=block_m,
-                BLOCK_G=block_g,
+                BLOCK_R=block_r,
                 BLOCK_N=block_n,
                 BLOCK_D=block_d,
+                num_warps=num_warps,
+                num_stages=pipeline_stages(q.device),
             )
     return o
