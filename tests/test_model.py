@@ -20,19 +20,26 @@ def max_rel_err(actual, expected):
     return ((actual.double() - expected.double()).abs().max() / expected.double().abs().max()).item()
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
+def small_tokenizer():
+    """A byte-level BPE of 300 tokens, trained here, GPT-2's kind (the checkpoints' own cannot be downloaded)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    folder = tmp_path_factory.mktemp("random-gpt2")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(
         vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path_factory.mktemp("random-gpt2")
+    fast = small_tokenizer()
     torch.manual_seed(1234)
     cfg = GPT2Config(
         n_layer=2,

@@ -25,6 +25,7 @@ KIND_COLORS = {
     "ffn": "#54a24b",
     "lm_head": "#b279a2",
     "kv write": "#72b7b2",
+    "rotary": "#ff9da6",
 }
 PHASE_SYMBOLS = {"prefill": "diamond", "decode": "circle"}
 # Plotly copies a figure's template whole into every figure it makes: a stock template costs about 15 ms a

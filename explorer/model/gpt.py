@@ -188,6 +188,10 @@ class GPT(nn.Module):
     def _ops(self, backend, tiles, observer) -> Ops:
         return Ops(backend or self.backend, tiles, observer, self.fusion)
 
+    def _attend(self, ops: Ops, cache: KVCache | None = None, mode: str = "full") -> _Attend:
+        """How this pass's attention gets its keys (the Llama family's groups its heads)."""
+        return _Attend(ops, self.config.n_head, cache, mode)
+
     @property
     def device(self) -> torch.device:
         return self.transformer.wte.weight.device
@@ -218,7 +222,7 @@ class GPT(nn.Module):
         self._check_length(ids.shape[1])
         ops = self._ops(backend, tiles, observer)
         positions = torch.arange(ids.shape[1], device=ids.device)
-        return self._run(ids, positions, ops, _Attend(ops, self.config.n_head), logits_at)
+        return self._run(ids, positions, ops, self._attend(ops), logits_at)
 
     @torch.inference_mode()
     def prefill(self, ids, cache: KVCache, lengths: list[int], *, tiles=None, backend=None, observer=None):
@@ -227,7 +231,7 @@ class GPT(nn.Module):
         ops = self._ops(backend, tiles, observer)
         positions = torch.arange(ids.shape[1], device=ids.device)
         last = torch.tensor([n - 1 for n in lengths], device=ids.device)
-        logits = self._run(ids, positions, ops, _Attend(ops, self.config.n_head, cache, "prefill"), last)
+        logits = self._run(ids, positions, ops, self._attend(ops, cache, "prefill"), last)
         cache.set_lengths(lengths)
         return logits[:, 0]
 
@@ -238,7 +242,7 @@ class GPT(nn.Module):
         ops = self._ops(backend, tiles, observer)
         cache.begin_step()
         positions = cache.lengths.unsqueeze(1)  # (B, 1): each sequence at its own position
-        logits = self._run(ids.unsqueeze(1), positions, ops, _Attend(ops, self.config.n_head, cache, "decode"))
+        logits = self._run(ids.unsqueeze(1), positions, ops, self._attend(ops, cache, "decode"))
         cache.end_step()
         return logits[:, 0]
 

@@ -73,9 +73,18 @@ CATEGORIES = {
     "mlp.c_proj": "ffn",
     "lm_head": "lm_head",
     "wte/wpe": "embedding",
+    "wte": "embedding",
     "kv write": "kv write",
+    "rope": "rotary",
 }
-KERNEL_CATEGORIES = {"attention": "attention", "decode_attention": "decode attention", "decode_layer": "decode layer"}
+KERNEL_CATEGORIES = {
+    "attention": "attention",
+    "grouped_attention": "attention",
+    "decode_attention": "decode attention",
+    "grouped_decode_attention": "decode attention",
+    "decode_layer": "decode layer",
+    "rms_norm": "layer_norm",  # the block's normalisation, whichever kind
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +235,40 @@ class Ops:
         b, h, t, d = k.shape
         run = lambda: cache.write(layer, k, v, decode=decode, writer=self.kv_writer)
         return self._run(name, "kv_write", k, (b, h, t, d, decode), None, run)
+
+    def rms_norm(self, name, x, weight, eps, *, residual=None):
+        cfg = self.tiles.fixed("layer_norm")  # the normalisation's tiles, whichever kind the block has
+        sizes = (x.numel() // x.shape[-1], x.shape[-1], residual is not None)
+        run = lambda: self.fn.rms_norm(x, weight, eps, residual=residual, config=cfg)
+        return self._run(name, "rms_norm", x, sizes, cfg, run)
+
+    def rotary(self, name, x, positions, theta):
+        """x (B, H, T, D) turned by its rows' positions (B, T)."""
+        run = lambda: self.fn.rotary(x, positions, theta)
+        return self._run(name, "rotary", x, tuple(x.shape), None, run, part="rope")
+
+    def swiglu(self, name, x, gate_up):
+        """SiLU(x @ W_gate.T) * (x @ W_up.T), gate_up = [W_gate; W_up]: one matmul, the gating in its epilogue."""
+        rows = x.numel() // x.shape[-1]
+        cfg = self.tiles.fixed("linear_decode" if rows <= DECODE_ROWS else "linear")
+        run = lambda: self.fn.swiglu(x, gate_up, config=cfg)
+        return self._run(name, "swiglu", x, (rows, gate_up.shape[0] // 2, gate_up.shape[1]), cfg, run)
+
+    def grouped_attention(self, name, q, k, v):
+        b, h, tq, d = q.shape
+        run = lambda: self.fn.grouped_attention(q, k, v, causal=True)
+        return self._run(name, "grouped_attention", q, (b, h, k.shape[1], tq, k.shape[2], d), None, run)
+
+    def grouped_decode_attention(self, name, q, k_cache, v_cache, lengths):
+        b, h, _, d = q.shape
+        run = lambda: self.fn.grouped_decode_attention(q, k_cache, v_cache, lengths)
+        sizes = (b, h, k_cache.shape[1], k_cache.shape[2], d)
+        return self._run(name, "grouped_decode_attention", q, sizes, None, run)
+
+    def token_embedding(self, name, wte, ids):
+        """The token's row of the embedding alone (rotary positions need no table)."""
+        run = lambda: wte(ids)  # (B, T, C)
+        return self._run(name, "token_embedding", wte.weight, (ids.numel(), wte.weight.shape[1]), None, run)
 
     def embedding(self, name, wte, wpe, ids, positions):
         run = lambda: wte(ids) + wpe(positions)  # (B, T, C)

@@ -4,7 +4,7 @@ or a chart reads of a call, by name."""
 from typing import NamedTuple
 
 
-class NormSizes(NamedTuple):  # layer_norm
+class NormSizes(NamedTuple):  # layer_norm, rms_norm
     rows: int
     width: int
     residual: bool  # the residual add fused in front
@@ -30,7 +30,7 @@ class DecodeLinearSizes(NamedTuple):  # decode_linear
     kv_heads: int  # heads of the KV cache its epilogue writes (0: none)
 
 
-class RowsSizes(NamedTuple):  # bias_add, embedding
+class RowsSizes(NamedTuple):  # bias_add, embedding, token_embedding
     rows: int
     width: int
 
@@ -55,6 +55,36 @@ class DecodeAttentionSizes(NamedTuple):  # decode_attention: each sequence reads
     one_launch: bool
 
 
+class SwigluSizes(NamedTuple):  # swiglu: gate and up projections in one matmul, SiLU(gate) * up its epilogue
+    rows: int
+    features: int  # F, each half of the (2F, in_features) weight
+    in_features: int
+
+
+class RotarySizes(NamedTuple):  # rotary
+    batch: int
+    heads: int
+    tokens: int
+    head_dim: int
+
+
+class GroupedAttentionSizes(NamedTuple):  # grouped_attention: kv_heads key/value heads serve `heads` query heads
+    batch: int
+    heads: int
+    kv_heads: int
+    queries: int
+    keys: int
+    head_dim: int
+
+
+class GroupedDecodeSizes(NamedTuple):  # grouped_decode_attention: each sequence reads its own length of the cache
+    batch: int
+    heads: int
+    kv_heads: int
+    max_len: int
+    head_dim: int
+
+
 class KVWriteSizes(NamedTuple):  # kv_write
     batch: int
     heads: int
@@ -72,10 +102,16 @@ class DecodeLayerSizes(NamedTuple):  # decode_layer: each sequence reads its own
 
 BY_KERNEL = {
     "layer_norm": NormSizes,
+    "rms_norm": NormSizes,
     "linear": LinearSizes,
     "decode_linear": DecodeLinearSizes,
     "bias_add": RowsSizes,
     "embedding": RowsSizes,
+    "token_embedding": RowsSizes,
+    "swiglu": SwigluSizes,
+    "rotary": RotarySizes,
+    "grouped_attention": GroupedAttentionSizes,
+    "grouped_decode_attention": GroupedDecodeSizes,
     "gelu": ElementsSizes,
     "add": ElementsSizes,
     "attention": AttentionSizes,

@@ -1,4 +1,4 @@
-"""Load any GPT-2-family checkpoint (hub name or local folder) into our decoder, with its tokenizer.
+"""Load a GPT-2- or Llama-family checkpoint (hub name or local folder) into our decoder, with its tokenizer.
 
 The bundled default model in assets/ goes through exactly the same path as any other checkpoint.
 Each (checkpoint, dtype, device) is loaded once per process and shared; the backend is a light
@@ -16,10 +16,11 @@ from urllib.parse import urlparse
 import torch
 
 from .gpt import GPT, GPTConfig
+from .llama import Llama, LlamaConfig
 
 BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "tiny-gpt2"
 DEFAULT_MODEL = "bundled"
-HUB_MODELS = ("distilgpt2", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+HUB_MODELS = ("distilgpt2", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "HuggingFaceTB/SmolLM2-135M")
 
 
 def resolve_name(name_or_path: str | None) -> str:
@@ -78,9 +79,12 @@ def _pretrained_kwargs(name: str) -> dict:
     return {}
 
 
-def config_from_hf(hf) -> GPTConfig:
-    if getattr(hf, "model_type", None) != "gpt2":
-        raise ValueError(f"model_type {getattr(hf, 'model_type', None)!r} is not GPT-2-family (need 'gpt2')")
+def config_from_hf(hf) -> GPTConfig | LlamaConfig:
+    kind = getattr(hf, "model_type", None)
+    if kind == "llama":
+        return llama_config(hf)
+    if kind != "gpt2":
+        raise ValueError(f"model_type {kind!r} is not one this explorer runs (allowed: 'gpt2', 'llama')")
     if hf.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
         raise ValueError(f"activation {hf.activation_function!r} is not GPT-2's tanh GELU, which the kernels fuse")
     return GPTConfig(
@@ -94,15 +98,70 @@ def config_from_hf(hf) -> GPTConfig:
     )
 
 
-def from_hf_state_dict(cfg: GPTConfig, state: dict, *, device, dtype) -> GPT:
-    """Key-for-key copy; GPT-2's Conv1D stores (in, out), so those weights are transposed."""
-    model = GPT(cfg)
-    ours = model.state_dict()
-    for key, target in ours.items():
-        src = state.get(key)
-        if src is None:
-            raise ValueError(f"checkpoint has no tensor {key!r}")
-        if key.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+def llama_config(hf) -> LlamaConfig:
+    """A Llama checkpoint's config, refusing what the kernels do not run (biases, scaled rotary, SiLU-free MLPs,
+    heads that are not the width's even split)."""
+    rope = dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})
+    theta = rope.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    refusals = [
+        (getattr(hf, "attention_bias", False) or getattr(hf, "mlp_bias", False), "biases in its projections"),
+        (rope.get("rope_type", "default") != "default", f"rotary scaling {rope.get('rope_type')!r}"),
+        (hf.hidden_act != "silu", f"activation {hf.hidden_act!r} (the SwiGLU kernel gates with SiLU)"),
+        (head_dim * hf.num_attention_heads != hf.hidden_size, "heads that do not split hidden_size evenly"),
+    ]
+    for refused, what in refusals:
+        if refused:
+            raise ValueError(f"this Llama-family checkpoint has {what}, which the explorer's kernels do not run")
+    eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
+    return LlamaConfig(
+        vocab_size=hf.vocab_size,
+        n_positions=hf.max_position_embeddings,
+        n_embd=hf.hidden_size,
+        n_layer=hf.num_hidden_layers,
+        n_head=hf.num_attention_heads,
+        n_kv_head=hf.num_key_value_heads or hf.num_attention_heads,
+        ffn=hf.intermediate_size,
+        rms_norm_eps=hf.rms_norm_eps,
+        rope_theta=float(theta),
+        tie_word_embeddings=bool(hf.tie_word_embeddings),
+        eos_token_id=eos,
+    )
+
+
+# Our Llama's parameters -> the checkpoint's tensors that make them (several are stacked into one).
+LLAMA_KEYS = {
+    "transformer.wte.weight": ("model.embed_tokens.weight",),
+    "transformer.ln_f.weight": ("model.norm.weight",),
+    "lm_head.weight": ("lm_head.weight",),
+    "ln_1.weight": ("input_layernorm.weight",),
+    "attn.c_attn.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    "attn.c_proj.weight": ("self_attn.o_proj.weight",),
+    "ln_2.weight": ("post_attention_layernorm.weight",),
+    "mlp.c_fc.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+    "mlp.c_proj.weight": ("mlp.down_proj.weight",),
+}
+
+
+def _llama_sources(key: str) -> tuple[str, ...]:
+    if key in LLAMA_KEYS:
+        return LLAMA_KEYS[key]
+    _, _, layer, rest = key.split(".", 3)  # transformer.h.N.rest
+    return tuple(f"model.layers.{layer}.{name}" for name in LLAMA_KEYS[rest])
+
+
+def from_hf_state_dict(cfg: GPTConfig | LlamaConfig, state: dict, *, device, dtype) -> GPT:
+    """Key-for-key copy; GPT-2's Conv1D stores (in, out), so those weights are transposed. A Llama's q, k and v
+    projections are stacked into c_attn, its gate and up projections into c_fc."""
+    llama = isinstance(cfg, LlamaConfig)
+    model = Llama(cfg) if llama else GPT(cfg)
+    for key, target in model.state_dict().items():
+        names = _llama_sources(key) if llama else (key,)
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise ValueError(f"checkpoint has no tensor {missing[0]!r}")
+        src = torch.cat([state[name] for name in names]) if len(names) > 1 else state[names[0]]
+        if not llama and key.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
             src = src.t()
         if tuple(src.shape) != tuple(target.shape):
             raise ValueError(f"{key}: checkpoint shape {tuple(src.shape)} does not match {tuple(target.shape)}")
@@ -110,14 +169,14 @@ def from_hf_state_dict(cfg: GPTConfig, state: dict, *, device, dtype) -> GPT:
     return model.to(device=device, dtype=dtype)
 
 
-@functools.lru_cache(maxsize=2)  # each GPT-2-sized model holds its weights in memory: keep few
+@functools.lru_cache(maxsize=2)  # each model holds its weights in memory: keep few
 def _load(name: str, device: str, dtype: torch.dtype):
-    from transformers import AutoConfig, AutoTokenizer, GPT2LMHeadModel
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     kwargs = _pretrained_kwargs(name)
     try:
         cfg = config_from_hf(AutoConfig.from_pretrained(name, **kwargs))
-        hf = GPT2LMHeadModel.from_pretrained(name, dtype=torch.float32, **kwargs)
+        hf = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
     except OSError as e:
         raise ValueError(f"could not load model {name!r}: {str(e).splitlines()[0]}") from None
@@ -126,7 +185,8 @@ def _load(name: str, device: str, dtype: torch.dtype):
 
 
 def load_model(name_or_path=None, *, device="cpu", dtype=torch.float32, backend="triton"):
-    """-> (model, tokenizer). name_or_path: 'bundled', a hub name such as 'gpt2', or a local folder."""
+    """-> (model, tokenizer). name_or_path: 'bundled', a hub name such as 'gpt2' or 'HuggingFaceTB/SmolLM2-135M',
+    or a local folder holding a GPT-2- or Llama-family checkpoint."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())

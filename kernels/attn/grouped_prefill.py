@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from .. import launch
-from ..config import TileConfig, cdiv, device_limits, explain_resources, new_output, next_pow2, pipeline_stages
+from ..config import TileConfig, Traffic, cdiv, device_limits, explain_resources, new_output, next_pow2, pipeline_stages
 from .grouped import check_groups
 from .kernel import LOG2E, _attention_tiles
 
@@ -125,6 +125,14 @@ def _grouped_attention_kernel(
     tl.store(out, o.to(Out.dtype.element_ty), mask=q_mask)
 
 
+def tiles(batch, kv_heads, group, tq, device, block_m=None, block_n=None, num_warps=None) -> tuple[int, int, int]:
+    """(rows per query tile, keys per tile, warps): grouped_attention's defaults, where not given."""
+    limits = device_limits(device)
+    wide = limits.is_cpu or cdiv(tq, max(1, 128 // group)) * batch * kv_heads >= 4 * limits.num_sms
+    block_r = max(16, next_pow2(group), block_m or (128 if wide else 64))
+    return block_r, block_n or (128 if limits.is_cpu else 64), num_warps or (8 if wide and not limits.is_cpu else 4)
+
+
 def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None, num_warps=None):
     """Flash attention with grouped-query heads: q (B, H, Tq, D), k and v (B, H_kv, Tk, D), H a multiple of
     H_kv (query head h reads key/value head h // (H / H_kv)), Tk >= Tq -> o like q.
@@ -139,11 +147,7 @@ def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None, num_w
     kv_heads, tk = k.shape[1], k.shape[2]
     if tk < tq:
         raise ValueError(f"grouped_attention: keys ({tk}) must be at least as many as queries ({tq})")
-    limits = device_limits(q.device)
-    wide = limits.is_cpu or cdiv(tq, max(1, 128 // group)) * batch * kv_heads >= 4 * limits.num_sms
-    block_r = max(16, next_pow2(group), block_m or (128 if wide else 64))
-    block_n = block_n or (128 if limits.is_cpu else 64)
-    num_warps = num_warps or (8 if wide and not limits.is_cpu else 4)
+    block_r, block_n, num_warps = tiles(batch, kv_heads, group, tq, q.device, block_m, block_n, num_warps)
     block_d = max(16, next_pow2(head_dim))
     o = new_output(q, (batch, heads, tq, head_dim))
     if o.numel():
@@ -171,3 +175,23 @@ def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None, num_w
                 num_stages=pipeline_stages(q.device),
             )
     return o
+
+
+def traffic(batch, heads, kv_heads, tq, tk, head_dim, itemsize, *, causal=True, device="cpu") -> Traffic:
+    """One launch at grouped_attention's default tiles. SM requests: each query row read and each output row
+    written once; each program loads its key/value head's tiles up to its last row's diagonal (the crossing
+    tile in full), once for its group's G heads. HBM: q, k, v and o once, the key/value re-reads of later
+    programs served by the L2 (a key/value head's rows are a few hundred KB at SmolLM2's shape). Not yet
+    checked against ncu's counters."""
+    group = heads // kv_heads
+    block_r, block_n, _ = tiles(batch, kv_heads, group, tq, device)
+    positions, offset = block_r // group, tk - tq
+    keys_loaded = 0
+    for first in range(0, tq, positions):
+        hi = min(offset + first + positions, tk) if causal else tk
+        keys_loaded += min(cdiv(hi, block_n) * block_n, tk)
+    row = head_dim * itemsize
+    q_bytes, kv_bytes = batch * heads * tq * row, 2 * batch * kv_heads * tk * row
+    flops = 4 * batch * heads * head_dim * sum(min(tk, offset + i + 1) if causal else tk for i in range(tq))
+    loaded = q_bytes + 2 * batch * kv_heads * keys_loaded * row
+    return Traffic(loaded, q_bytes, flops, 2 * q_bytes + kv_bytes, q_bytes + kv_bytes, q_bytes)

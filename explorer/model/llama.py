@@ -1,0 +1,140 @@
+"""A Llama-family decoder (SmolLM2, TinyLlama, Llama 2 and 3 without rope scaling) on kernels/, beside GPT-2.
+
+The same entry points as explorer.model.gpt.GPT (forward, prefill, decode), the same operation names where
+the parts do the same job, and four differences in the block, each one kernel:
+
+    GPT-2 (2019)                                       Llama
+    h = layer_norm(x)                   ln_1           h = rms_norm(x)                 no mean, no bias
+    q, k, v = c_attn(h), positions from wpe            q, k, v = c_attn(h); q, k turned by rotary positions
+    attention over H key/value heads   attn            grouped heads: H_kv < H, the cache H / H_kv smaller
+    x = x + c_proj(o)                                  x = x + c_proj(o)
+    h = layer_norm(x)                   ln_2           h = rms_norm(x)
+    x = x + c_proj(gelu(c_fc(h)))       mlp            x = x + c_proj(silu(gate(h)) * up(h))   SwiGLU
+
+c_attn holds the checkpoint's q_proj, k_proj and v_proj stacked ((H + 2 H_kv) * D rows), c_fc its gate_proj
+over its up_proj (kernels.swiglu runs both in one matmul, the gating in its epilogue). No biases.
+
+Every rung of the fusion ladder runs it: "none" launches each residual add apart, and the decode rungs'
+fused kernels (a LayerNorm prologue, GPT-2's one-launch block) are GPT-2's, so a Llama decode step runs
+as "epilogue" on every rung above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .cache import KVCache
+from .gpt import GPT, Linear, _Attend
+from .graphs import GraphPool
+from .ops import DEFAULT_FUSION, Ops, check_fusion
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    n_positions: int  # max_position_embeddings
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    ffn: int  # intermediate_size
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = True
+    eos_token_id: int | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width), requires_grad=False)
+
+
+def _no_bias(linear: Linear) -> Linear:
+    linear.bias = None
+    return linear
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        d, kv = cfg.head_dim, cfg.n_kv_head
+        self.ln_1 = RMSNorm(cfg.n_embd)
+        self.attn = nn.Module()
+        self.attn.c_attn = _no_bias(Linear(cfg.n_embd, (cfg.n_head + 2 * kv) * d))  # q, k, v stacked
+        self.attn.c_proj = _no_bias(Linear(cfg.n_head * d, cfg.n_embd))
+        self.ln_2 = RMSNorm(cfg.n_embd)
+        self.mlp = nn.Module()
+        self.mlp.c_fc = _no_bias(Linear(cfg.n_embd, 2 * cfg.ffn))  # gate over up
+        self.mlp.c_proj = _no_bias(Linear(cfg.ffn, cfg.n_embd))
+
+    def forward(self, x, ops: Ops, attend: _GroupedAttend, cfg: LlamaConfig):
+        B, T, _ = x.shape
+        h = ops.rms_norm("ln_1", x, self.ln_1.weight, cfg.rms_norm_eps)
+        qkv = ops.linear("attn.c_attn", h, self.attn.c_attn.weight)  # (B, T, (H + 2 H_kv) D)
+        d = cfg.head_dim
+        q, k, v = qkv.split((cfg.n_head * d, cfg.n_kv_head * d, cfg.n_kv_head * d), dim=-1)
+        q, k, v = (t.view(B, T, -1, d).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, D) views
+        q = ops.rotary("attn.rope q", q, attend.positions, cfg.rope_theta)
+        k = ops.rotary("attn.rope k", k, attend.positions, cfg.rope_theta)
+        o = attend(q, k, v).transpose(1, 2).reshape(B, T, cfg.n_head * d)
+        x = ops.linear("attn.c_proj", o, self.attn.c_proj.weight, residual=x)
+        h = ops.rms_norm("ln_2", x, self.ln_2.weight, cfg.rms_norm_eps)
+        h = ops.swiglu("mlp.c_fc", h, self.mlp.c_fc.weight)  # (B, T, ffn)
+        return ops.linear("mlp.c_proj", h, self.mlp.c_proj.weight, residual=x)
+
+
+class _GroupedAttend(_Attend):
+    """_Attend with grouped-query heads: the cache holds the key/value heads, which attention shares among
+    their groups. `positions` (B, T) are the rows' positions, which rotary reads."""
+
+    positions: torch.Tensor
+
+    def __call__(self, q, k, v):
+        layer = self.next_layer()
+        if self.cache is None:
+            return self.ops.grouped_attention("attn", q, k, v)
+        self.ops.kv_write("kv write", self.cache, layer, k, v, decode=self.mode == "decode")
+        if self.mode == "prefill":
+            return self.ops.grouped_attention("attn", q, k, v)
+        c = self.cache
+        return self.ops.grouped_decode_attention("attn", q, c.k[layer], c.v[layer], c.next_lengths)
+
+
+class Llama(GPT):
+    def __init__(self, cfg: LlamaConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
+        nn.Module.__init__(self)
+        check_fusion(fusion)
+        self.config, self.backend, self.fusion = cfg, backend, fusion
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+                h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
+                ln_f=RMSNorm(cfg.n_embd),
+            )
+        )
+        self.lm_head = None if cfg.tie_word_embeddings else _no_bias(Linear(cfg.n_embd, cfg.vocab_size))
+        self.requires_grad_(False)
+        self.decode_graphs = GraphPool()
+
+    def _attend(self, ops: Ops, cache: KVCache | None = None, mode: str = "full") -> _GroupedAttend:
+        return _GroupedAttend(ops, self.config.n_head, cache, mode)
+
+    def _run(self, ids, positions, ops: Ops, attend: _GroupedAttend, logits_at=None):
+        t, cfg = self.transformer, self.config
+        x = ops.token_embedding("wte", t.wte, ids)  # (B, T, C)
+        attend.positions = positions.expand(ids.shape)  # (T,) for a whole prompt, (B, 1) in a decode step
+        for block in t.h:
+            x = block(x, ops, attend, cfg)
+        if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
+            x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
+        x = ops.rms_norm("ln_f", x, t.ln_f.weight, cfg.rms_norm_eps)
+        head = t.wte.weight if self.lm_head is None else self.lm_head.weight  # tied, or the checkpoint's own
+        return ops.linear("lm_head", x, head)

@@ -1,0 +1,150 @@
+"""The Llama-family decoder against transformers' LlamaForCausalLM on small random checkpoints saved to disk and
+loaded through explorer.model.weights: grouped-query heads (6 over 2), rotary positions, RMSNorm, SwiGLU with a
+feed-forward width that is no power of two, tied and untied heads."""
+
+import pytest
+import torch
+
+from explorer.model.cache import KVCache
+from explorer.model.generate import generate
+from explorer.model.weights import load_model
+from tests.test_model import max_rel_err, small_tokenizer
+
+TOL = 1e-4  # fp32 in the interpreter and on the GPU, as for GPT-2 (test_model)
+
+
+def _save(folder, tie: bool, seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = small_tokenizer()
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=96,
+        intermediate_size=200,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=96,
+        rope_theta=100000.0,
+        tie_word_embeddings=tie,
+        eos_token_id=fast.eos_token_id,
+        bos_token_id=fast.eos_token_id,
+    )
+    hf = LlamaForCausalLM(cfg).eval()
+    for p in hf.parameters():  # transformers starts RMSNorm weights at 1: random ones test that they are read
+        if p.dim() == 1:
+            p.data.uniform_(0.5, 1.5)
+    hf.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder, hf
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return _save(tmp_path_factory.mktemp("random-llama"), tie=True, seed=4321)
+
+
+def hf_greedy(hf, prompt, n):
+    ids = torch.tensor([prompt])
+    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, len(prompt) :].tolist()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_logits_match_transformers(checkpoint, backend, device):
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend=backend, device=device)
+    ids = torch.randint(0, hf.config.vocab_size, (2, 45))
+    assert max_rel_err(model(ids.to(device)).cpu(), hf(ids).logits) <= TOL
+
+
+def test_an_untied_head_is_its_own_matrix(tmp_path, device):
+    folder, hf = _save(tmp_path, tie=False, seed=99)
+    model, _ = load_model(folder, device=device)
+    assert model.lm_head is not None
+    ids = torch.randint(0, hf.config.vocab_size, (1, 17))
+    assert max_rel_err(model(ids.to(device)).cpu(), hf(ids).logits) <= TOL
+
+
+@pytest.mark.parametrize("backend,fusion", [("torch", "epilogue"), ("triton", "none"), ("triton", "decode")])
+def test_cached_prefill_and_decode_logits_match_transformers(checkpoint, backend, fusion, device):
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend=backend, device=device)
+    model = model.with_fusion(fusion)
+    ids = torch.randint(0, hf.config.vocab_size, (2, 24))
+    ref = hf(ids).logits
+    ids = ids.to(device)
+    cache = KVCache.for_model(model, 2, 30)
+    assert cache.k.shape[2] == 2  # the cache holds the key/value heads only
+    logits = model.prefill(ids[:, :17], cache, [17, 17])
+    assert max_rel_err(logits.cpu(), ref[:, 16]) <= TOL
+    for t in range(17, 24):
+        assert max_rel_err(model.decode(ids[:, t], cache).cpu(), ref[:, t]) <= TOL
+    assert cache.host_lengths == [24, 24]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_greedy_generation_matches_transformers(checkpoint, cache, device):
+    folder, hf = checkpoint
+    model, tok = load_model(folder, device=device)
+    prompt = torch.randint(0, hf.config.vocab_size, (7,)).tolist()
+    expected = hf_greedy(hf, prompt, 12)
+    steps = list(generate(model, prompt, max_new_tokens=12, cache=cache, eos_token_id=-1, tokenizer=tok))
+    assert [s.token_id for s in steps] == expected
+    assert "".join(s.text for s in steps) == tok.decode(expected)
+
+
+def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, device):
+    folder, hf = checkpoint
+    model, _ = load_model(folder, device=device)
+    prompts = [torch.randint(0, hf.config.vocab_size, (n,)).tolist() for n in (3, 11, 6)]
+    steps = list(generate(model, prompts, max_new_tokens=8, eos_token_id=-1))
+    for b, prompt in enumerate(prompts):
+        assert [s.token_ids[b] for s in steps] == hf_greedy(hf, prompt, 8), f"sequence {b}"
+
+
+def test_grouped_heads_shrink_the_cache_and_the_measure_layer_books_every_operation(checkpoint, device):
+    from explorer.measure.traffic import step_traffic
+
+    folder, _ = checkpoint
+    model, _ = load_model(folder, device=device)
+    steps = list(generate(model, [[1, 2, 3]], max_new_tokens=3, eos_token_id=-1, warmup=False))
+    per_token = 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 key/value heads of 16 dims, fp32: a third of 6 heads'
+    assert steps[1].kv_used_bytes - steps[0].kv_used_bytes == per_token
+    kernels = {op.kernel for op in steps[1].ops}
+    assert {"rms_norm", "rotary", "swiglu", "grouped_decode_attention", "token_embedding"} <= kernels
+    prefill = step_traffic(steps[0])
+    decode = step_traffic(steps[1])
+    assert {"layer_norm", "rotary", "ffn", "attention", "embedding"} <= set(prefill)
+    assert "decode attention" in decode and all(t.bytes_read > 0 for t in decode.values())
+
+
+def test_what_the_kernels_do_not_run_is_refused_by_name(tmp_path):
+    from transformers import LlamaConfig
+
+    from explorer.model.weights import config_from_hf
+
+    base = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96)
+    with pytest.raises(ValueError, match="biases in its projections"):
+        config_from_hf(LlamaConfig(attention_bias=True, **base))
+    with pytest.raises(ValueError, match="rotary scaling 'linear'"):
+        config_from_hf(LlamaConfig(rope_scaling={"rope_type": "linear", "factor": 2.0}, **base))
+    with pytest.raises(ValueError, match="activation 'gelu'"):
+        config_from_hf(LlamaConfig(hidden_act="gelu", **base))
+    assert config_from_hf(LlamaConfig(**base)).n_kv_head == 2
+
+
+def test_the_generate_job_charts_a_llama_run(checkpoint):
+    """The page's Generate job on a Llama-family checkpoint: its text, and every chart it draws for GPT-2."""
+    from explorer.app import jobs, settings
+
+    folder, _ = checkpoint
+    s = settings.RunSettings(model=str(folder), prompt="the quick", new_tokens=3, dtype="float32")
+    updates = list(jobs.JOBS["generate"]({"settings": s}, jobs.Control(lambda: False, float("inf"))))
+    text = [u["text"] for u in updates if "text" in u][-1]
+    last = updates[-1]
+    assert text.startswith("the") and len(text) > len("the quick")  # the small tokenizer keeps its Ġ markers
+    assert list(last["state"]["steps"].step) == [0, 1, 2]
+    assert {"latency", "traffic", "kv", "share", "bandwidth", "hierarchy", "roofline"} <= set(last)
+    assert '"rotary"' in last["traffic"] and "null" not in last["share"]  # its own category, with its colour
