@@ -65,6 +65,9 @@ def report(title, sdpa, rows):
 
 
 if __name__ == "__main__":
+    from kernels.timing import require_cuda
+
+    require_cuda("experiments/grouped_sweep.py")
     print(torch.cuda.get_device_name(), torch.__version__)
     parts = sys.argv[1:] or ["decode", "prefill"]
     if "decode" in parts:
