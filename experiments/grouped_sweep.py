@@ -17,17 +17,13 @@ from kernels.timing import device_time, rotated_inputs
 HEADS, KV_HEADS, D = 9, 3, 64
 
 
-def sets(make, nbytes):
-    return rotated_inputs(make, bytes_per_set=nbytes)
-
-
 def decode(batch, n, dtype):
     def make():
         q = torch.randn(batch, HEADS, 1, D, device="cuda", dtype=dtype)
         k, v = (torch.randn(batch, KV_HEADS, n, D, device="cuda", dtype=dtype) for _ in range(2))
         return q, k, v, torch.full((batch,), n, device="cuda", dtype=torch.int32)
 
-    inputs = sets(make, 4 * batch * KV_HEADS * n * D)
+    inputs = rotated_inputs(make, bytes_per_set=4 * batch * KV_HEADS * n * D)
     sdpa = device_time(lambda q, k, v, n: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), inputs).ms
     rows = [("default", device_time(lambda q, k, v, n: grouped_decode_attention(q, k, v, n), inputs).ms)]
     for split, block_n in itertools.product((4, 8, 16, 32, 64), (32, 64, 128, 256)):
@@ -42,7 +38,7 @@ def prefill(batch, n, dtype):
     def make():
         return [torch.randn(batch, h, n, D, device="cuda", dtype=dtype) for h in (HEADS, KV_HEADS, KV_HEADS)]
 
-    inputs = sets(make, 2 * batch * (HEADS + 2 * KV_HEADS) * n * D * 2)
+    inputs = rotated_inputs(make, bytes_per_set=2 * batch * (HEADS + 2 * KV_HEADS) * n * D * 2)
     sdpa = device_time(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), inputs)
     rows = [("default", device_time(lambda q, k, v: grouped_attention(q, k, v), inputs).ms)]
     for block_m, block_n, warps in itertools.product((32, 64, 128), (32, 64, 128), (4, 8)):

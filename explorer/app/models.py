@@ -98,7 +98,7 @@ def check_memory(model, batch: int, positions: int, cache: bool, free: int | Non
     from ..measure.metrics import kv_bytes_per_token
 
     cfg, item = model.config, model.dtype.itemsize
-    kv = kv_bytes_per_token(cfg.n_layer, cfg.n_head, cfg.head_dim, item) * batch * positions if cache else 0
+    kv = kv_bytes_per_token(cfg.n_layer, cfg.n_kv_head, cfg.head_dim, item) * batch * positions if cache else 0
     # A forward over the whole sequence holds a few (B, T, 4C) activations and the (B, vocab) logits in fp32.
     activations = 4 * batch * positions * 4 * cfg.n_embd * item + batch * cfg.vocab_size * 4
     need, free = kv + activations, free_memory_bytes() if free is None else free

@@ -25,8 +25,7 @@ class KVCache:
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> KVCache:
         cfg = model.config
-        heads = getattr(cfg, "n_kv_head", cfg.n_head)  # the key/value heads: fewer than the queries' with groups
-        return cls(cfg.n_layer, batch, heads, max_len, cfg.head_dim, dtype=model.dtype, device=model.device)
+        return cls(cfg.n_layer, batch, cfg.n_kv_head, max_len, cfg.head_dim, dtype=model.dtype, device=model.device)
 
     @property
     def max_len(self) -> int:

@@ -43,6 +43,11 @@ class GPTConfig:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def n_kv_head(self) -> int:
+        """Heads of the KV cache: every query head has its own key/value head in GPT-2."""
+        return self.n_head
+
 
 class LayerNorm(nn.Module):
     def __init__(self, width):
@@ -52,10 +57,10 @@ class LayerNorm(nn.Module):
 
 
 class Linear(nn.Module):
-    def __init__(self, in_features, out_features):
+    def __init__(self, in_features, out_features, bias: bool = True):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(out_features, in_features), requires_grad=False)  # (out, in)
-        self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False) if bias else None
 
 
 class Attention(nn.Module):

@@ -57,33 +57,29 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(width), requires_grad=False)
 
 
-def _no_bias(linear: Linear) -> Linear:
-    linear.bias = None
-    return linear
-
-
 class Block(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         d, kv = cfg.head_dim, cfg.n_kv_head
         self.ln_1 = RMSNorm(cfg.n_embd)
         self.attn = nn.Module()
-        self.attn.c_attn = _no_bias(Linear(cfg.n_embd, (cfg.n_head + 2 * kv) * d))  # q, k, v stacked
-        self.attn.c_proj = _no_bias(Linear(cfg.n_head * d, cfg.n_embd))
+        self.attn.c_attn = Linear(cfg.n_embd, (cfg.n_head + 2 * kv) * d, bias=False)  # q, k, v stacked
+        self.attn.c_proj = Linear(cfg.n_head * d, cfg.n_embd, bias=False)
         self.ln_2 = RMSNorm(cfg.n_embd)
         self.mlp = nn.Module()
-        self.mlp.c_fc = _no_bias(Linear(cfg.n_embd, 2 * cfg.ffn))  # gate over up
-        self.mlp.c_proj = _no_bias(Linear(cfg.ffn, cfg.n_embd))
+        self.mlp.c_fc = Linear(cfg.n_embd, 2 * cfg.ffn, bias=False)  # gate over up
+        self.mlp.c_proj = Linear(cfg.ffn, cfg.n_embd, bias=False)
 
-    def forward(self, x, ops: Ops, attend: _GroupedAttend, cfg: LlamaConfig):
+    def forward(self, x, ops: Ops, attend: _GroupedAttend, positions, cfg: LlamaConfig):
+        """positions (B, T): the rows' positions, which rotary reads."""
         B, T, _ = x.shape
         h = ops.rms_norm("ln_1", x, self.ln_1.weight, cfg.rms_norm_eps)
         qkv = ops.linear("attn.c_attn", h, self.attn.c_attn.weight)  # (B, T, (H + 2 H_kv) D)
         d = cfg.head_dim
         q, k, v = qkv.split((cfg.n_head * d, cfg.n_kv_head * d, cfg.n_kv_head * d), dim=-1)
         q, k, v = (t.view(B, T, -1, d).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, D) views
-        q = ops.rotary("attn.rope q", q, attend.positions, cfg.rope_theta)
-        k = ops.rotary("attn.rope k", k, attend.positions, cfg.rope_theta)
+        q = ops.rotary("attn.rope q", q, positions, cfg.rope_theta)
+        k = ops.rotary("attn.rope k", k, positions, cfg.rope_theta)
         o = attend(q, k, v).transpose(1, 2).reshape(B, T, cfg.n_head * d)
         x = ops.linear("attn.c_proj", o, self.attn.c_proj.weight, residual=x)
         h = ops.rms_norm("ln_2", x, self.ln_2.weight, cfg.rms_norm_eps)
@@ -93,9 +89,7 @@ class Block(nn.Module):
 
 class _GroupedAttend(_Attend):
     """_Attend with grouped-query heads: the cache holds the key/value heads, which attention shares among
-    their groups. `positions` (B, T) are the rows' positions, which rotary reads."""
-
-    positions: torch.Tensor
+    their groups."""
 
     def __call__(self, q, k, v):
         layer = self.next_layer()
@@ -120,7 +114,7 @@ class Llama(GPT):
                 ln_f=RMSNorm(cfg.n_embd),
             )
         )
-        self.lm_head = None if cfg.tie_word_embeddings else _no_bias(Linear(cfg.n_embd, cfg.vocab_size))
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.requires_grad_(False)
         self.decode_graphs = GraphPool()
 
@@ -130,9 +124,9 @@ class Llama(GPT):
     def _run(self, ids, positions, ops: Ops, attend: _GroupedAttend, logits_at=None):
         t, cfg = self.transformer, self.config
         x = ops.token_embedding("wte", t.wte, ids)  # (B, T, C)
-        attend.positions = positions.expand(ids.shape)  # (T,) for a whole prompt, (B, 1) in a decode step
+        positions = positions.expand(ids.shape)  # (T,) for a whole prompt, (B, 1) in a decode step
         for block in t.h:
-            x = block(x, ops, attend, cfg)
+            x = block(x, ops, attend, positions, cfg)
         if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
             x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
         x = ops.rms_norm("ln_f", x, t.ln_f.weight, cfg.rms_norm_eps)
