@@ -38,7 +38,7 @@ from ..config import (
     sectors,
 )
 from .decode import _partials
-from .kernel import check_qkv
+from .kernel import LOG2E, check_qkv
 from .softmax import online_step
 
 
@@ -226,7 +226,7 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
             group,
             chunk,
             max_len,
-            math.log2(math.e) / math.sqrt(head_dim),
+            LOG2E / math.sqrt(head_dim),
             HEAD_DIM=head_dim,
             PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
             BLOCK_G=max(16, next_pow2(group)),
