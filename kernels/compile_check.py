@@ -3,338 +3,219 @@
 Triton compiles to PTX and cubin on any machine (ptxas ships with it), so this catches a kernel that
 does not build for an architecture, and reads the shared memory the compiled kernel really uses,
 which must stay within that GPU's limit and within what kernels/config.py estimates (the estimate is
-what refuses a config before launch). Run without TRITON_INTERPRET.
+what refuses a config before launch). What is compiled is what the launchers launch: each is called on
+CPU tensors with launches recorded instead of run (kernels.launch.recording), in a process per GPU where
+the CPU stands for that GPU (config.STANDS_FOR), and every argument's type is read from the value
+launched with it. Run without TRITON_INTERPRET.
 """
 
 import argparse
 import os
+import subprocess
 import sys
+
+import torch
 
 # GPUs a Space may have: compute capability -> shared memory one block may use (bytes).
 ARCHS = {75: ("T4", 65536), 80: ("A100", 166912), 86: ("A10G", 101376), 89: ("L4", 101376), 90: ("H100/H200", 232448)}
-TYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.int64: "i64"}
 
 
-def _cases(dtype, arch):
-    """(name, jit function, args: name -> type or constexpr value, num_warps, num_stages, estimate)."""
+def launches(dtype):
+    """Yield (name, kernel, args, kwargs) for every kernel, as its launcher launches it for the decoder's shapes
+    (GPT-2 small's and SmolLM2-135M's), recorded on CPU tensors rather than run (kernels.launch.recording).
+    Run where the CPU stands for the GPU being compiled for (config.STANDS_FOR), so each tile rule answers as
+    it would there."""
+    import kernels as K
+
+    from . import launch
+    from .config import TileConfig
+    from .matmul import kernel as L
+
+    tdt = getattr(torch, dtype)
+    t = lambda *shape: torch.randn(*shape, dtype=tdt)
+    lengths = lambda batch, n: torch.full((batch,), n, dtype=torch.int32)
+    C, H, D = 768, 12, 64  # GPT-2 small
+    ln = (t(C), t(C), 1e-5)
+    cache = lambda batch, heads, n: (t(batch, heads, n, D), t(batch, heads, n, D))
+    hopper_16bit = L.persistent_form(4096, tdt, "cpu")
+    calls = {
+        "layer_norm": lambda: K.layer_norm(t(4096, C), *ln[:2], residual=t(4096, C)),
+        "rms_norm": lambda: K.rms_norm(t(4096, 576), t(576), residual=t(4096, 576)),
+        "swiglu": lambda: K.swiglu(t(1024, 576), t(3072, 576)),
+        "rotary": lambda: K.rotary(t(1, 9, 1024, D), torch.arange(1024)[None], 100000.0),
+        "grouped_attention": lambda: K.grouped_attention(t(1, 9, 1024, D), *cache(1, 3, 1024)),
+        "grouped_decode_attention": lambda: K.grouped_decode_attention(
+            t(1, 9, 1, D), *cache(1, 3, 4096), lengths(1, 4000)
+        ),
+        "grouped_decode_attention B=8": lambda: K.grouped_decode_attention(
+            t(8, 9, 1, D), *cache(8, 3, 4096), lengths(8, 4000)
+        ),
+        "linear": lambda: K.linear(t(4096, C), t(4 * C, C), t(4 * C), activation="gelu", residual=t(4096, 4 * C)),
+        "linear split-k": lambda: K.linear(
+            t(1, C), t(4 * C, C), t(4 * C), activation="gelu", config=TileConfig(split_k=4)
+        ),
+        "decode linear": lambda: K.decode_linear(
+            t(1, C),
+            t(3 * C, C),
+            t(3 * C),
+            norm=ln,
+            kv=(*cache(1, H, 1024), lengths(1, 1000)),
+            config=TileConfig(block_n=32, block_k=128, split_k=4),
+            pdl=True,
+        ),
+        "decode prefetch c_attn": lambda: K.decode_linear(
+            t(1, C), t(3 * C, C), t(3 * C), norm=ln, kv=(*cache(1, H, 1024), lengths(1, 1000)), pdl=True
+        ),
+        "decode prefetch c_fc": lambda: K.decode_linear(
+            t(1, C), t(4 * C, C), t(4 * C), activation="gelu", norm=ln, pdl=True
+        ),
+        "decode prefetch mlp.c_proj": lambda: K.decode_linear(
+            t(1, 4 * C), t(C, 4 * C), t(C), residual=t(1, C), pdl=True
+        ),
+        "attention": lambda: K.attention(t(1, H, 1024, D), t(1, H, 1024, D), t(1, H, 1024, D)),
+        "decode layer": lambda: K.decode_layer(
+            t(1, C),
+            ln[:2],
+            (t(3 * C, C), t(3 * C)),
+            (t(C, C), t(C)),
+            ln[:2],
+            (t(4 * C, C), t(4 * C)),
+            (t(C, 4 * C), t(C)),
+            (*cache(1, H, 1024), lengths(1, 1000), lengths(1, 1001)),
+        ),
+        "kv write": lambda: K.kv_write(t(1, H, 1, D), t(1, H, 1, D), *cache(1, H, 1024), lengths(1, 1000)),
+        "add": lambda: K.elementwise.add(t(1 << 20), t(1 << 20)),
+        "bias add": lambda: K.elementwise.bias_add(t(1024, 1024), t(1024)),
+        "gelu": lambda: K.elementwise.gelu(t(1 << 20)),
+    }
+    # Decode attention: a split of one key tile in the vector loop (B=1, 8192 keys: 64 splits), splits of several
+    # tiles in the dot form (8 splits of 8192 keys, and the default at B=8); in two launches and in one, held
+    # around the programmatic-dependent-launch wait or not.
+    for form, batch, split_k in (("1 tile", 1, None), ("dot", 1, 8), ("dot default", 8, None)):
+        for one_launch, pdl in ((False, False), (True, False), (True, True)):
+            label = f"decode attention {form}{' one launch' if one_launch else ''}{' pdl' if pdl else ''}"
+            calls[label] = lambda b=batch, s=split_k, o=one_launch, p=pdl: K.decode_attention(
+                t(b, H, 1, D), *cache(b, H, 8192), lengths(b, 8000), config=TileConfig(split_k=s), one_launch=o, pdl=p
+            )
+    if hopper_16bit:  # the tile form too, where prefill takes the persistent form by default
+        calls["linear tiles"] = lambda: _tiles_form(
+            K.linear, t(4096, C), t(4 * C, C), t(4 * C), residual=t(4096, 4 * C)
+        )
+        calls["linear + gelu"] = lambda: K.linear(t(4096, C), t(4 * C, C), t(4 * C), activation="gelu")
+    for name, call in calls.items():
+        with launch.recording() as got:
+            call()
+        assert got, f"{name}: nothing launched"
+        for i, (fn, args, kwargs) in enumerate(got):
+            yield (name if len(got) == 1 else f"{name} [{i + 1}/{len(got)}]"), fn, args, kwargs
+
+
+def _tiles_form(linear, *args, **kwargs):
+    from .matmul.kernel import forced_form
+
+    with forced_form(False):
+        return linear(*args, **kwargs)
+
+
+def _estimate(fn, kwargs: dict, itemsize: int, limits) -> int:
+    """What config.py estimates the kernel's shared memory at when it validates the tiles (0: no estimate)."""
     from .attn import decode as AD
-    from .attn import grouped as GQA
-    from .attn import grouped_prefill as GQAP
     from .attn import kernel as A
-    from .config import DeviceLimits, TileConfig
-    from .elementwise import kernel as E
-    from .kv_cache import kernel as KV
-    from .layer import kernel as DL
+    from .attn.decode_tiles import decode_shared_memory
+    from .config import TileConfig
     from .matmul import decode as FL
     from .matmul import kernel as L
     from .matmul import swiglu as SW
-    from .norm import kernel as LN
-    from .norm import rms as RMS
-    from .rope import kernel as ROPE
 
-    limits = DeviceLimits(ARCHS[arch][0], ARCHS[arch][1], 132, divmod(arch, 10), arch >= 80)
-    t = "*" + TYPES[dtype]
-    item = 2 if dtype != "float32" else 4
-    prec = "ieee" if dtype == "float32" else "tf32"
-    norm = dict(
-        X=t,
-        R=t,
-        Y=t,
-        S=t,
-        W=t,
-        B=t,
-        stride_xm="i32",
-        stride_rm="i32",
-        stride_ym="i32",
-        stride_sm="i32",
-        M="i32",
-        N="i32",
-        eps="fp32",
-        HAS_RESIDUAL=True,
-        BLOCK_M=4,
-        BLOCK_N=1024,
-    )
-    yield "layer_norm", LN._layer_norm_kernel, norm, 4, 1, 0
-    yield "rms_norm", RMS._rms_norm_kernel, {k: v for k, v in norm.items() if k != "B"}, 4, 1, 0  # no bias
-    import torch
-
-    tdt = getattr(torch, dtype)
-    glu = SW.resolve_config(None, 1024, 1536, 576, tdt, limits)
-    blocks = dict(BLOCK_M=glu.block_m, BLOCK_N=glu.block_n, BLOCK_K=glu.block_k, GROUP_M=glu.group_m)
-    matrices = dict(X=t, W=t, Y=t, M="i32", F="i32", K="i32", x_strides=["i32", 1], w_strides=["i32", 1])
-    yield (
-        "swiglu",
-        SW._swiglu_kernel,
-        dict(matrices, stride_ym="i32", PRECISION=prec, **blocks),
-        glu.num_warps,
-        glu.num_stages,
-        SW.shared_memory(glu, item, limits),
-    )
-    cache = [t, "i32", "i32", "i32", 1]  # a tensor with its strides, as the kernel takes it
-    gqa = dict(query=[t, "i32", "i32", 1], keys=cache, values=cache, out=[t, "i32", "i32", 1], Lengths="*i32")
-    gqa |= dict(partial=["*fp32", "*i32", "i32"], kv_heads="i32", group="i32", CHUNK="i32", positions="i32")
-    blocks = dict(HEAD_DIM=64, PRECISION=prec, BLOCK_G=16, BLOCK_N=64, BLOCK_D=64, BLOCK_S=32, BLOCK_GM=4)
-    blocks |= dict(scale_log2="fp32", ONE_TILE=True)
-    yield "grouped_decode_attention", GQA._grouped_decode_kernel, dict(gqa, **blocks), 4, 3 if arch >= 80 else 2, 0
-    gqa_prefill = dict(Q=t, K=t, V=t, Out=t, q_strides=["i32", "i32", "i32", 1], k_strides=["i32", "i32", "i32", 1])
-    gqa_prefill |= dict(v_strides=["i32", "i32", "i32", 1], kv_heads="i32", group="i32", tq="i32", tk="i32")
-    blocks = dict(HEAD_DIM=64, CAUSAL=True, PRECISION=prec, BLOCK_R=64, BLOCK_N=64, BLOCK_D=64)
-    yield (
-        "grouped_attention",
-        GQAP._grouped_attention_kernel,
-        dict(gqa_prefill, scale_log2="fp32", **blocks),
-        4,
-        3 if arch >= 80 else 2,
-        0,
-    )
-    rope = dict(X=t, Y=t, Positions="*i64", x_strides=["i32", "i32", "i32"], heads="i32", tokens="i32")
-    yield "rotary", ROPE._rotary_kernel, dict(rope, log2_theta="fp32", HEAD_DIM=64, BLOCK_M=64, HALF=32), 4, 1, 0
-    ints = dict(M="i32", N="i32", K="i32", stride_xm="i32", stride_xk=1, stride_wn="i32", stride_wk=1)
-    for rows, split in ((4096, None), (1, TileConfig(split_k=4))):
-        cfg = L.resolve_config(split, rows, 3072, 768, tdt, limits)
-        est = L.shared_memory(cfg, item, limits)
-        blocks = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
-        if cfg.split_k == 1:
-            args = dict(
-                X=t,
-                W=t,
-                Bias=t,
-                R=t,
-                Y=t,
-                **ints,
-                stride_rm="i32",
-                stride_ym="i32",
-                HAS_BIAS=True,
-                APPLY_GELU=True,
-                HAS_RESIDUAL=True,
-                PRECISION=prec,
-                **blocks,
-                GROUP_M=cfg.group_m,
-            )
-            yield ("linear", L._linear_kernel, args, cfg.num_warps, cfg.num_stages, est)
-        else:
-            yield (
-                "linear split-k",
-                L._linear_split_k_kernel,
-                dict(X=t, W=t, P="*fp32", **ints, K_PER_SPLIT="i32", PRECISION=prec, **blocks),
-                cfg.num_warps,
-                cfg.num_stages,
-                est,
-            )
-            yield (
-                "linear split-k reduce",
-                L._split_k_reduce_kernel,
-                dict(
-                    P="*fp32",
-                    Bias=t,
-                    R=t,
-                    Y=t,
-                    M="i32",
-                    N="i32",
-                    SPLIT_K="i32",
-                    stride_rm="i32",
-                    stride_ym="i32",
-                    HAS_BIAS=True,
-                    APPLY_GELU=True,
-                    HAS_RESIDUAL=False,
-                    BLOCK_M=16,
-                    BLOCK_N=128,
-                ),
-                4,
-                1,
-                0,
-            )
-    for residual in (False, True) if arch >= 90 and dtype != "float32" else ():  # the persistent form: Hopper on
-        cfg = L.resolve_config(None, 4096, 3072, 768, tdt, limits, True, residual)
-        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-        desc = lambda rows, cols: f"tensordesc<{TYPES[dtype]}[{rows},{cols}]>"
-        args = dict(
-            XDesc=desc(bm, bk),
-            WDesc=desc(bn, bk),
-            YDesc=desc(bm, bn),
-            Bias=t,
-            R=t,
-            M="i32",
-            N="i32",
-            K="i32",
-            stride_rm="i32",
-            HAS_BIAS=True,
-            APPLY_GELU=not residual,
-            HAS_RESIDUAL=residual,
-            PRECISION=prec,
-            BLOCK_M=bm,
-            BLOCK_N=bn,
-            BLOCK_K=bk,
-            GROUP_M=cfg.group_m,
-            PROGRAMS=132,
-        )
-        yield (
-            f"linear persistent{' + res' if residual else ''}",
-            L._linear_persistent_kernel,
-            args,
-            cfg.num_warps,
-            cfg.num_stages,
-            L.shared_memory(cfg, item, limits, True, residual),
-        )
-    pdl = arch >= 90  # programmatic dependent launch from Hopper on (kernels.pdl)
-    # A list is a tuple argument, element by element: a tensor with its strides (unit strides are constants).
-    cache = [t, "i32", "i32", "i32", 1]
-    groups = dict(
-        x=[t, "i32", 1],
-        w=[t, "i32", 1],
-        norm=[t, t, "fp32"],
-        Bias=t,
-        res=[t, "i32"],
-        y=[t, "i32"],
-        partial=["*fp32", "*i32", "i32"],
-        kv=[t, t, "*i32", "i32", cache[1:], cache[1:]],
-    )
-    sizes = dict.fromkeys(("M", "N", "K", "K_PER_SPLIT"), "i32")
-    # ln_1 -> c_attn -> KV cache in the K loop, split over K
-    cfg = FL.resolve_config(TileConfig(block_n=32, block_k=128, split_k=4), 1, 2304, 768, tdt, limits)
-    args = groups | sizes | dict(APPLY_GELU=True, PRECISION=prec, BLOCK_M=16, BLOCK_N=cfg.block_n)
-    args |= dict(BLOCK_K=cfg.block_k, PDL=pdl) | FL.stats_tile(1, 768)
-    yield (
-        "decode linear",
-        FL._decode_linear_kernel,
-        args,
-        cfg.num_warps,
-        cfg.num_stages,
-        L.shared_memory(cfg, item, limits),
-    )
-    # The prefetch form at its defaults: c_attn's (one split) and mlp.c_proj's (split over K, arrival)
-    for n, k in ((2304, 768), (768, 3072)):
-        cfg = FL.resolve_config(None, 1, n, k, tdt, limits)
-        k_per_split, splits = FL.splits_of(cfg, k)
-        head_k, tail_k = FL.slice_tiles(k_per_split)
-        args = groups | sizes | dict(partial=groups["partial"] if splits > 1 else None, APPLY_GELU=True, PDL=pdl)
-        args |= dict(ROWS=1, BLOCK_N=cfg.block_n, HEAD_K=head_k, TAIL_K=tail_k, STATS_COLS=FL.next_pow2(k))
-        yield (f"decode prefetch {n}x{k}", FL._decode_prefetch_kernel, args, cfg.num_warps, cfg.num_stages, 0)
-    strides = {f"stride_{x}{d}": "i32" for x in "qkvo" for d in ("b", "h", "m" if x in "qo" else "n")}
-    strides |= {f"stride_{x}d": 1 for x in "qkvo"}
-    cfg = A.resolve_config(None, 1024, 64, tdt, limits)
-    est = A.shared_memory(cfg, 64, item, limits)
-    yield (
-        "attention",
-        A._attention_kernel,
-        dict(
-            Q=t,
-            K=t,
-            V=t,
-            Out=t,
-            **strides,
-            H="i32",
-            TQ="i32",
-            TK="i32",
-            qk_scale="fp32",
-            CAUSAL=True,
-            HEAD_DIM=64,
-            PRECISION=prec,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            BLOCK_D=64,
-        ),
-        cfg.num_warps,
-        cfg.num_stages,
-        est,
-    )
-    rows = [t, "i32", "i32", 1]  # q and o: (B, H, 1, D) by sequence, head and dim
-    qkv = dict(query=rows, keys=cache, values=cache, Lengths="*i32")
-    sizes = dict(H="i32", CHUNK="i32", qk_scale="fp32")
-    # A chunk of one key tile in the vector loop (B=1, 8192 keys: 64 splits) or loaded around the PDL wait, and
-    # chunks of several tiles in the dot form (8 splits of 8192 keys, and the default at B=8).
-    for form, split_k, batch_heads in (("1 tile", None, 12), ("dot", 8, 12), ("dot default", None, 96)):
-        cfg, *_, dot, _, _ = AD.launch_plan(TileConfig(split_k=split_k), batch_heads, 8192, 64, tdt, limits)
-        est = AD.decode_shared_memory(cfg, 64, item)
-        assert dot == form.startswith("dot"), (form, cfg)
-        tiles = dict(HEAD_DIM=64, BLOCK_N=cfg.block_n, BLOCK_D=64)
-        yield (
-            f"decode attention {form}",
-            AD._decode_partial_kernel,
-            qkv | sizes | tiles | dict(Part="*fp32", SPLITS="i32", PREFETCH=False, DOT=dot),
-            cfg.num_warps,
-            cfg.num_stages,
-            est,
-        )
-        for prefetch in (False, True) if not dot else (False,):
-            args = qkv | sizes | tiles | dict(out=rows, partial=["*fp32", "*i32", "i32"], BLOCK_S=8, PDL=pdl)
-            yield (
-                f"decode one launch {form}{' held' if prefetch else ''}",
-                AD._decode_one_launch_kernel,
-                args | dict(PREFETCH=prefetch, DOT=dot),
-                cfg.num_warps,
-                cfg.num_stages,
-                est,
-            )
-    plan = DL.plan(1, 768, 12, 1024, tdt, limits)
-    layer = dict(X=t, Out=t, Times=None, Sync="*i32", M="i32", C="i32", H="i32")
-    layer |= dict(ln_1=[t, t, "fp32"], ln_2=[t, t, "fp32"], scratch=[t, t, t, t])
-    layer |= dict.fromkeys(("c_attn", "c_proj", "c_fc", "mlp_proj"), [t, t])
-    layer |= dict(cache=[t, t, "*i32", "*i32", "i32", cache[1:], cache[1:]])
-    layer |= dict(attention=["*fp32", "*i32", "i32", "i32", "fp32"])
-    layer |= plan["constexprs"]  # as launched for one sequence of GPT-2 small
-    yield ("decode layer", DL._decode_layer_kernel, layer, DL.WARPS, 1, 0)
-    yield (
-        "decode merge",
-        AD._decode_merge_kernel,
-        dict(Part="*fp32", out=rows, H="i32", SPLITS="i32", HEAD_DIM=64, BLOCK_S=8, BLOCK_D=64),
-        4,
-        1,
-        0,
-    )
-    kv_strides = {f"stride_{x}{d}": "i32" for x in ("k", "v") for d in "bh"} | {"stride_kd": 1, "stride_vd": 1}
-    kv_strides |= {f"stride_{x}c{d}": "i32" for x in "kv" for d in "bht"} | {"stride_kcd": 1, "stride_vcd": 1}
-    yield (
-        "kv write",
-        KV._kv_write_kernel,
-        dict(K=t, V=t, KC=t, VC=t, Lengths="*i32", **kv_strides, heads="i32", HEAD_DIM=64, BLOCK_D=64),
-        1,
-        1,
-        0,
-    )
-    block = E.default_config(1 << 20, limits).block_n
-    yield ("add", E._add_kernel, dict(X=t, Y=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
-    yield ("bias add", E._bias_add_kernel, dict(X=t, Bias=t, Out=t, N="i32", WIDTH="i32", BLOCK_N=block), 4, 1, 0)
-    yield ("gelu", E._gelu_kernel, dict(X=t, Out=t, N="i32", BLOCK_N=block), 4, 1, 0)
+    tiles = {k.lower(): kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in kwargs}
+    cfg = TileConfig(**tiles, num_stages=kwargs.get("num_stages"))
+    if fn in (L._linear_kernel, L._linear_split_k_kernel, FL._decode_linear_kernel):
+        return L.shared_memory(cfg, itemsize, limits)
+    if fn is L._linear_persistent_kernel:
+        return L.shared_memory(cfg, itemsize, limits, True, kwargs["HAS_RESIDUAL"])
+    if fn is SW._swiglu_kernel:
+        return SW.shared_memory(cfg, itemsize, limits)
+    if fn is A._attention_kernel:
+        return A.shared_memory(cfg, kwargs["HEAD_DIM"], itemsize, limits)
+    if fn in (AD._decode_partial_kernel, AD._decode_one_launch_kernel):
+        return decode_shared_memory(cfg, kwargs["HEAD_DIM"], itemsize)
+    return 0
 
 
-def _signature(arg, path: tuple, consts: dict, attrs: dict, constant: bool = False):
-    """One argument's type for ASTSource: a type string, a constant (recorded in consts at its path), or for a
-    list (a tuple argument) a tuple of its elements' types. As the JIT specialises a launch, pointers and
-    integers are taken as multiples of 16, which GPT-2's widths are: without that, masks along a contiguous
-    dimension forbid vector loads and the loop is not pipelined."""
-    if isinstance(arg, list):
-        return tuple(_signature(a, (*path, j), consts, attrs) for j, a in enumerate(arg))
-    if not isinstance(arg, str) or constant:
-        consts[path] = arg
+OPTIONS = ("num_warps", "num_stages", "launch_pdl")  # launch options, not kernel arguments
+
+
+def _signature(value, path: tuple, consts: dict, attrs: dict, constant: bool = False):
+    """One argument's type for ASTSource, read from the value launched with it, as the JIT specialises a launch:
+    a tensor is a pointer to its dtype, an integer an i32 (i64 past its range), 1 and None constants; pointers
+    and integers that are multiples of 16 say so (without that, masks forbid vector loads and the loop is not
+    pipelined). A tuple argument is a tuple of its elements' types."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if isinstance(value, tuple):
+        return tuple(_signature(v, (*path, j), consts, attrs) for j, v in enumerate(value))
+    if constant or value is None or (type(value) is int and value == 1) or isinstance(value, (bool, str)):
+        consts[path] = value
         return "constexpr"
-    if arg.startswith("*") or arg == "i32":
-        attrs[path] = [["tt.divisibility", 16]]
-    return arg
+    if isinstance(value, torch.Tensor):
+        if value.data_ptr() % 16 == 0:
+            attrs[path] = [["tt.divisibility", 16]]
+        return "*" + _TYPES[value.dtype]
+    if isinstance(value, TensorDescriptor):
+        return f"tensordesc<{_TYPES[value.base.dtype]}{list(value.block_shape)}>".replace(" ", "")
+    if isinstance(value, int):
+        if value % 16 == 0:
+            attrs[path] = [["tt.divisibility", 16]]
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"no Triton type for {type(value).__name__} at argument {path}")
 
 
-def compile_all(archs, dtypes):
-    """Yield (arch, dtype, name, shared bytes used, estimate, limit); raises if a kernel fails to build."""
-    import triton
-    from triton.backends.compiler import GPUTarget
+def _source(fn, args: tuple, kwargs: dict):
+    """The ASTSource of one recorded launch: every parameter's type or constant value, by name."""
     from triton.compiler import ASTSource
 
-    for arch in archs:
-        for dtype in dtypes:
-            if dtype == "bfloat16" and arch < 80:
-                continue  # no bf16 before Ampere; config.supported_dtypes does not offer it there
-            for name, fn, args, warps, stages, estimate in _cases(dtype, arch):
-                names = fn.arg_names
-                missing = set(names) - set(args)
-                assert not missing, f"{name}: no type for {missing}"
-                sig, consts, attrs = {}, {}, {}
-                for i, n in enumerate(names):
-                    sig[n] = _signature(args[n], (i,), consts, attrs, constant=n == "PRECISION")
-                src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
-                k = triton.compile(
-                    src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps, num_stages=stages)
-                )
-                yield arch, dtype, name, k.metadata.shared, estimate, ARCHS[arch][1]
+    values = dict(zip(fn.arg_names, args, strict=False)) | {k: v for k, v in kwargs.items() if k not in OPTIONS}
+    sig, consts, attrs = {}, {}, {}
+    for i, param in enumerate(fn.params):
+        name = fn.arg_names[i]
+        if name not in values:
+            assert param.has_default, f"{fn.__name__}: nothing launched for {name}"
+            values[name] = param.default
+        sig[name] = _signature(values[name], (i,), consts, attrs, constant=param.is_constexpr)
+    return ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+
+
+def compile_for(arch: int, dtypes):
+    """Yield (arch, dtype, name, shared bytes used, estimate, limit) for every recorded launch, compiled for arch;
+    raises if a kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR)."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from .config import device_limits
+
+    limits = device_limits("cpu")
+    assert limits.shared_memory == ARCHS[arch][1], "run with the CPU standing for this GPU"
+    for dtype in dtypes:
+        if dtype == "bfloat16" and arch < 80:
+            continue  # no bf16 before Ampere; config.supported_dtypes does not offer it there
+        itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        for name, fn, args, kwargs in launches(dtype):
+            options = dict(num_warps=kwargs.get("num_warps", 4), num_stages=kwargs.get("num_stages", 3))
+            k = triton.compile(_source(fn, args, kwargs), target=GPUTarget("cuda", arch, 32), options=options)
+            estimate = _estimate(fn, kwargs, itemsize, limits)
+            yield arch, dtype, f"{name} ({fn.__name__})", k.metadata.shared, estimate, ARCHS[arch][1]
+
+
+def stands_for(arch: int) -> str:
+    """config.STANDS_FOR's value for this GPU."""
+    import json
+
+    name, shared = ARCHS[arch]
+    return json.dumps(dict(name=name, shared_memory=shared, num_sms=132, capability=divmod(arch, 10), bf16=arch >= 80))
 
 
 def main():
@@ -344,12 +225,21 @@ def main():
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: this compiles the kernels for real GPUs")
+    from .config import STANDS_FOR
+
+    if len(args.arch) > 1 or os.environ.get(STANDS_FOR) != stands_for(args.arch[0]):
+        # One process per GPU, in which the CPU stands for it: the tile rules read the device once and keep it.
+        failed = 0
+        for arch in args.arch:
+            cmd = [sys.executable, "-m", "kernels.compile_check", "--arch", str(arch), "--dtype", *args.dtype]
+            failed |= subprocess.run(cmd, env=os.environ | {STANDS_FOR: stands_for(arch)}).returncode
+        sys.exit(1 if failed else 0)
     failures = 0
-    for arch, dtype, name, shared, estimate, limit in compile_all(args.arch, args.dtype):
+    for arch, dtype, name, shared, estimate, limit in compile_for(args.arch[0], args.dtype):
         ok = shared <= limit and (estimate == 0 or shared <= estimate)
         failures += not ok
-        head = f"sm_{arch} {ARCHS[arch][0]:10} {dtype:9} {name:26}"
-        print(f"{head} shared {shared:7} estimate {estimate:7} limit {limit:7} {'ok' if ok else 'OVER'}")
+        head = f"sm_{arch} {ARCHS[arch][0]:10} {dtype:9} {name:66}"
+        print(f"{head} shared {shared:7} estimate {estimate:7} limit {limit:7} {'ok' if ok else 'OVER'}", flush=True)
     sys.exit(1 if failures else 0)
 
 

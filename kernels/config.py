@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import os
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -109,6 +111,21 @@ def _cuda_limits(index: int) -> DeviceLimits:
     return DeviceLimits(props.name, int(smem), props.multi_processor_count, capability, capability >= (8, 0), int(l2))
 
 
+# kernels.compile_check records the launchers' launches on CPU tensors, in a process of its own where the CPU
+# stands for a GPU (this variable holds that GPU's DeviceLimits fields as JSON), so that every tile rule
+# answers as it would there. Nothing that runs kernels sets it.
+STANDS_FOR = "EXPLORER_CPU_STANDS_FOR"
+
+
+@functools.cache
+def _cpu_limits() -> DeviceLimits:
+    spec = os.environ.get(STANDS_FOR)
+    if spec:
+        fields_ = json.loads(spec)
+        return DeviceLimits(**fields_ | {"capability": tuple(fields_["capability"])})
+    return DeviceLimits("CPU (Triton interpreter)", CPU_SHARED_MEMORY, CPU_NUM_SMS, (0, 0), False)
+
+
 def device_limits(device: torch.device | str | DeviceLimits | None = None) -> DeviceLimits:
     """What the kernels may use on `device` (read from the GPU; documented defaults on CPU)."""
     if isinstance(device, DeviceLimits):
@@ -116,7 +133,7 @@ def device_limits(device: torch.device | str | DeviceLimits | None = None) -> De
     device = torch.device(device if device is not None else "cpu")
     if device.type == "cuda":
         return _cuda_limits(device.index if device.index is not None else torch.cuda.current_device())
-    return DeviceLimits("CPU (Triton interpreter)", CPU_SHARED_MEMORY, CPU_NUM_SMS, (0, 0), False)
+    return _cpu_limits()
 
 
 @functools.lru_cache(maxsize=64)  # asked on every launch

@@ -14,6 +14,7 @@ other arguments, checked once by reading it) every call goes through the JITFunc
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -114,9 +115,13 @@ def _unbound(*args):
 
 
 def _hooks() -> tuple:
+    """The launch hooks set in Triton's knobs, to hand on (see _handed_on)."""
+    return _handed_on(knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+
+
+def _handed_on(enter, leave) -> tuple:
     """The launch hooks to hand on, or (None, None) where no hook is set. Triton 3.6 keeps empty hook chains,
     which its launcher calls all the same, twice, with a metadata dict built for them on every launch."""
-    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     if _unset(enter) and _unset(leave):
         return None, None
     return enter, leave
@@ -163,6 +168,8 @@ class _Fast:
 
     def launch(self, grid, args, kwargs):
         global _stream
+        if _recorded is not None:
+            return _recorded.append((self.fn, args, kwargs))
         lead = args[0] if isinstance(args[0], Tensor) else _first_tensor(args)
         if not ENABLED or lead is None or not lead.is_cuda or self.refused:
             return self.fn[grid](*args, **kwargs)
@@ -233,6 +240,41 @@ def _first_tensor(args) -> Tensor | None:
 
 
 _wrappers: dict = {}
+_recorded: list | None = None
+
+
+@contextlib.contextmanager
+def recording():
+    """Launches made inside are recorded instead of run: yields the list they are appended to, each as
+    (kernel, positional arguments, keyword arguments: constexprs and launch options). How
+    kernels.compile_check reads what every launcher passes its kernel, on CPU tensors."""
+    global _recorded
+    outer, _recorded = _recorded, []
+    try:
+        yield _recorded
+    finally:
+        _recorded = outer
+
+
+class _Plain:
+    """A launch through the JITFunction each time (for arguments rebuilt per call, such as tensor
+    descriptors, that a kept binding could never match), recorded like the others inside recording()."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            if _recorded is not None:
+                return _recorded.append((self.fn, args, kwargs))
+            return self.fn[grid](*args, **kwargs)
+
+        return run
+
+
+def plain(fn) -> _Plain:
+    """fn launched as fn[grid](...) is, every time; recorded inside recording()."""
+    return _Plain(fn)
 
 
 def fast(fn) -> _Fast:

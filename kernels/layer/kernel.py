@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import arrival, barrier, pdl
+from .. import arrival, barrier, launch, pdl
 from ..attn.decode import attend_item
 from ..attn.decode import launch_plan as attention_plan
 from ..config import (
@@ -424,7 +424,7 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *,
     x2 = x.reshape(rows, width).contiguous()
     qkv, attn, x1, hid = (new_output(x, (rows, n)) for n in (3 * width, width, width, 4 * width))
     part = new_output(x, (rows * heads * p["splits"] * (p["constexprs"]["BLOCK_D"] + 2),), torch.float32)
-    _decode_layer_kernel[(p["programs"],)](
+    launch.plain(_decode_layer_kernel)[(p["programs"],)](
         x2,
         (*ln_1, float(eps)),
         c_attn,

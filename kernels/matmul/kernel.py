@@ -509,7 +509,7 @@ def _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision):
     yd = TensorDescriptor.from_tensor(y, [cfg.block_m, cfg.block_n])
     # Launched through the JITFunction: descriptors are rebuilt per call, and this form is for inputs
     # large enough that the kernel, not its launch, is what takes the time.
-    _linear_persistent_kernel[(programs,)](
+    launch.plain(_linear_persistent_kernel)[(programs,)](
         xd,
         wd,
         yd,
