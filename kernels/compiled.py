@@ -10,12 +10,15 @@ import hashlib
 import sys
 
 
-def compiled() -> set[str]:
-    """Every specialization of a kernel in the kernels package compiled in this process, each as a short stable
-    name (the same kernel, arguments and options give the same name in any process on the same GPU type)."""
+def compiled(modules=None) -> set[str]:
+    """Every specialization of a kernel in `modules` (by default the kernels package's, as imported) compiled in
+    this process, each as a short stable name (the same kernel, arguments and options give the same name in any
+    process on the same GPU type)."""
+    if modules is None:
+        modules = [m for name, m in list(sys.modules.items()) if name == "kernels" or name.startswith("kernels.")]
     names = set()
-    for module_name, module in list(sys.modules.items()):
-        if module is None or not (module_name == "kernels" or module_name.startswith("kernels.")):
+    for module in modules:
+        if module is None:
             continue
         for obj in list(vars(module).values()):
             caches = getattr(obj, "device_caches", None)

@@ -214,10 +214,10 @@ def test_export_without_a_run_is_a_clear_error():
         export({"which": "last run: steps", "fmt": "csv"}, handlers.NEW_STATE)
 
 
-def test_a_refused_value_names_the_field_and_runs_nothing(monkeypatch):
+def test_a_refused_value_names_the_field_and_runs_nothing():
     ran = []
-    monkeypatch.setitem(jobs.JOBS, "generate", lambda *a: ran.append(1) or iter(()))
-    job = handlers.make(context())["generate"]
+    runner = InlineRunner(wrap=lambda fn, job: ran.append(job.kind) or fn)  # every job it would run, recorded
+    job = handlers.make(handlers.Context(runner, device=models.device().type))["generate"]
     with pytest.raises(gr.Error, match="new tokens must be a whole number"):
         collect(job(values(new_tokens=1.5), handlers.NEW_STATE))
     with pytest.raises(gr.Error, match="attention block_m must be one of 'default', '16'"):

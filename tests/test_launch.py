@@ -32,23 +32,16 @@ def test_tuples_are_bound_element_by_element_nested_ones_too():
     assert launch._first_tensor((None, (3, (c, t)), t)) is c
 
 
-def test_hooks_are_handed_on_only_when_one_is_set(monkeypatch):
-    from triton import knobs
-
+def test_hooks_are_handed_on_only_when_one_is_set():
     class Chain:  # as Triton 3.6 keeps its launch hooks: a chain, empty by default
         def __init__(self, calls):
             self.calls = calls
 
-    for enter, leave, expected in (
-        (None, None, (None, None)),  # older Triton: no hook
-        (Chain([]), Chain([]), (None, None)),  # empty chains: nothing to call
-    ):
-        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", enter)
-        monkeypatch.setattr(knobs.runtime, "launch_exit_hook", leave)
-        assert launch._hooks() == expected
-    profiler = Chain([print])
-    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", profiler)  # one hook set: both are handed on
-    assert launch._hooks() == (knobs.runtime.launch_enter_hook, profiler)
+    assert launch._handed_on(None, None) == (None, None)  # older Triton: no hook
+    assert launch._handed_on(Chain([]), Chain([])) == (None, None)  # empty chains: nothing to call
+    empty, profiler = Chain([]), Chain([print])
+    assert launch._handed_on(empty, profiler) == (empty, profiler)  # one hook set: both are handed on
+    assert launch._handed_on(None, profiler) == (None, profiler)
 
 
 class _Launcher:  # as Triton 3.6 writes its launcher's call of the C entry point
