@@ -2,9 +2,10 @@
 the KV cache on and off, next to transformers' own generate and a minimal PyTorch CUDA-graph loop
 (benchmarks/torch_loop.py) on the same weights and GPU.
 
-    python -m benchmarks.generation [--new-tokens 256] [--prompt 32] [--dtype bfloat16]
+    python -m benchmarks.generation [--family gpt2|llama] [--new-tokens 256] [--prompt 32] [--dtype bfloat16]
 
-Weights are random, of GPT-2 small's shape (12 layers, width 768, vocabulary 50257); every run is
+Weights are random, of GPT-2 small's shape (12 layers, width 768, vocabulary 50257) or with --family llama
+SmolLM2-135M's (benchmarks.ladder.random_hf); every run is
 greedy, forced to the full length, warmed up once, then timed end to end (wall clock after a device
 synchronise). With the cache on, our decoder runs both eager (every kernel launched from Python) and
 with each decode step replayed from a CUDA graph (its capture counted in the time).
@@ -20,7 +21,8 @@ import time
 
 import torch
 
-from benchmarks.torch_loop import TorchGraphLoop
+from benchmarks.ladder import random_hf
+from benchmarks.torch_loop import LlamaGraphLoop, TorchGraphLoop
 from explorer.measure import metrics
 from explorer.measure.clock import timed
 from explorer.model.generate import generate
@@ -41,19 +43,18 @@ def _timed(fn, repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", choices=["gpt2", "llama"], default="gpt2")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)).eval()
+    hf, shape = random_hf(args.family)
     ours = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device="cuda", dtype=dtype)
     hf = hf.to("cuda", dtype)
-    prompt = torch.randint(0, 50257, (args.prompt,)).tolist()
+    prompt = torch.randint(0, hf.config.vocab_size, (args.prompt,)).tolist()
     n = args.new_tokens
 
     def run_ours(backend, cache, graph):
@@ -77,7 +78,7 @@ def main():
         )
         assert out.shape[1] == args.prompt + n
 
-    loop = TorchGraphLoop(hf, args.prompt + n, dtype)
+    loop = (LlamaGraphLoop if args.family == "llama" else TorchGraphLoop)(hf, args.prompt + n, dtype)
 
     def run_loop():
         assert len(loop.generate(prompt, n)) == n
@@ -92,7 +93,7 @@ def main():
                 name = f"ours, {backend} backend, {'CUDA graph' if graph else 'eager'}"
                 secs = _timed(lambda b=backend, c=cache, g=graph: run_ours(b, c, g), args.repeats)
                 rows.append((name, cache, secs, base))
-    print(f"{torch.cuda.get_device_name()} · {args.dtype} · prompt {args.prompt} · {n} new tokens · batch 1")
+    print(f"{torch.cuda.get_device_name()} · {args.dtype} · {shape} · prompt {args.prompt} · {n} new tokens · batch 1")
     hf_cached = rows[1][2]
     rows[0] = (rows[0][0], True, loop_secs, hf_cached)
     print("| generator | KV cache | tokens/s | vs transformers |\n|---|---|---:|---:|")

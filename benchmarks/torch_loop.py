@@ -83,3 +83,63 @@ class TorchGraphLoop:
         with torch.cuda.graph(self.graph, stream=stream):
             self._step()
         torch.cuda.synchronize()
+
+
+class LlamaGraphLoop(TorchGraphLoop):
+    """The same loop for a Llama-family model (transformers' LlamaForCausalLM): F.rms_norm, rotary positions
+    from precomputed cos/sin rows, SDPA over the grouped key/value heads (enable_gqa), SiLU(gate) * up. The
+    cache holds the key/value heads only."""
+
+    def __init__(self, hf, max_len: int, dtype=torch.bfloat16, device="cuda"):
+        cfg = hf.config
+        self.C, self.H, self.H_kv, self.eps = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.rms_norm_eps,
+        )
+        self.D = self.C // self.H
+        sd = {k: v.to(device, dtype) for k, v in hf.state_dict().items()}
+        self.embed = sd["model.embed_tokens.weight"]
+        self.head = sd.get("lm_head.weight", self.embed)
+        self.norm = sd["model.norm.weight"]
+        names = ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+        names += ("post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+        self.layers = [[sd[f"model.layers.{i}.{n}.weight"] for n in names] for i in range(cfg.num_hidden_layers)]
+        rope = dict(getattr(cfg, "rope_parameters", None) or {})
+        theta = rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
+        inv = 1.0 / theta ** (torch.arange(0, self.D, 2, device=device, dtype=torch.float32) / self.D)
+        angles = torch.arange(max_len, device=device, dtype=torch.float32)[:, None] * inv  # (T, D/2)
+        self.cos, self.sin = (torch.cat([f(angles)] * 2, dim=-1).to(dtype) for f in (torch.cos, torch.sin))
+        self.k = torch.zeros(cfg.num_hidden_layers, 1, self.H_kv, max_len, self.D, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.slots = torch.arange(max_len, device=device)
+        self.ids = torch.zeros(1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        self.out = torch.zeros(max_len, dtype=torch.long, device=device)
+        self.graph = None
+
+    def _rotate(self, t, cos, sin):
+        half = self.D // 2
+        return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+    def _step(self):
+        C, H, H_kv, D = self.C, self.H, self.H_kv, self.D
+        x = self.embed[self.ids]  # (1, C)
+        mask = (self.slots <= self.pos)[None, None, None, :]
+        cos, sin = self.cos[self.pos], self.sin[self.pos]  # (1, D)
+        for i, (n1, wq, wk, wv, wo, n2, wg, wu, wd) in enumerate(self.layers):
+            h = F.rms_norm(x, (C,), n1, self.eps)
+            q = self._rotate((h @ wq.T).view(1, H, 1, D), cos, sin)
+            k = self._rotate((h @ wk.T).view(1, H_kv, 1, D), cos, sin)
+            self.k[i].index_copy_(2, self.pos, k)
+            self.v[i].index_copy_(2, self.pos, (h @ wv.T).view(1, H_kv, 1, D))
+            o = F.scaled_dot_product_attention(q, self.k[i], self.v[i], attn_mask=mask, enable_gqa=True).view(1, C)
+            x = x + o @ wo.T
+            h = F.rms_norm(x, (C,), n2, self.eps)
+            x = x + (F.silu(h @ wg.T) * (h @ wu.T)) @ wd.T
+        x = F.rms_norm(x, (C,), self.norm, self.eps)
+        nxt = (x @ self.head.T).argmax(dim=-1)
+        self.out.index_copy_(0, self.pos, nxt)
+        self.ids.copy_(nxt)
+        self.pos.add_(1)
