@@ -8,7 +8,7 @@ import torch
 from explorer.model.cache import KVCache
 from explorer.model.generate import generate
 from explorer.model.weights import load_model
-from tests.test_model import max_rel_err, small_tokenizer
+from tests.test_model import check_long_generations, max_rel_err, small_tokenizer
 
 TOL = 1e-4  # fp32 in the interpreter and on the GPU, as for GPT-2 (test_model)
 
@@ -148,3 +148,34 @@ def test_the_generate_job_charts_a_llama_run(checkpoint):
     assert list(last["state"]["steps"].step) == [0, 1, 2]
     assert {"latency", "traffic", "kv", "share", "bandwidth", "hierarchy", "roofline"} <= set(last)
     assert '"rotary"' in last["traffic"] and "null" not in last["share"]  # its own category, with its colour
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_half_precision_logits_match_transformers(checkpoint, device, dtype, backend):
+    """As for GPT-2 (test_model), with the same bound: relative to the largest logit, a few 2^-8 per layer in bf16."""
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend=backend, device=device, dtype=dtype)
+    ids = torch.randint(0, hf.config.vocab_size, (3, 80))
+    err = max_rel_err(model(ids.to(device)).float().cpu(), hf(ids).logits)
+    assert err <= (3e-2 if dtype == torch.bfloat16 else 5e-3), err
+
+
+@pytest.mark.gpu
+def test_smollm2_shaped_model_generates_256_tokens_cache_on_and_off(device):
+    """Random weights of SmolLM2-135M's shape in bf16 (30 layers, 9 query heads over 3, SwiGLU 1536), both backends
+    and every rung, cache on and off, each token checked against transformers in float32 teacher-forced on the
+    run's own tokens, within GPT-2's bf16 margin (test_model.check_long_generations)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from explorer.model.weights import config_from_hf, from_hf_state_dict
+
+    torch.manual_seed(0)
+    shape = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9)
+    cfg = LlamaConfig(
+        vocab_size=49152, num_key_value_heads=3, max_position_embeddings=2048, rope_theta=100000.0, **shape
+    )
+    hf = LlamaForCausalLM(cfg).eval()
+    model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=torch.bfloat16)
+    check_long_generations(model, hf.to(device), device)

@@ -275,18 +275,26 @@ def test_gpt2_shaped_model_generates_256_tokens_cache_on_and_off(device):
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)).eval()
     model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=torch.bfloat16)
-    hf = hf.to(device)
-    prompt = torch.randint(0, 50257, (32,)).tolist()
+    check_long_generations(model, hf.to(device), device)
+
+
+def check_long_generations(model, hf, device, new_tokens=256):
+    """Every backend and rung with the cache, two runs without, each of new_tokens greedy tokens checked against hf
+    (float32) teacher-forced on that run's own tokens: every chosen token the reference's argmax up to a
+    bf16-sized margin."""
+    prompt = torch.randint(0, hf.config.vocab_size, (32,)).tolist()
     runs = [(backend, fusion, True) for backend, fusion in RUNS] + [
         ("torch", "epilogue", False),
         ("triton", "decode", False),
     ]
     for backend, fusion, cache in runs:
         steps = list(
-            generate(model, prompt, max_new_tokens=256, cache=cache, backend=backend, fusion=fusion, eos_token_id=-1)
+            generate(
+                model, prompt, max_new_tokens=new_tokens, cache=cache, backend=backend, fusion=fusion, eos_token_id=-1
+            )
         )
         tokens = [s.token_id for s in steps]
-        assert len(tokens) == 256
+        assert len(tokens) == new_tokens
         with torch.no_grad():
             ref = hf(torch.tensor([prompt + tokens[:-1]], device=device)).logits[0, len(prompt) - 1 :].float()
         chosen = ref.gather(1, torch.tensor(tokens, device=device)[:, None])[:, 0]
