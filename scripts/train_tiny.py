@@ -1,4 +1,5 @@
-"""Train the bundled default model: a tiny GPT-2-architecture decoder and its BPE tokenizer.
+"""Train a bundled model: a tiny GPT-2-architecture decoder and its BPE tokenizer, or (--family llama) a tiny
+Llama-family one (RMSNorm, rotary positions, SwiGLU, grouped-query heads) on the same tokenizer.
 
 The training text is the Python standard library's own source (docstrings and comments supply the English), taken
 from the interpreter that runs this script, so the corpus exists offline on every machine and may be redistributed.
@@ -10,9 +11,10 @@ five minutes on an H200 (~12k steps, ~150 passes over the data) would memorise i
 weights with the lowest validation loss (checked every 500 steps) are the ones saved, which makes the exact result
 depend a little on the machine's speed.
 
-Reproduce the bundled model (about five minutes of training on one GPU):
+Reproduce the bundled models (about five minutes of training each on one GPU):
 
     python scripts/train_tiny.py --out assets/tiny-gpt2
+    python scripts/train_tiny.py --family llama --tokenizer assets/tiny-gpt2 --out assets/tiny-llama
 """
 
 import argparse
@@ -30,7 +32,15 @@ import torch
 import torch.nn.functional as F
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 EOS = "<|endoftext|>"
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo"}
@@ -109,6 +119,8 @@ def encode(tok, texts, device):
 
 
 def build_model(args, tok):
+    if args.family == "llama":
+        return build_llama(args, tok)
     config = GPT2Config(
         vocab_size=len(tok),
         n_positions=1024,
@@ -125,6 +137,29 @@ def build_model(args, tok):
     )
     model = GPT2LMHeadModel(config)
     model.generation_config.pad_token_id = tok.eos_token_id  # GPT-2 has no pad token; silences generate()
+    return model
+
+
+def build_llama(args, tok):
+    """A Llama-family decoder as SmolLM2 builds one (tied embeddings, no biases, RMSNorm eps 1e-5), sized by the
+    same arguments; its key/value heads are --n-kv-head, its feed-forward width --ffn. Llama has no residual or
+    embedding dropout: --dropout applies to the attention probabilities only."""
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=args.n_embd,
+        intermediate_size=args.ffn,
+        num_hidden_layers=args.n_layer,
+        num_attention_heads=args.n_head,
+        num_key_value_heads=args.n_kv_head,
+        max_position_embeddings=1024,
+        rms_norm_eps=1e-5,
+        attention_dropout=args.dropout,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tok.eos_token_id
     return model
 
 
@@ -242,6 +277,8 @@ def sample(model, tok, seed, max_new_tokens=40):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="assets/tiny-gpt2")
+    p.add_argument("--family", choices=["gpt2", "llama"], default="gpt2")
+    p.add_argument("--tokenizer", default=None, help="a saved tokenizer's folder to reuse instead of training one")
     p.add_argument("--minutes", type=float, default=5.0, help="wall-clock training budget")
     p.add_argument("--max-steps", type=int, default=1_000_000)
     p.add_argument("--batch", type=int, default=64)
@@ -249,8 +286,10 @@ def main():
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--n-layer", type=int, default=6)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--n-embd", type=int, default=256)
+    p.add_argument("--n-head", type=int, default=None, help="default: 4 (gpt2), 6 (llama)")
+    p.add_argument("--n-embd", type=int, default=None, help="default: 256 (gpt2), 192 (llama)")
+    p.add_argument("--n-kv-head", type=int, default=None, help="llama: key/value heads (default: a third of --n-head)")
+    p.add_argument("--ffn", type=int, default=None, help="llama: feed-forward width (default: 8/3 of --n-embd, to 64)")
     p.add_argument("--dropout", type=float, default=0.2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -258,6 +297,14 @@ def main():
     args = p.parse_args()
     if args.context > 1024:
         p.error("--context must be at most n_positions (1024)")
+    # The bundled Llama: SmolLM2's three query heads per key/value head, at about the GPT-2 one's bytes (6.6 MB).
+    llama = args.family == "llama"
+    args.n_embd = args.n_embd or (192 if llama else 256)
+    args.n_head = args.n_head or (6 if llama else 4)
+    args.n_kv_head = args.n_kv_head or (max(1, args.n_head // 3) if llama else args.n_head)
+    args.ffn = args.ffn or -(-args.n_embd * 8 // 3 // 64) * 64
+    if args.n_head % args.n_kv_head:
+        p.error(f"--n-head ({args.n_head}) must be a multiple of --n-kv-head ({args.n_kv_head})")
 
     out = Path(args.out)
     # Refuse early, before any training time is spent, rather than mix our files with someone else's.
@@ -273,7 +320,11 @@ def main():
 
     train_texts, val_texts, corpus = collect_corpus(args.max_files)
     t = time.time()
-    tok = train_tokenizer(train_texts, args.vocab_size)
+    tok = (
+        AutoTokenizer.from_pretrained(args.tokenizer)
+        if args.tokenizer
+        else train_tokenizer(train_texts, args.vocab_size)
+    )
     data, val = encode(tok, train_texts, device), encode(tok, val_texts, device)
     corpus.update(train_tokens=len(data), val_tokens=len(val))
     print(f"tokenizer: {len(tok)} tokens in {time.time() - t:.1f}s; corpus: {corpus}", flush=True)
