@@ -26,8 +26,8 @@ def parse_args():
     parser.add_argument("--model", default=env("EXPLORER_MODEL", "bundled"), help="default model in the picker")
     parser.add_argument(
         "--models",
-        default=env("EXPLORER_MODELS", "distilgpt2,gpt2"),
-        help="comma-separated hub names or folders visitors may pick besides the bundled model",
+        default=env("EXPLORER_MODELS", "distilgpt2,gpt2,HuggingFaceTB/SmolLM2-135M"),
+        help="comma-separated hub names or folders visitors may pick besides the bundled models",
     )
     parser.add_argument(
         "--allow-downloads",

@@ -18,16 +18,30 @@ def status_of(known: dict):
 
 def test_visitors_see_only_the_models_the_operator_offers():
     policy = models.Policy("bundled", ["gpt2"])
-    assert [value for _, value in policy.choices(status_of({}))] == ["bundled", "gpt2"]
+    assert [value for _, value in policy.choices(status_of({}))] == ["bundled", "bundled-llama", "gpt2"]
     policy = models.Policy("bundled", ["gpt2", "gpt2-xl", ""])
-    assert [value for _, value in policy.choices(status_of({}))] == ["bundled", "gpt2", "gpt2-xl"]
+    assert [value for _, value in policy.choices(status_of({}))] == ["bundled", "bundled-llama", "gpt2", "gpt2-xl"]
+
+
+def test_the_picker_says_each_models_family_and_shape(tmp_path):
+    from transformers import LlamaConfig
+
+    LlamaConfig(hidden_size=96, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2).save_pretrained(
+        tmp_path
+    )
+    policy = models.Policy("bundled", ["gpt2", "HuggingFaceTB/SmolLM2-135M", str(tmp_path)])
+    labels = dict((value, label) for label, value in policy.choices(status_of({})))
+    assert labels["gpt2"] == "gpt2 · GPT-2 · 12 × 768"
+    assert labels["HuggingFaceTB/SmolLM2-135M"] == "SmolLM2-135M · Llama · 30 × 576, 9/3 heads"
+    assert labels[str(tmp_path)].endswith("Llama · 3 × 96, 6/2 heads")  # read from the folder's config.json
+    assert "GPT-2" in labels["bundled"] and "Llama" in labels["bundled-llama"]
 
 
 def test_a_model_missing_here_is_refused_unless_downloads_are_allowed():
     status = status_of({"gpt2": (True, "downloads on first use")})
     policy = models.Policy("bundled", ["gpt2"], downloads=False)
     labels = dict((value, label) for label, value in policy.choices(status))
-    assert labels["gpt2"] == "gpt2 (unavailable: not on this server, and downloads are off)"
+    assert labels["gpt2"] == "gpt2 · GPT-2 · 12 × 768 (unavailable: not on this server, and downloads are off)"
     with pytest.raises(UserError, match="not on this server and the operator has not allowed downloads"):
         policy.check("gpt2", status)
     models.Policy("bundled", ["gpt2"], downloads=True).check("gpt2", status)  # allowed: it downloads on first use

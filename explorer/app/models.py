@@ -10,14 +10,49 @@ import torch
 
 from kernels.config import supported_dtypes
 
-from ..model.weights import DEFAULT_MODEL, model_status
+from ..model.weights import BUNDLED_LLAMA, DEFAULT_MODEL, model_status, resolve_name
 from .errors import UserError
 from .runner import zero_gpu
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Parameters of the hub models, to refuse one that would not fit the device before fetching it.
 HUB_PARAMS = {"distilgpt2": 82e6, "gpt2": 124e6, "gpt2-medium": 355e6, "gpt2-large": 774e6, "gpt2-xl": 1.56e9}
-BUNDLED_LABEL = "bundled: GPT-2, 6 layers × 256 (offline)"  # short: the picker is a narrow column
+HUB_PARAMS["HuggingFaceTB/SmolLM2-135M"] = 135e6
+# Each hub model's family and shape (layers x width; query over key/value heads where they differ), for the picker:
+# read from a table rather than the Hub, which the page must not wait for.
+HUB_SHAPES = {
+    "distilgpt2": "GPT-2 · 6 × 768",
+    "gpt2": "GPT-2 · 12 × 768",
+    "gpt2-medium": "GPT-2 · 24 × 1024",
+    "gpt2-large": "GPT-2 · 36 × 1280",
+    "gpt2-xl": "GPT-2 · 48 × 1600",
+    "HuggingFaceTB/SmolLM2-135M": "Llama · 30 × 576, 9/3 heads",
+}
+BUNDLED_LABEL = "bundled GPT-2 · 6 × 256 (offline)"  # short: the picker is a narrow column
+BUNDLED_LLAMA_LABEL = "bundled Llama · 6 × 192, 6/2 heads (offline)"
+DEFAULT_OFFERED = ("distilgpt2", "gpt2", "HuggingFaceTB/SmolLM2-135M")
+
+
+def shape_of(name: str) -> str:
+    """A model's family and shape as the picker shows it: from the table for hub names, from the config.json of a
+    folder (no weights read), or "" where neither says."""
+    import json
+    from pathlib import Path
+
+    if name in HUB_SHAPES:
+        return HUB_SHAPES[name]
+    try:
+        cfg = json.loads((Path(resolve_name(name)) / "config.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    if cfg.get("model_type") == "gpt2":
+        return f"GPT-2 · {cfg['n_layer']} × {cfg['n_embd']}"
+    if cfg.get("model_type") == "llama":
+        heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+        return f"Llama · {cfg['num_hidden_layers']} × {cfg['hidden_size']}" + (
+            f", {heads}/{kv} heads" if kv != heads else ""
+        )
+    return ""
 
 
 def device() -> torch.device:
@@ -47,19 +82,22 @@ class Policy:
     """The operator's choices (app.py's --model, --models and --allow-downloads): which model the picker
     starts on, which others visitors may pick, and whether picking one may download it."""
 
-    def __init__(self, default: str = DEFAULT_MODEL, models=("distilgpt2", "gpt2"), downloads: bool = False):
+    def __init__(self, default: str = DEFAULT_MODEL, models=DEFAULT_OFFERED, downloads: bool = False):
         self.default = default or DEFAULT_MODEL
         self.models = tuple(m for m in models if m)
         self.downloads = bool(downloads)
 
     def choices(self, status=model_status) -> list[tuple[str, str]]:
-        """(label, value) pairs of the models offered; one that cannot load here says why."""
-        out = [(BUNDLED_LABEL, DEFAULT_MODEL)]
-        for name in (n for n in dict.fromkeys([self.default, *self.models]) if n != DEFAULT_MODEL):
+        """(label, value) pairs of the models offered, each with its family and shape; one that cannot load here
+        says why."""
+        out = [(BUNDLED_LABEL, DEFAULT_MODEL), (BUNDLED_LLAMA_LABEL, BUNDLED_LLAMA)]
+        bundled = (DEFAULT_MODEL, BUNDLED_LLAMA)
+        for name in (n for n in dict.fromkeys([self.default, *self.models]) if n not in bundled):
             ok, why = status(name)
             if ok and why and not self.downloads:  # on the Hub only, and this server does not download
                 ok, why = False, "not on this server, and downloads are off"
-            out.append((name if ok else f"{name} (unavailable: {why})", name))
+            label = f"{name.rsplit('/', 1)[-1]} · {shape}" if (shape := shape_of(name)) else name
+            out.append((label if ok else f"{label} (unavailable: {why})", name))
         return out
 
     def check(self, name: str, status=model_status) -> None:
@@ -67,7 +105,7 @@ class Policy:
         ok, why = status(name)
         if not ok or (why and not self.downloads):
             reason = why if not ok else "it is not on this server and the operator has not allowed downloads"
-            raise UserError(f"Model {name!r} cannot be used here: {reason}. Pick the bundled model.")
+            raise UserError(f"Model {name!r} cannot be used here: {reason}. Pick a bundled model.")
 
 
 def free_memory_bytes() -> int:

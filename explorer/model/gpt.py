@@ -159,6 +159,8 @@ class _Attend:
 
 
 class GPT(nn.Module):
+    family = "GPT-2"  # the block's family, as the app names it
+
     def __init__(self, cfg: GPTConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
         super().__init__()
         check_fusion(fusion)

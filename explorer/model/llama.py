@@ -103,6 +103,8 @@ class _GroupedAttend(_Attend):
 
 
 class Llama(GPT):
+    family = "Llama"
+
     def __init__(self, cfg: LlamaConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
         nn.Module.__init__(self)
         check_fusion(fusion)

@@ -18,15 +18,20 @@ import torch
 from .gpt import GPT, GPTConfig
 from .llama import Llama, LlamaConfig
 
-BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "tiny-gpt2"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+BUNDLED = ASSETS / "tiny-gpt2"
 DEFAULT_MODEL = "bundled"
+BUNDLED_LLAMA = "bundled-llama"  # the Llama-family one, trained by the same script on the same tokenizer
 HUB_MODELS = ("distilgpt2", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "HuggingFaceTB/SmolLM2-135M")
 
 
 def resolve_name(name_or_path: str | None) -> str:
-    """'bundled' (or nothing) is the checkpoint in assets/; anything else is a folder or a hub name."""
+    """'bundled' (or nothing) and 'bundled-llama' are the checkpoints in assets/; anything else is a folder or a
+    hub name."""
     if name_or_path in (None, "", DEFAULT_MODEL):
         return str(BUNDLED)
+    if name_or_path == BUNDLED_LLAMA:
+        return str(ASSETS / "tiny-llama")
     return str(name_or_path)
 
 

@@ -34,20 +34,31 @@ PROFILED = {"cuda": 5}  # decode positions the profiling pass times on a GPU (be
 
 def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int) -> None:
     """Resolve every kernel's tiles for this run's shapes up front, so a config the device cannot run
-    is refused before the first launch rather than in the middle of a step."""
+    is refused before the first launch rather than in the middle of a step. The shapes are the model's own
+    (a Llama's stacked q/k/v, its SwiGLU's gate and up), read from its first block."""
     from kernels.attn.decode import resolve_decode_config
     from kernels.attn.kernel import resolve_config as attention_tiles
+    from kernels.matmul import swiglu
     from kernels.matmul.kernel import resolve_config as linear_tiles
-    from kernels.norm.kernel import resolve_config as layer_norm_tiles
+    from kernels.norm.kernel import resolve_config as norm_tiles
 
     cfg, dev, dt = model.config, model.device, model.dtype
-    layer_norm_tiles(tiles.fixed("layer_norm"), batch * prompt_len, cfg.n_embd, dev)
-    for out_f, in_f in ((3 * cfg.n_embd, cfg.n_embd), (4 * cfg.n_embd, cfg.n_embd), (cfg.n_embd, 4 * cfg.n_embd)):
-        if batch * prompt_len > 16:
-            linear_tiles(tiles.fixed("linear"), batch * prompt_len, out_f, in_f, dt, dev)
-        linear_tiles(tiles.fixed("linear_decode"), batch, out_f, in_f, dt, dev)
-    attention_tiles(tiles.fixed("attention"), prompt_len, cfg.head_dim, dt, dev)
-    resolve_decode_config(tiles.fixed("decode_attention"), batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)
+    llama = model.family == "Llama"
+    norm_tiles(tiles.fixed("layer_norm"), batch * prompt_len, cfg.n_embd, dev, "rms_norm" if llama else "layer_norm")
+    block = model.transformer.h[0]
+    for linear in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+        out_f, in_f = linear.weight.shape
+        gated = llama and linear is block.mlp.c_fc  # one matmul of gate and up, SiLU(gate) * up in its epilogue
+        for rows, which in ((batch * prompt_len, "linear"), (batch, "linear_decode")):
+            if which == "linear" and rows <= 16:
+                continue  # a prompt this short runs as decode-shaped rows
+            if gated:
+                swiglu.resolve_config(tiles.fixed(which), rows, out_f // 2, in_f, dt, dev)
+            else:
+                linear_tiles(tiles.fixed(which), rows, out_f, in_f, dt, dev)
+    if not llama:  # grouped-query attention takes its own tiles (kernels.attn.grouped.plan)
+        attention_tiles(tiles.fixed("attention"), prompt_len, cfg.head_dim, dt, dev)
+        resolve_decode_config(tiles.fixed("decode_attention"), batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)
 
 
 def prepare(s: RunSettings):
