@@ -2,6 +2,9 @@
 loaded through explorer.model.weights: grouped-query heads (6 over 2), rotary positions, RMSNorm, SwiGLU with a
 feed-forward width that is no power of two, tied and untied heads."""
 
+import json
+import re
+
 import pytest
 import torch
 
@@ -148,6 +151,9 @@ def test_the_generate_job_charts_a_llama_run(checkpoint):
     assert list(last["state"]["steps"].step) == [0, 1, 2]
     assert {"latency", "traffic", "kv", "share", "bandwidth", "hierarchy", "roofline"} <= set(last)
     assert '"rotary"' in last["traffic"] and "null" not in last["share"]  # its own category, with its colour
+    # The KV chart says why it grows as it does: 2 x 2 layers x 2 KV heads x 16 dims x 4 bytes = 512 bytes a token
+    title = " ".join(re.sub(r"</?sup>|<br>", " ", json.loads(last["kv"])["layout"]["title"]["text"]).split())
+    assert "2 layers × 2 KV heads × 16 dims × 4 B = 0.5 KB; 6 query heads share them, 3× less" in title
 
 
 @pytest.mark.gpu

@@ -175,10 +175,12 @@ def generation_figures(
     previous: pd.DataFrame | None = None,
     profiled: str = "",
     gpu: Counterpart | None = None,
+    kv_why: str = "",
 ) -> dict:
     """The live charts, as JSON by output name; with `previous`, the last run overlaid on latency and KV
     growth; `profiled` says at which positions the kernel times were measured; on CPU, `gpu` is the same
-    job's GPU answer (counterpart.py), shown first in every chart of a time."""
+    job's GPU answer (counterpart.py), shown first in every chart of a time; `kv_why` is what one position of
+    the cache holds (metrics.kv_why), under the KV chart's title."""
     on_cpu = cpu_clock(steps.timer.iloc[0]) if len(steps) else ""
     note = f"CPU timings ({on_cpu})" if on_cpu else ""
     share_note = "; ".join(n for n in (note, profiled) if n)
@@ -188,7 +190,7 @@ def generation_figures(
     figures = dict(
         latency=plots.latency_figure(both, note),
         traffic=plots.traffic_figure(kernels, "bytes from each kernel's traffic model at the chosen tiles"),
-        kv=plots.kv_figure(both),  # bytes and tokens: no timings in it
+        kv=plots.kv_figure(both, kv_why),  # bytes and tokens: no timings in it
         share=plots.kernel_share_figure(kernels, share_note, "device time" if peaks else "CPU time"),
         bandwidth=plots.bandwidth_figure(both, peaks.bandwidth_gbs if peaks else None, note),
     )

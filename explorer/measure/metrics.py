@@ -85,6 +85,19 @@ def kv_bytes_per_token(n_layer: int, n_head: int, head_dim: int, itemsize: int) 
     return 2 * n_layer * n_head * head_dim * itemsize
 
 
+def kv_why(cfg, itemsize: int) -> str:
+    """Why the KV cache grows as fast as it does: one position's K and V, factor by factor, and with grouped-query
+    heads how many query heads share each key/value head (the cache that many times smaller)."""
+    per = kv_bytes_per_token(cfg.n_layer, cfg.n_kv_head, cfg.head_dim, itemsize)
+    why = (
+        f"per token: 2 (K, V) × {cfg.n_layer} layers × {cfg.n_kv_head} KV heads × {cfg.head_dim} dims × "
+        f"{itemsize} B = {per / 1024:.1f} KB"
+    )
+    if cfg.n_kv_head != cfg.n_head:
+        why += f"; {cfg.n_head} query heads share them, {cfg.n_head // cfg.n_kv_head}× less than one each"
+    return why
+
+
 def step_frame(steps) -> pd.DataFrame:
     """One row per step (a token for every sequence in the batch)."""
     rows = []

@@ -106,13 +106,14 @@ def run(payload: dict, control: Control):
     steps, texts, waited, stopped, timed_rows = [], [tok.decode(ids)] * s.batch, None, None, []
     last_text, last_chart = 0.0, time.monotonic() - CHART_INTERVAL_S[device] + FIRST_CHART_S[device]
     p = peaks()
+    kv_why = metrics.kv_why(model.config, model.dtype.itemsize) if s.cache else ""
 
     def charts(profiled=None, timed: str = "") -> dict:
         """Every chart of the run so far; on CPU with the same job's GPU answer beside its times."""
         frame, kernels = metrics.step_frame(steps), metrics.kernel_frame(steps, profiled)
         gpu = counterpart.for_generate(s, frame, kernels) if device == "cpu" else None
         return dict(
-            views.generation_figures(frame, kernels, p, previous, timed, gpu=gpu),
+            views.generation_figures(frame, kernels, p, previous, timed, gpu=gpu, kv_why=kv_why),
             frame=frame,
             kernels=kernels,
             gpu=gpu,
