@@ -113,6 +113,23 @@ def check_fusion(r):
     ]
 
 
+def check_blocks(r):
+    """Each figure from the run's tables or the models' shapes, worked out here: one token's K and V is
+    2 x layers x key/value heads x head dim x 4 bytes (float32)."""
+    steps, t = r.tables["steps"], r.tables["bytes"]
+    sh = r.settings["blocks"]
+    head_dim = sh["width"] // sh["heads"]
+    kb = lambda n: f"{base.num(n / 1024)} KB"
+    out = []
+    for key, family, kv_heads in (("gpt2", "GPT-2", sh["heads"]), ("llama", "Llama", sh["kv_heads"])):
+        out += [
+            (f"{key}_step_ms", statistics.median(_decode(steps[steps.family == family])), base.ms),
+            (f"{key}_kv_per_token", 2.0 * sh["layers"] * kv_heads * head_dim * 4, kb),
+        ]
+    totals = [base.mb(t[t.family == f].hbm_mb.sum()) for f in ("GPT-2", "Llama")]
+    return out + [("shape_width", sh["width"], None), ("totals", " → ".join(totals), None)]
+
+
 CHECKS = {
     "memory": check_memory,
     "decode-step": check_decode_step,
@@ -121,10 +138,11 @@ CHECKS = {
     "cuda-graphs": check_cuda_graphs,
     "prefill-decode": check_prefill_decode,
     "fusion": check_fusion,
+    "blocks": check_blocks,
 }
 
 
-def test_seven_lessons_in_teaching_order_each_with_a_check():
+def test_eight_lessons_in_teaching_order_each_with_a_check():
     assert lessons.names() == [
         "memory",
         "decode-step",
@@ -133,6 +151,7 @@ def test_seven_lessons_in_teaching_order_each_with_a_check():
         "cuda-graphs",
         "prefill-decode",
         "fusion",
+        "blocks",
     ]
     assert set(CHECKS) == set(lessons.names())
     assert [label for label, _ in lessons.choices()][2] == "3. The KV cache on and off"
@@ -149,6 +168,9 @@ def test_the_explanation_quotes_this_runs_measurements(runs, name):
     assert text.startswith(f"#### {lessons.LESSONS[name].title}, measured just now on {r.device}")
     assert "**What to try next:**" in text
     for fact, measured, shown in CHECKS[name](r):
+        if fact == "totals":  # a figure the text adds up from the tables itself
+            assert f"**{measured}**" in text
+            continue
         value = r.facts[fact]
         if isinstance(value, list):  # decode-step's top kinds: (kind, ms, share)
             value = value[0][0]

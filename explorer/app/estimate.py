@@ -41,6 +41,7 @@ PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's p
 TOKENS_PER_UNIT = 96
 # (layers, width) of the models the app offers; others count as GPT-2 small.
 SHAPES = {"bundled": (6, 256), "distilgpt2": (6, 768), "gpt2": (12, 768), "gpt2-shape": (12, 768)}
+SHAPES |= {"blocks-cpu": (2, 192), "blocks-gpu": (12, 768)}  # the blocks lesson's two models, each
 SHAPES |= {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 1600)}
 POSITIONS = {"bundled": 1024}  # positions of each model; GPT-2's 1024 for the others
 # A tile sweep: seconds per interpreter program on CPU, per config on a GPU (graph capture and replays).

@@ -10,11 +10,11 @@ from __future__ import annotations
 from .. import estimate as cost
 from .. import models
 from ..jobs.base import friendly
-from . import base, decode_step, fusion, kv_cache, launches, memory, prefill_decode, recorded, tiling
+from . import base, blocks, decode_step, fusion, kv_cache, launches, memory, prefill_decode, recorded, tiling
 from .base import Lesson, Result, size
 
 LESSONS: dict[str, Lesson] = {
-    m.LESSON.name: m.LESSON for m in (memory, decode_step, kv_cache, tiling, launches, prefill_decode, fusion)
+    m.LESSON.name: m.LESSON for m in (memory, decode_step, kv_cache, tiling, launches, prefill_decode, fusion, blocks)
 }
 
 

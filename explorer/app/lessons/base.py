@@ -30,7 +30,14 @@ from .. import estimate, models, units
 # The models a lesson may run: the bundled one, or random weights of GPT-2 small's shape (built here,
 # nothing downloaded), whose decode steps move as many bytes as GPT-2's do.
 GPT2_SHAPE = "gpt2-shape"
-MODEL_LABELS = {"bundled": "the bundled tiny GPT-2", GPT2_SHAPE: "random weights of GPT-2 small's shape"}
+# The blocks lesson's pair of random models (lessons.blocks), GPT-2's block and a Llama one at one shape.
+BLOCKS_CPU, BLOCKS_GPU = "blocks-cpu", "blocks-gpu"
+MODEL_LABELS = {
+    "bundled": "the bundled tiny GPT-2",
+    GPT2_SHAPE: "random weights of GPT-2 small's shape",
+    BLOCKS_CPU: "GPT-2's block and a Llama block, random weights, 2 layers of 192",
+    BLOCKS_GPU: "GPT-2's block and a Llama block, random weights of GPT-2 small's shape",
+}
 
 
 @dataclass
