@@ -75,11 +75,10 @@ class Block(nn.Module):
         B, T, _ = x.shape
         h = ops.rms_norm("ln_1", x, self.ln_1.weight, cfg.rms_norm_eps)
         qkv = ops.linear("attn.c_attn", h, self.attn.c_attn.weight)  # (B, T, (H + 2 H_kv) D)
-        d = cfg.head_dim
-        q, k, v = qkv.split((cfg.n_head * d, cfg.n_kv_head * d, cfg.n_kv_head * d), dim=-1)
-        q, k, v = (t.view(B, T, -1, d).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, D) views
-        q = ops.rotary("attn.rope q", q, positions, cfg.rope_theta)
-        k = ops.rotary("attn.rope k", k, positions, cfg.rope_theta)
+        d, turned = cfg.head_dim, cfg.n_head + cfg.n_kv_head  # q's heads and k's, side by side in qkv
+        qk, v = (t.view(B, T, -1, d).transpose(1, 2) for t in qkv.split((turned * d, cfg.n_kv_head * d), dim=-1))
+        qk = ops.rotary("attn.rope", qk, positions, cfg.rope_theta)  # (B, H + H_kv, T, D): one launch for both
+        q, k = qk.split((cfg.n_head, cfg.n_kv_head), dim=1)
         o = attend(q, k, v).transpose(1, 2).reshape(B, T, cfg.n_head * d)
         x = ops.linear("attn.c_proj", o, self.attn.c_proj.weight, residual=x)
         h = ops.rms_norm("ln_2", x, self.ln_2.weight, cfg.rms_norm_eps)
