@@ -3,6 +3,7 @@ loaded through explorer.model.weights: grouped-query heads (6 over 2), rotary po
 feed-forward width that is no power of two, tied and untied heads."""
 
 import json
+import math
 import re
 
 import pytest
@@ -185,3 +186,55 @@ def test_smollm2_shaped_model_generates_256_tokens_cache_on_and_off(device):
     hf = LlamaForCausalLM(cfg).eval()
     model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=torch.bfloat16)
     check_long_generations(model, hf.to(device), device)
+
+
+def test_the_ladder_and_compare_jobs_run_the_bundled_llama():
+    """The page's ladder and Compare on the bundled Llama: every rung measured (the decode rungs as epilogue, said
+    in the status), and Compare's runs, each prompt length with the cache on and off."""
+    from explorer.app import jobs, settings
+
+    never = jobs.Control(lambda: False, float("inf"))
+    s = settings.RunSettings(model="bundled-llama", prompt="def main(", new_tokens=2, dtype="float32")
+    out = {}
+    for update in jobs.JOBS["ladder"]({"settings": s, "context": 9}, never):
+        out |= update
+    ladder = out["state"]["ladder"].set_index("rung")
+    assert list(ladder.index) == ["none", "epilogue", "decode", "overlap", "persistent", "torch"]
+    assert ladder.operations["none"] > ladder.operations["epilogue"] == ladder.operations["decode"]
+    assert "a Llama block runs the rungs above epilogue as epilogue" in out["status"]
+    out = {}
+    for update in jobs.JOBS["compare"]({"settings": s, "lengths": [5]}, never):
+        out |= update
+    runs = out["state"]["compare"]
+    assert set(zip(runs.prompt_tokens, runs.cache, strict=True)) == {(5, "on"), (5, "off")}
+    assert (runs[runs.cache == "on"].kv_used_mb > 0).all() and (runs[runs.cache == "off"].kv_used_mb == 0).all()
+
+
+@pytest.mark.parametrize(
+    "kernel,shape,grid",
+    [
+        ("rms_norm", dict(M=17, C=96), dict(block_m=[1, 4], num_warps=[1])),
+        ("swiglu", dict(M=5, K=96, F=100), dict(block_m=[16], block_n=[32], block_k=[32, 64], num_stages=[1])),
+        ("grouped_decode_attention", dict(B=2, H=6, KV=2, T=40, D=32), dict(block_n=[16, 32], split_k=[1, 2])),
+    ],
+)
+def test_the_tile_sweep_runs_the_llama_familys_kernels(kernel, shape, grid):
+    """Each config timed and booked with its traffic model; the sweep's inputs are the kernels' own checks'."""
+    from explorer.measure.sweeps import tile_sweep
+
+    frame = tile_sweep(kernel, shape, dtype=torch.float32, grid=grid)
+    assert len(frame) == math.prod(len(v) for v in grid.values())
+    assert frame.valid.all() and (frame.ms > 0).all() and (frame.modeled_mb > 0).all(), frame.reason.tolist()
+
+
+def test_the_sweep_handler_takes_grouped_heads_and_refuses_uneven_groups():
+    from explorer.app import handlers, models
+    from explorer.app.runner import InlineRunner
+    from tests.test_jobs import collect
+
+    job = handlers.make(handlers.Context(InlineRunner(), device=models.device().type))["sweep"]
+    values = dict(kernel="grouped_decode_attention", dtype="float32", x="block_n", y="split_k", value="ms")
+    with pytest.raises(Exception, match="H=6 query heads cannot share KV=4 key/value heads evenly"):
+        collect(job(values | {"shape": "B=1,H=6,KV=4,T=40,D=32"}, handlers.NEW_STATE))
+    views = collect(job(values | {"shape": "B=1,H=6,KV=2,T=40,D=32"}, handlers.NEW_STATE))
+    assert "Fastest valid" in views[-1][2]  # the best config's line, after every config ran

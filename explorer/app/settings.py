@@ -69,12 +69,18 @@ SWEEP_SHAPES = {
         "decode_attention": dict(B=1, H=12, T=8192, D=64),
         "linear": dict(M=1024, K=768, N=3072),
         "layer_norm": dict(M=4096, C=768),
+        "rms_norm": dict(M=4096, C=576),
+        "swiglu": dict(M=1024, K=576, F=1536),
+        "grouped_decode_attention": dict(B=1, H=9, KV=3, T=8192, D=64),
     },
     "cpu": {
         "attention": dict(B=1, H=2, T=128, D=64),
         "decode_attention": dict(B=1, H=2, T=512, D=64),
         "linear": dict(M=64, K=256, N=512),
         "layer_norm": dict(M=256, C=256),
+        "rms_norm": dict(M=256, C=192),
+        "swiglu": dict(M=64, K=192, F=512),
+        "grouped_decode_attention": dict(B=1, H=6, KV=2, T=512, D=32),
     },
 }
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}

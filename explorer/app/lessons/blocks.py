@@ -96,6 +96,7 @@ def measure(s: dict) -> tuple[dict, dict]:
             f"{key}_ffn_weights_mb": mlp / metrics.MB,
             f"{key}_context": int(last.positions[0]),
             f"{key}_kv_heads": cfg.n_kv_head,
+            f"{key}_operations": int(metrics.summary(steps)["operations_per_step"]),
         }
     facts |= {f"shape_{k}": v for k, v in s["blocks"].items()}
     return facts, {"bytes": pd.DataFrame(rows), "steps": pd.concat(step_rows, ignore_index=True)}
@@ -128,16 +129,18 @@ def explain(r) -> str:
         f"step, modeled HBM bytes and {clock} of the kernels:\n"
     ]
     deltas = {}
+    t_ms = lambda t: base.ms(t) if t > 0 or r.device == "CPU" else "under the timer's floor"
     for change, kinds, before, after in CHANGES:
         (gb, gt), (mb_, mt) = _part(tables, "GPT-2", kinds), _part(tables, "Llama", kinds)
         deltas[change] = gb - mb_
         lines.append(
-            f"- **{change}**: {before} → {after}: {base.mb(gb)} → **{base.mb(mb_)}**, {base.ms(gt)} → **{base.ms(mt)}**"
+            f"- **{change}**: {before} → {after}: {base.mb(gb)} → **{base.mb(mb_)}**, {t_ms(gt)} → **{t_ms(mt)}**"
         )
     total_g = float(tables["bytes"][tables["bytes"].family == "GPT-2"].hbm_mb.sum())
     total_m = float(tables["bytes"][tables["bytes"].family == "Llama"].hbm_mb.sum())
     largest = max(deltas, key=lambda c: abs(deltas[c]))
     small = abs(deltas["normalisation"]) + abs(deltas["positions"])
+    share = small / total_g
     lines.append(
         f"\nThe largest change is in **{largest}** ({base.mb(abs(deltas[largest]))} a step). With {sh['heads']} "
         f"query heads sharing {m['kv_heads']} key/value heads, each token's keys and values take "
@@ -147,10 +150,20 @@ def explain(r) -> str:
         f"({base.mb(g['ffn_weights_mb'])} and {base.mb(m['ffn_weights_mb'])}: two matrices of 4C against three of "
         f"8C/3), so their bytes barely move; SwiGLU's gate and up run as one matmul with the gating in its "
         f"epilogue. RMSNorm and rotary together move the step by {base.mb(small)} "
-        f"({base.pct(small / total_g)} of it): each reads and writes its rows once. In all, "
-        f"**{base.mb(total_g)} → {base.mb(total_m)}** a step; the step took "
+        f"({'under 0.1%' if share < 0.001 else base.pct(share)} of it): each reads and writes its rows once."
+    )
+    ops = f", in **{g['operations']} → {m['operations']} operations**" if "operations" in g else ""
+    lines.append(
+        f"\nIn all, **{base.mb(total_g)} → {base.mb(total_m)}** a step{ops}; the step took "
         f"**{base.ms(g['step_ms'])} → {base.ms(m['step_ms'])}** (median)."
     )
+    if r.device != "CPU":
+        rate = lambda mb, ms: base.num(mb / ms / 1e3)  # MB per ms is GB/s: in TB/s
+        lines[-1] += (
+            f" That is {rate(total_g, g['step_ms'])} → {rate(total_m, m['step_ms'])} TB/s of modeled traffic, far "
+            "below what HBM delivers: where a step moves this few bytes, its time follows the kernels it launches as "
+            "much as their bytes, and the fused rungs of *Fusion, the ladder* are how GPT-2's block closes that gap."
+        )
     if r.device == "CPU":
         lines.append(
             "\nHere each time is the Triton interpreter running the kernels' programs in Python: it follows the "
