@@ -39,13 +39,14 @@ def test_bundled_model_generates_the_same_text_as_transformers(device, name):
     model, tok = load_model(name, device=device)
     assert model.family == ("Llama" if name == BUNDLED_LLAMA else "GPT-2")
     prompt = tok.encode("def parse_args(")
-    steps = list(generate(model, prompt, max_new_tokens=12, tokenizer=tok))
+    new = 12 if name == DEFAULT_MODEL else 6  # the Llama's 10 launches a layer cost the interpreter more a token
+    steps = list(generate(model, prompt, max_new_tokens=new, tokenizer=tok))
     hf = AutoModelForCausalLM.from_pretrained(resolve_name(name), dtype=torch.float32).eval()
     ids = torch.tensor([prompt])
     expected = hf.generate(
-        ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, pad_token_id=tok.eos_token_id
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False, pad_token_id=tok.eos_token_id
     )[0, len(prompt) :].tolist()
     assert [s.token_id for s in steps] == expected[: len(steps)]
     text = "".join(s.text for s in steps)
     # Readable: mostly letters, spaces and code punctuation, not byte noise.
-    assert len(text) >= 12 and sum(c.isascii() and (c.isprintable() or c in "\n\t") for c in text) / len(text) > 0.95
+    assert len(text) >= new and sum(c.isascii() and (c.isprintable() or c in "\n\t") for c in text) / len(text) > 0.95

@@ -188,13 +188,13 @@ def test_smollm2_shaped_model_generates_256_tokens_cache_on_and_off(device):
     check_long_generations(model, hf.to(device), device)
 
 
-def test_the_ladder_and_compare_jobs_run_the_bundled_llama():
-    """The page's ladder and Compare on the bundled Llama: every rung measured (the decode rungs as epilogue, said
+def test_the_ladder_and_compare_jobs_run_a_llama(checkpoint):
+    """The page's ladder and Compare on a Llama checkpoint: every rung measured (the decode rungs as epilogue, said
     in the status), and Compare's runs, each prompt length with the cache on and off."""
     from explorer.app import jobs, settings
 
     never = jobs.Control(lambda: False, float("inf"))
-    s = settings.RunSettings(model="bundled-llama", prompt="def main(", new_tokens=2, dtype="float32")
+    s = settings.RunSettings(model=str(checkpoint[0]), prompt="the quick", new_tokens=2, dtype="float32")
     out = {}
     for update in jobs.JOBS["ladder"]({"settings": s, "context": 9}, never):
         out |= update
