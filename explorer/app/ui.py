@@ -21,8 +21,8 @@ CSS = """
 #summary table td:not(:first-child), #summary table th:not(:first-child) {min-width: 8em}
 """
 INTRO = """# Triton Decoder Explorer
-A small GPT-2 decoder generating token by token on our own Triton kernels. GPU speed is mostly about
-moving bytes between HBM and on-chip SRAM: pick tiles, fusion and the KV cache, and watch latency,
+A small decoder (GPT-2, or a Llama-family block) generating token by token on our own Triton kernels. GPU speed is
+mostly about moving bytes between HBM and on-chip SRAM: pick tiles, fusion and the KV cache, and watch latency,
 memory traffic and the cache change. On a GPU, untick *CUDA graph* to see what launching every
 kernel from Python costs."""
 # One job at a time, the others wait with their place shown; a click while the page's own job still runs
