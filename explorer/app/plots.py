@@ -47,11 +47,13 @@ LEGEND_ROW_PX = 22
 
 
 def _title(title: str, note: str, width: int = NARROW_PX) -> tuple[dict, int]:
-    """The title with its note wrapped under it to `width` px, and the top margin that holds them: plotly
-    centres the lines in that margin, each as tall as a line of the title's own size."""
+    """The title with its note wrapped under it to `width` px, and the top margin that holds them: the lines hang
+    from the figure's top edge (plotly would otherwise centre the first on a line of the margin and let the rest
+    run down over the plot), each as tall as a line of the title's own size."""
     lines = textwrap.wrap(note, NOTE_CHARS * width // NARROW_PX) if note else []
     text = "<br>".join([title, *(f"<sup>{line}</sup>" for line in lines)])
-    return dict(text=text, x=0.01), max(50, 36 + 22 * len(lines))
+    top = dict(y=1, yref="container", yanchor="top", pad=dict(t=16))
+    return dict(text=text, x=0.01, **top), max(50, 36 + 22 * len(lines))
 
 
 def _legend(fig: go.Figure, width: int) -> tuple[dict, int]:
