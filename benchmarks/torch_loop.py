@@ -31,8 +31,12 @@ class TorchGraphLoop:
             "mlp.c_proj.bias",
         )
         self.layers = [[sd[f"transformer.h.{i}.{n}"] for n in names] for i in range(cfg.n_layer)]
-        D = self.C // self.H
-        self.k = torch.zeros(cfg.n_layer, 1, self.H, max_len, D, device=device, dtype=dtype)
+        self._buffers(cfg.n_layer, self.H, self.C // self.H, max_len, dtype, device)
+
+    def _buffers(self, layers: int, kv_heads: int, head_dim: int, max_len: int, dtype, device):
+        """The static cache (layers, 1, kv_heads, max_len, head_dim), the step's token and position, the tokens
+        out, and no graph yet."""
+        self.k = torch.zeros(layers, 1, kv_heads, max_len, head_dim, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.slots = torch.arange(max_len, device=device)
         self.ids = torch.zeros(1, dtype=torch.long, device=device)
@@ -111,13 +115,7 @@ class LlamaGraphLoop(TorchGraphLoop):
         inv = 1.0 / theta ** (torch.arange(0, self.D, 2, device=device, dtype=torch.float32) / self.D)
         angles = torch.arange(max_len, device=device, dtype=torch.float32)[:, None] * inv  # (T, D/2)
         self.cos, self.sin = (torch.cat([f(angles)] * 2, dim=-1).to(dtype) for f in (torch.cos, torch.sin))
-        self.k = torch.zeros(cfg.num_hidden_layers, 1, self.H_kv, max_len, self.D, device=device, dtype=dtype)
-        self.v = torch.zeros_like(self.k)
-        self.slots = torch.arange(max_len, device=device)
-        self.ids = torch.zeros(1, dtype=torch.long, device=device)
-        self.pos = torch.zeros(1, dtype=torch.long, device=device)
-        self.out = torch.zeros(max_len, dtype=torch.long, device=device)
-        self.graph = None
+        self._buffers(cfg.num_hidden_layers, self.H_kv, self.D, max_len, dtype, device)
 
     def _rotate(self, t, cos, sin):
         half = self.D // 2

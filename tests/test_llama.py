@@ -12,7 +12,7 @@ import torch
 from explorer.model.cache import KVCache
 from explorer.model.generate import generate
 from explorer.model.weights import load_model
-from tests.test_model import check_long_generations, max_rel_err, small_tokenizer
+from tests.test_model import check_half_precision_logits, check_long_generations, max_rel_err, small_tokenizer
 
 TOL = 1e-4  # fp32 in the interpreter and on the GPU, as for GPT-2 (test_model)
 
@@ -161,12 +161,8 @@ def test_the_generate_job_charts_a_llama_run(checkpoint):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_half_precision_logits_match_transformers(checkpoint, device, dtype, backend):
-    """As for GPT-2 (test_model), with the same bound: relative to the largest logit, a few 2^-8 per layer in bf16."""
-    folder, hf = checkpoint
-    model, _ = load_model(folder, backend=backend, device=device, dtype=dtype)
-    ids = torch.randint(0, hf.config.vocab_size, (3, 80))
-    err = max_rel_err(model(ids.to(device)).float().cpu(), hf(ids).logits)
-    assert err <= (3e-2 if dtype == torch.bfloat16 else 5e-3), err
+    """As for GPT-2, with the same bound: relative to the largest logit, a few 2^-8 per layer in bf16."""
+    check_half_precision_logits(checkpoint, device, dtype, backend)
 
 
 @pytest.mark.gpu

@@ -254,6 +254,10 @@ def test_unreachable_hub_name_fails_fast(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_logits_match_transformers(checkpoint, device, dtype, backend):
+    check_half_precision_logits(checkpoint, device, dtype, backend)
+
+
+def check_half_precision_logits(checkpoint, device, dtype, backend):
     """Low-precision weights and activations: compared with transformers run in float32 on the same
     weights. The bound is relative to the largest logit; bf16 keeps 8 bits, so a few 2^-8 per layer."""
     folder, hf = checkpoint

@@ -116,14 +116,18 @@ def _gpt2_shape(device: str, dtype: torch.dtype) -> GPT:
     """GPT-2 small's shape (12 layers, width 768, 50257 tokens) with GPT-2's initialisation: weights
     N(0, 0.02), LayerNorms at one and zero."""
     cfg = GPTConfig(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
-    gpt = GPT(cfg).to(device=device, dtype=dtype)
-    gen = torch.Generator(device=device).manual_seed(0)
-    for name, p in gpt.named_parameters():
+    return randomised(GPT(cfg).to(device=device, dtype=dtype), torch.Generator(device=device).manual_seed(0))
+
+
+def randomised(model, gen: torch.Generator):
+    """model with GPT-2's initialisation, drawn from gen: matrices N(0, 0.02), biases zero, the norms' weights
+    left at one (LayerNorm's and RMSNorm's alike)."""
+    for name, p in model.named_parameters():
         if p.dim() == 2:
-            p.copy_(torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32).mul_(0.02))
+            p.copy_(torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32).mul_(0.02))
         elif not name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
             p.zero_()
-    return gpt
+    return model
 
 
 def prompt(model, tokens: int, seed: int = 0) -> list[int]:

@@ -57,16 +57,7 @@ def pair(shape: tuple, device: str, dtype: torch.dtype) -> tuple[GPT, Llama]:
     common = dict(vocab_size=s["vocab"], n_positions=1024, n_embd=width, n_layer=s["layers"], n_head=s["heads"])
     gpt = GPT(GPTConfig(**common))
     llama = Llama(LlamaConfig(**common, n_kv_head=s["kv_heads"], ffn=-(-width * 8 // 3 // 64) * 64))
-    out = []
-    for m in (gpt, llama):
-        m = m.to(device=device, dtype=dtype)
-        for name, p in m.named_parameters():
-            if p.dim() == 2:
-                p.copy_(torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32).mul_(0.02))
-            else:
-                p.fill_(1.0 if name.endswith("weight") and ("ln_" in name) else 0.0)
-        out.append(m)
-    return tuple(out)
+    return tuple(base.randomised(m.to(device=device, dtype=dtype), gen) for m in (gpt, llama))
 
 
 def measure(s: dict) -> tuple[dict, dict]:
@@ -86,17 +77,17 @@ def measure(s: dict) -> tuple[dict, dict]:
             rows.append(dict(family=family, kind=kind, hbm_mb=t.hbm_bytes / metrics.MB, kernel_ms=times.get(kind)))
         frame = metrics.step_frame(steps)[["step", "phase", "position", "latency_ms"]]
         step_rows.append(frame.assign(family=family))
-        cfg, key = model.config, KEYS[family]
+        cfg, key, summary = model.config, KEYS[family], metrics.summary(steps)
         mlp = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if ".mlp." in n)
         facts |= {
-            f"{key}_step_ms": metrics.summary(steps)["step_ms_p50"],
+            f"{key}_step_ms": summary["step_ms_p50"],
             f"{key}_kv_per_token": float(
                 metrics.kv_bytes_per_token(cfg.n_layer, cfg.n_kv_head, cfg.head_dim, dtype.itemsize)
             ),
             f"{key}_ffn_weights_mb": mlp / metrics.MB,
             f"{key}_context": int(last.positions[0]),
             f"{key}_kv_heads": cfg.n_kv_head,
-            f"{key}_operations": int(metrics.summary(steps)["operations_per_step"]),
+            f"{key}_operations": int(summary["operations_per_step"]),
         }
     facts |= {f"shape_{k}": v for k, v in s["blocks"].items()}
     return facts, {"bytes": pd.DataFrame(rows), "steps": pd.concat(step_rows, ignore_index=True)}
