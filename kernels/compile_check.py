@@ -37,6 +37,7 @@ def launches(dtype):
     lengths = lambda batch, n: torch.full((batch,), n, dtype=torch.int32)
     C, H, D = 768, 12, 64  # GPT-2 small
     ln = (t(C), t(C), 1e-5)
+    rms = (t(576), None, 1e-5)  # SmolLM2's RMSNorm: a weight, no bias
     cache = lambda batch, heads, n: (t(batch, heads, n, D), t(batch, heads, n, D))
     hopper_16bit = L.persistent_form(4096, tdt, "cpu")
     calls = {
@@ -72,6 +73,20 @@ def launches(dtype):
         ),
         "decode prefetch mlp.c_proj": lambda: K.decode_linear(
             t(1, 4 * C), t(C, 4 * C), t(C), residual=t(1, C), pdl=True
+        ),
+        # SmolLM2's decode rung: RMSNorm prologues, rotary and a grouped cache write in c_attn's epilogue, SwiGLU
+        # in c_fc's, the LM head in the K loop, attention launched to overlap.
+        "decode prefetch llama c_attn": lambda: K.decode_linear(
+            t(1, 576), t(960, 576), norm=rms, kv=(*cache(1, 3, 1024), lengths(1, 1000)), rope=1e5, pdl=True
+        ),
+        "decode prefetch llama c_fc": lambda: K.decode_linear(
+            t(1, 576), t(3072, 576), activation="swiglu", norm=rms, pdl=True
+        ),
+        "decode llama lm_head": lambda: K.decode_linear(
+            t(1, 576), t(4096, 576), norm=rms, config=TileConfig(block_n=128, block_k=64), pdl=True
+        ),
+        "grouped_decode_attention pdl": lambda: K.grouped_decode_attention(
+            t(1, 9, 1, D), *cache(1, 3, 4096), lengths(1, 4000), pdl=True
         ),
         "attention": lambda: K.attention(t(1, H, 1024, D), t(1, H, 1024, D), t(1, H, 1024, D)),
         "decode layer": lambda: K.decode_layer(

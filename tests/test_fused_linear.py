@@ -174,10 +174,17 @@ def test_kv_rows_land_at_each_sequences_position_and_nothing_else_changes(
     assert_close("linear", y[:, 0], _reference(x[:, 0], w, b, None, norm, None, dtype), dtype)
     k_new = y[:, 0, c : 2 * c].view(batch, heads, head_dim)
     v_new = y[:, 0, 2 * c :].view(batch, heads, head_dim)
+    only_the_new_rows_changed(caches, before, k_new, v_new, lengths, device)
+
+
+def only_the_new_rows_changed(caches, before, k_new, v_new, lengths, device):
+    """caches (K/V, layers, B, H, T_max, D) after a launch that wrote layer 1's views: k_new and v_new (B, H, D)
+    at each sequence's length, every other element (the other layer's included) as in `before`, and the
+    arrival counters back at zero."""
     for i, n in enumerate(lengths):
-        assert torch.equal(k_cache[i, :, n], k_new[i]) and torch.equal(v_cache[i, :, n], v_new[i])
+        assert torch.equal(caches[0, 1, i, :, n], k_new[i]) and torch.equal(caches[1, 1, i, :, n], v_new[i])
         before[0, 1, i, :, n], before[1, 1, i, :, n] = k_new[i], v_new[i]
-    assert torch.equal(caches, before)  # every other element, the other layer's included, as it was
+    assert torch.equal(caches, before)
     assert _counters_are_zero(device)
 
 
@@ -225,26 +232,37 @@ def _bad(device, **change):
         (dict(x=torch.randn(2, 32, dtype=torch.float64)), r"dtype torch.float64 is not supported on cpu"),
         (dict(weight=torch.randn(96, 31)), r"weight must be \(out, 32\), got \(96, 31\)"),
         (dict(bias=torch.randn(95)), r"bias must be \(96,\), got \(95,\)"),
-        (dict(activation="relu"), r"activation='relu' is not supported \(allowed: None, 'gelu'\)"),
+        (dict(activation="relu"), r"activation='relu' is not supported \(allowed: None, 'gelu', 'swiglu'\)"),
         (dict(residual=torch.randn(2, 95)), r"residual must have shape \(2, 96\), got \(2, 95\)"),
         (dict(norm=(torch.ones(31), torch.zeros(32), 1e-5)), r"norm weight and bias must have shape \(32,\)"),
-        (dict(norm=(torch.ones(32), torch.zeros(32))), r"norm must be \(ln_weight, ln_bias, eps\)"),
+        (dict(norm=(torch.ones(32), torch.zeros(32))), r"norm must be \(weight, bias, eps\), bias None for RMSNorm"),
         (dict(norm=(torch.ones(32), torch.zeros(32), -1.0)), r"norm eps must be a finite number >= 0, got -1.0"),
         (dict(norm=(torch.ones(32, dtype=torch.float16), torch.zeros(32), 1e-5)), r"norm weight is torch.float16"),
         (
             dict(weight=torch.randn(64, 32), bias=None),
-            r"kv needs c_attn's weight \(3C, C\) = \(96, 32\), got \(64, 32\)",
+            r"with kv the weight holds q's heads, then K's and V's .* got weight \(64, 32\)",
         ),
         (
             dict(kv=(torch.zeros(2, 2, 8, 16), torch.zeros(2, 2, 9, 16), None)),
-            r"caches must be \(B, H, T_max, D\) alike",
+            r"caches must be \(B, H_kv, T_max, D\) alike",
         ),
         (
             dict(kv=(torch.zeros(2, 3, 8, 11), torch.zeros(2, 3, 8, 11), None)),
-            r"with H dividing C=32, got \(2, 3, 8, 11\)",
+            r"the caches are \(B=2, H_kv, T_max >= 1, D\); got weight \(96, 32\) and caches \(2, 3, 8, 11\)",
         ),
-        (dict(kv=(torch.zeros(3, 2, 8, 16), torch.zeros(3, 2, 8, 16), None)), r"caches must be \(B=2, H, T_max >= 1"),
-        (dict(kv=(torch.zeros(2, 2, 8, 8), torch.zeros(2, 2, 8, 8), None)), r"D=C/H\) with H dividing C=32"),
+        (dict(kv=(torch.zeros(3, 2, 8, 16), torch.zeros(3, 2, 8, 16), None)), r"caches are \(B=2, H_kv, T_max >= 1"),
+        (dict(kv=(torch.zeros(2, 2, 8, 24), torch.zeros(2, 2, 8, 24), None)), r"got weight \(96, 32\) and caches"),
+        (dict(rope=1.0), r"rope must be rotary's theta, a finite number above 1, got 1.0"),
+        (
+            dict(
+                kv=(torch.zeros(2, 3, 8, 11), torch.zeros(2, 3, 8, 11), None),
+                weight=torch.randn(99, 32),
+                bias=None,
+                rope=1e4,
+            ),
+            r"the head size must be even, got 11",
+        ),
+        (dict(activation="swiglu"), r"activation='swiglu' takes gate_up .* got weight \(96, 32\), a bias, a kv"),
         (
             dict(kv=(torch.zeros(2, 2, 8, 16), torch.zeros(2, 2, 8, 16), torch.zeros(2))),
             r"lengths must be a \(2,\) int32 or int64 tensor on cpu, got \(2,\) torch.float32",

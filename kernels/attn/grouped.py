@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import arrival, launch
+from .. import arrival, launch, pdl
 from ..config import (
     SECTOR,
     TileConfig,
@@ -34,6 +34,7 @@ from ..config import (
     l2_miss,
     new_output,
     next_pow2,
+    overlaps_launches,
     pipeline_stages,
     sectors,
 )
@@ -63,7 +64,11 @@ def _grouped_decode_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_GM: tl.constexpr,  # the group's heads as the merge holds them, a power of two (BLOCK_G pads to 16)
     ONE_TILE: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    # Under PDL (kernels.pdl) the next kernel may start loading its weights now; this one waits for the kernel
+    # ahead (which writes q and each sequence's newest cache row) before it reads them.
+    pdl.launch_dependents(PDL)
     pid = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     b, kv = pid // kv_heads, pid % kv_heads
@@ -71,21 +76,26 @@ def _grouped_decode_kernel(
     heads = kv * group + queries
     q_mask = (queries < group)[:, None] & (dims < HEAD_DIM)[None, :]
     Q, sqb, sqh, sqd = query
-    q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
-    n = tl.load(Lengths + b).to(tl.int32)
+    n = tl.load(Lengths + b).to(tl.int32)  # set before the step: read before the wait
     K, skb, skh, skt, skd = keys
     V, svb, svh, svt, svd = values
     k_base = K + b * skb + kv * skh + dims[None, :] * skd
     v_base = V + b * svb + kv * svh + dims[None, :] * svd
     lo = split * CHUNK
     if ONE_TILE:
-        # A split of one key tile: its keys and values are requested with q and the length, not after the
-        # length arrives (masked by the cache's size, then the scores by the length): one memory round trip
-        # fewer, which is most of a split's time at B=1.
+        # A split of one key tile: the rows of earlier steps are requested with the length, before the wait
+        # for the kernel ahead; then q and the newest row. One memory round trip after the wait, which is most
+        # of a split's time at B=1.
         pos = lo + keys_n
-        inside = (pos < positions)[:, None] & (dims < HEAD_DIM)[None, :]
-        k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=inside, other=0.0)
-        v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=inside, other=0.0)
+        d_mask = (dims < HEAD_DIM)[None, :]
+        older = (pos < n - 1)[:, None] & d_mask
+        k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=older, other=0.0)
+        v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=older, other=0.0)
+        pdl.wait(PDL)
+        q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
+        newest = (pos == n - 1)[:, None] & d_mask
+        k = tl.where(newest, tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=newest, other=0.0), k)
+        v = tl.where(newest, tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=newest, other=0.0), v)
         seen = (pos < n)[None, :]
         scores = tl.where(seen, tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2, float("-inf"))
         m_i = tl.max(scores, axis=1)
@@ -93,6 +103,8 @@ def _grouped_decode_kernel(
         l_i = tl.sum(p, axis=1)
         acc = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     else:
+        pdl.wait(PDL)
+        q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
         hi = tl.minimum(lo + CHUNK, n)
         m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)  # an empty split: max -inf, sum 0, output 0
         l_i = tl.zeros((BLOCK_G,), tl.float32)
@@ -189,10 +201,13 @@ def plan(groups: int, max_len: int, device, *, group=1, head_dim=64, block_n=Non
     return block_n, cdiv(max_len, chunk) if max_len else 1, chunk
 
 
-def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, split_k=None):
+def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, split_k=None, pdl=False):
     """One query per sequence and head over a cache of fewer heads: q (B, H, 1, D), caches (B, H_kv, T_max, D)
     with H a multiple of H_kv (query head h reads key/value head h // (H / H_kv)), keys [0, lengths[b]).
-    block_n (keys per tile) and split_k (splits of the keys) default to plan()'s."""
+    block_n (keys per tile) and split_k (splits of the keys) default to plan()'s. pdl=True launches with
+    programmatic dependent launch where the GPU has it (kernels.pdl): the kernel starts while the one before
+    it ends and loads the cache rows of earlier steps before it waits; the caller guarantees that kernel writes
+    nothing this one reads but q and each sequence's newest row (the decode step's q/k/v projection)."""
     group = check_groups("grouped_decode_attention", q, k_cache, v_cache)
     batch, heads, tq, head_dim = q.shape
     if tq != 1:
@@ -214,6 +229,7 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
         partial = (part, arrival.counters(device, batch * kv_heads), splits)
     sq, so = q.stride(), o.stride()
     cfg = TileConfig(block_n=block_n, split_k=splits)
+    pdl = bool(pdl) and overlaps_launches(device)
     with explain_resources("grouped_decode_attention", cfg):
         launch.fast(_grouped_decode_kernel)[(batch * kv_heads, splits)](
             (q, sq[0], sq[1], sq[3]),
@@ -235,8 +251,10 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
             BLOCK_S=next_pow2(splits),
             BLOCK_GM=next_pow2(group),
             ONE_TILE=chunk == block_n,
+            PDL=pdl,
             num_warps=4,
             num_stages=pipeline_stages(device),
+            launch_pdl=pdl,
         )
     return o
 

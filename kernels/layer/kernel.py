@@ -141,7 +141,7 @@ def _decode_layer_kernel(
     Part, Heads, SPLITS, CHUNK, qk_scale = attention
     pdl.launch_dependents(PDL)  # the next layer may start loading its weights; it waits before reading ours
     _stamp(Times, pid, 0)
-    kv = (KC, VC, Lengths, HEAD_DIM, k_strides, v_strides)
+    kv = (KC, VC, Lengths, HEAD_DIM, C, C, k_strides, v_strides)  # K at columns [C, 2C), V after it
     _stage(
         pid,
         P,
@@ -298,7 +298,7 @@ def _stage(
     each one's weight slice loaded before it waits (wait, as slice_item takes it) for the stage's input."""
     W, Bias = linear
     for t in range(pid, tl.cdiv(N, BN), P):
-        w_slice = load_slice(t, 0, (W, K, 1), N, K, K, BN, HEAD_K, TAIL_K)
+        w_slice = load_slice(t, 0, (W, K, 1), N, K, K, None, BN, HEAD_K, TAIL_K, False)
         slice_item(
             w_slice,
             t,
@@ -310,12 +310,15 @@ def _stage(
             y,
             None,
             kv,
+            None,
             M,
             N,
             K,
             K,
             wait,
             APPLY_GELU=GELU,
+            SWIGLU=False,
+            RMS=False,
             PDL=PDL,
             ROWS=ROWS,
             BLOCK_N=BN,
@@ -460,6 +463,11 @@ def _check(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps) -> tuple[int,
     # x, ln_1, c_attn, the caches and the lengths, as the decode rung's first launch checks them.
     rows, heads = check_decode_linear(x, *c_attn, None, None, (*ln_1, eps), (k_cache, v_cache, lengths))
     width = x.shape[-1]
+    if c_attn[0].shape != (3 * width, width) or heads * k_cache.shape[-1] != width:
+        raise ValueError(
+            f"{NAME}: GPT-2's block: c_attn (3C, C) = ({3 * width}, {width}) and caches of H heads of C / H, got "
+            f"{tuple(c_attn[0].shape)} and {tuple(k_cache.shape)}"
+        )
     parts = {
         "attn.c_proj": (c_proj, (width, width)),
         "mlp.c_fc": (c_fc, (4 * width, width)),

@@ -44,8 +44,8 @@ from ..config import (
     next_pow2,
     overlaps_launches,
 )
-from ..norm.stats import moments
-from .decode_items import _finish, load_slice, slice_item
+from ..norm.stats import inverse_rms, moments
+from .decode_items import _finish, load_slice, slice_item, weight_rows
 from .decode_tiles import (
     prefetches,
     resolve_config,
@@ -69,11 +69,14 @@ def _decode_linear_kernel(
     y,
     partial,
     kv,
+    rope,
     M,
     N,
     K,
     K_PER_SPLIT,
     APPLY_GELU: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RMS: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -82,8 +85,8 @@ def _decode_linear_kernel(
     STATS_COLS: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """The K-loop form. x = (X, stride_xm, stride_xk), w = (W, stride_wn, stride_wk); norm, Bias, res, partial
-    and kv as slice_item (kernels.matmul.decode_items) takes them, each None where the launch has none."""
+    """The K-loop form. x = (X, stride_xm, stride_xk), w = (W, stride_wn, stride_wk); norm, Bias, res, partial,
+    kv and rope as slice_item (kernels.matmul.decode_items) takes them, each None where the launch has none."""
     pdl.launch_dependents(PDL)
     pdl.wait(PDL)  # the loop reads x with every weight tile: nothing to load before the wait
     X, stride_xm, stride_xk = x
@@ -109,18 +112,22 @@ def _decode_linear_kernel(
             s_mask = (s_rows < M)[:, None] & (s_cols < K)[None, :]
             xs = tl.load(X + s_rows[:, None] * stride_xm + s_cols[None, :] * stride_xk, mask=s_mask, other=0.0)
             xs = xs.to(tl.float32)
-            mean_r, rstd_r, _ = moments(xs, s_mask, K, eps, 1)
+            if RMS:  # no mean taken out
+                mean_r, rstd_r = tl.zeros((STATS_ROWS,), tl.float32), inverse_rms(xs, K, eps, 1)
+            else:
+                mean_r, rstd_r, _ = moments(xs, s_mask, K, eps, 1)
             # From STATS_ROWS rows to the dot's 16-row tile: row i takes row i's statistics.
             pick = rows[:, None] == s_rows[None, :]
             mean = tl.sum(tl.where(pick, mean_r[None, :], 0.0), axis=1)
             rstd = tl.sum(tl.where(pick, rstd_r[None, :], 0.0), axis=1)
         else:  # wide rows: two passes over x in BLOCK_K chunks (the rows are small and stay in cache)
             acc_sum = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-            for k in range(0, K, BLOCK_K):
-                ks = k + tl.arange(0, BLOCK_K)
-                mask = row_mask[:, None] & (ks < K)[None, :]
-                a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
-                acc_sum += a.to(tl.float32)
+            if not RMS:  # RMSNorm's mean stays 0
+                for k in range(0, K, BLOCK_K):
+                    ks = k + tl.arange(0, BLOCK_K)
+                    mask = row_mask[:, None] & (ks < K)[None, :]
+                    a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
+                    acc_sum += a.to(tl.float32)
             mean = tl.sum(acc_sum, axis=1) / K
             acc_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
             for k in range(0, K, BLOCK_K):
@@ -138,14 +145,19 @@ def _decode_linear_kernel(
         a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
         if norm is not None:
             lw = tl.load(LnW + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
-            lb = tl.load(LnB + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
-            diff = tl.where(mask, a.to(tl.float32) - mean[:, None], 0.0)
-            # The same expression as layer_norm's, rounded to x's dtype: the operand the unfused path reads.
-            a = tl.where(mask, diff * rstd[:, None] * lw[None, :] + lb[None, :], 0.0).to(X.dtype.element_ty)
-        b = tl.load(W + (cols % N)[None, :] * stride_wn + ks[:, None] * stride_wk, mask=(ks < k_hi)[:, None], other=0.0)
+            # The same expressions as rms_norm's and layer_norm's, rounded to x's dtype: the operand the unfused
+            # path reads.
+            if RMS:
+                a = tl.where(mask, a.to(tl.float32) * rstd[:, None] * lw[None, :], 0.0).to(X.dtype.element_ty)
+            else:
+                lb = tl.load(LnB + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
+                diff = tl.where(mask, a.to(tl.float32) - mean[:, None], 0.0)
+                a = tl.where(mask, diff * rstd[:, None] * lw[None, :] + lb[None, :], 0.0).to(X.dtype.element_ty)
+        w_rows = weight_rows(cols, N, rope, SWIGLU)
+        b = tl.load(W + w_rows[None, :] * stride_wn + ks[:, None] * stride_wk, mask=(ks < k_hi)[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
-    _finish(acc, rows, cols, pid_n, split, Bias, res, y, partial, kv, M, N, APPLY_GELU, BLOCK_M, BLOCK_N)
+    _finish(acc, rows, cols, pid_n, split, Bias, res, y, partial, kv, rope, M, N, APPLY_GELU, SWIGLU, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -158,11 +170,14 @@ def _decode_prefetch_kernel(
     y,
     partial,
     kv,
+    rope,
     M,
     N,
     K,
     K_PER_SPLIT,
     APPLY_GELU: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RMS: tl.constexpr,
     PDL: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -175,7 +190,7 @@ def _decode_prefetch_kernel(
     reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
     pdl.launch_dependents(PDL)
     pid_n, split = tl.program_id(0), tl.program_id(1)
-    w_slice = load_slice(pid_n, split, w, N, K, K_PER_SPLIT, BLOCK_N, HEAD_K, TAIL_K)
+    w_slice = load_slice(pid_n, split, w, N, K, K_PER_SPLIT, rope, BLOCK_N, HEAD_K, TAIL_K, SWIGLU)
     slice_item(
         w_slice,
         pid_n,
@@ -187,12 +202,15 @@ def _decode_prefetch_kernel(
         y,
         partial,
         kv,
+        rope,
         M,
         N,
         K,
         K_PER_SPLIT,
         None,
         APPLY_GELU=APPLY_GELU,
+        SWIGLU=SWIGLU,
+        RMS=RMS,
         PDL=PDL,
         ROWS=ROWS,
         BLOCK_N=BLOCK_N,
@@ -202,48 +220,63 @@ def _decode_prefetch_kernel(
     )
 
 
-def _check(x, weight, bias, activation, residual, norm, kv):
-    """Validate everything before any launch; returns (rows, heads)."""
-    in_features, out_features, _ = check_args(NAME, x, weight, bias, activation, residual)
+def _check(x, weight, bias, activation, residual, norm, kv, rope=None):
+    """Validate everything before any launch; returns (rows, key/value heads of the cache write, 0 without)."""
+    if activation not in (None, "gelu", "swiglu"):
+        raise ValueError(f"{NAME}: activation={activation!r} is not supported (allowed: None, 'gelu', 'swiglu')")
+    swiglu = activation == "swiglu"
+    in_features, out_features, _ = check_args(NAME, x, weight, bias, None if swiglu else activation, residual)
     rows = math.prod(x.shape[:-1])
     if rows > DECODE_ROWS:
         raise ValueError(
             f"{NAME}: x has {rows} rows, more than the {DECODE_ROWS} one decode launch holds in its single row "
             "tile; use kernels.linear (after kernels.layer_norm) for prefill-shaped inputs"
         )
+    if swiglu and (out_features % 2 or bias is not None or residual is not None or kv is not None):
+        raise ValueError(
+            f"{NAME}: activation='swiglu' takes gate_up = [W_gate; W_up] (2F, {in_features}), no bias, residual or "
+            f"kv; got weight {tuple(weight.shape)}"
+            + "".join(
+                f", a {name}" for name, t in (("bias", bias), ("residual", residual), ("kv", kv)) if t is not None
+            )
+        )
     tensors = {"weight": weight, "bias": bias, "residual": residual}
     if norm is not None:
         if not isinstance(norm, tuple | list) or len(norm) != 3:
-            raise ValueError(f"{NAME}: norm must be (ln_weight, ln_bias, eps), got {type(norm).__name__}")
-        ln_w, ln_b, eps = norm
-        if ln_w.shape != (in_features,) or ln_b.shape != (in_features,):
             raise ValueError(
-                f"{NAME}: norm weight and bias must have shape ({in_features},), got "
-                f"{tuple(ln_w.shape)}, {tuple(ln_b.shape)}"
+                f"{NAME}: norm must be (weight, bias, eps), bias None for RMSNorm, got {type(norm).__name__}"
             )
+        ln_w, ln_b, eps = norm
+        if ln_w.shape != (in_features,) or (ln_b is not None and ln_b.shape != (in_features,)):
+            got = ", ".join(str(tuple(t.shape)) for t in (ln_w, ln_b) if t is not None)
+            raise ValueError(f"{NAME}: norm weight and bias must have shape ({in_features},), got {got}")
         if isinstance(eps, bool) or not isinstance(eps, int | float) or not (0 <= eps < math.inf):
             raise ValueError(f"{NAME}: norm eps must be a finite number >= 0, got {eps!r}")
         tensors |= {"norm weight": ln_w, "norm bias": ln_b}
+    if rope is not None and kv is None:
+        raise ValueError(f"{NAME}: rope turns q and k at the cache's lengths, so it needs kv")
+    if rope is not None and (isinstance(rope, bool) or not isinstance(rope, int | float) or not 1 < rope < math.inf):
+        raise ValueError(f"{NAME}: rope must be rotary's theta, a finite number above 1, got {rope!r}")
     heads = 0
     if kv is not None:
         if not isinstance(kv, tuple | list) or len(kv) != 3:
             raise ValueError(f"{NAME}: kv must be (k_cache, v_cache, lengths), got {type(kv).__name__}")
         k_cache, v_cache, lengths = kv
-        if out_features != 3 * in_features:
-            raise ValueError(
-                f"{NAME}: kv needs c_attn's weight (3C, C) = ({3 * in_features}, {in_features}), "
-                f"got {tuple(weight.shape)}"
-            )
         if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
             raise ValueError(
-                f"{NAME}: caches must be (B, H, T_max, D) alike, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+                f"{NAME}: caches must be (B, H_kv, T_max, D) alike, got {tuple(k_cache.shape)} and "
+                f"{tuple(v_cache.shape)}"
             )
         batch, heads, t_max, head_dim = k_cache.shape
-        if batch != rows or heads == 0 or in_features % heads or head_dim != in_features // heads or t_max == 0:
+        q_cols = out_features - 2 * heads * head_dim
+        if batch != rows or not heads or not t_max or not head_dim or q_cols <= 0 or q_cols % head_dim:
             raise ValueError(
-                f"{NAME}: caches must be (B={rows}, H, T_max >= 1, D=C/H) with H dividing C={in_features}, "
-                f"got {tuple(k_cache.shape)}"
+                f"{NAME}: with kv the weight holds q's heads, then K's and V's ((H + 2 H_kv) D, in) rows) and the "
+                f"caches are (B={rows}, H_kv, T_max >= 1, D); got weight {tuple(weight.shape)} and caches "
+                f"{tuple(k_cache.shape)}"
             )
+        if rope is not None and head_dim % 2:
+            raise ValueError(f"{NAME}: rope turns pairs of dims, so the head size must be even, got {head_dim}")
         if lengths.shape != (rows,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != x.device:
             raise ValueError(
                 f"{NAME}: lengths must be a ({rows},) int32 or int64 tensor on {x.device}, got "
@@ -258,26 +291,33 @@ def _check(x, weight, bias, activation, residual, norm, kv):
     return rows, heads
 
 
-def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, config=None, pdl=False):
+def decode_linear(
+    x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, rope=None, config=None, pdl=False
+):
     """y = act(LN(x) @ weight.T + bias) + residual for decode-shaped x (..., in) with at most 16 rows, one launch.
 
     norm=(ln_weight, ln_bias, eps): x is layer-normed in the prologue (as kernels.norm.kernel would, rounded to
-    x's dtype before the dot). kv=(k_cache, v_cache, lengths): weight is c_attn's (3C, C); columns [C, 2C) and
-    [2C, 3C) of each row b are also stored into k_cache[b, h, lengths[b], d] / v_cache[...] (caches (B, H, T_max,
-    D), one layer's views, D = C // H, lengths (B,) int32/int64 on the device, 0 <= lengths[b] < T_max, which the
-    caller guarantees: the kernel reads them on the device and cannot check them); y (all 3C columns) is still
-    returned.
+    x's dtype before the dot); ln_bias None: RMSNorm (as kernels.rms_norm). activation: None, "gelu", or
+    "swiglu": weight is gate_up = [W_gate; W_up] (2F, in) and y = silu(x W_gate^T) * (x W_up^T), (..., F).
+    kv=(k_cache, v_cache, lengths): weight is c_attn's, q's H heads over K's and V's H_kv ((H + 2 H_kv) D, in);
+    K's and V's columns of each row b are also stored into k_cache[b, h, lengths[b], d] / v_cache[...] (caches
+    (B, H_kv, T_max, D), one layer's views, lengths (B,) int32/int64 on the device, 0 <= lengths[b] < T_max,
+    which the caller guarantees: the kernel reads them on the device and cannot check them); y (all the columns)
+    is still returned. rope=theta (with kv): q's and k's columns turned by rotary positions at lengths[b] (as
+    kernels.rotary), before the cache write.
 
     Tiles whose block_k covers a split's K slice (the GPU default) take the prefetch form: each program loads
     its whole weight slice first. pdl=True launches with programmatic dependent launch (kernels.pdl) where
     the GPU has it (sm_90 on), so that load overlaps the end of the kernel before; elsewhere it is ignored."""
-    rows, heads = _check(x, weight, bias, activation, residual, norm, kv)
+    rows, heads = _check(x, weight, bias, activation, residual, norm, kv, rope)
     in_features, out_features = x.shape[-1], weight.shape[0]
-    out_shape = (*x.shape[:-1], out_features)
+    swiglu = activation == "swiglu"
+    y_features = out_features // 2 if swiglu else out_features
+    out_shape = (*x.shape[:-1], y_features)
     if config == "autotune":
-        config = tuned_config(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv)
+        config = tuned_config(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, rope=rope)
     cfg = resolve_config(config, rows, out_features, in_features, x.dtype, x.device)
-    y = new_output(x, (rows, out_features))
+    y = new_output(x, (rows, y_features))
     if rows == 0:
         return y.view(out_shape)
     flat = x.dim() == 2  # the common case keeps its tensors: a view costs the host more than the check
@@ -285,7 +325,9 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
     k_per_split, splits = splits_of(cfg, in_features)
     tiles_n = cdiv(out_features, cfg.block_n)
     # The kernels' groups: a tensor with its strides, and None for each part this launch has none of.
-    norm_ = (norm[0].contiguous(), norm[1].contiguous(), float(norm[2])) if norm is not None else None
+    norm_, rms = None, norm is not None and norm[1] is None
+    if norm is not None:  # RMSNorm's has no bias: its weight stands in the tuple, never read as one (RMS)
+        norm_ = (norm[0].contiguous(), (norm[0] if rms else norm[1]).contiguous(), float(norm[2]))
     res = None
     if residual is not None:
         r2 = residual.reshape(rows, out_features).contiguous()
@@ -297,10 +339,14 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
             arrival.counters(x.device, tiles_n),
             splits,
         )
-    kv_ = None
+    kv_ = rope_ = None
     if kv is not None:
         k_cache, v_cache, lengths = kv
-        kv_ = (k_cache, v_cache, lengths, in_features // heads, k_cache.stride(), v_cache.stride())
+        head_dim = k_cache.shape[-1]
+        k_start, kv_cols = out_features - 2 * heads * head_dim, heads * head_dim
+        kv_ = (k_cache, v_cache, lengths, head_dim, k_start, kv_cols, k_cache.stride(), v_cache.stride())
+        if rope is not None:  # q's heads and k's are turned: every column before V's
+            rope_ = (math.log2(rope), k_start + kv_cols, head_dim)
     groups = (
         (x2, x2.stride(0), x2.stride(1)),
         (weight, weight.stride(0), weight.stride(1)),
@@ -310,6 +356,7 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
         (y, y.stride(0)),
         partial,
         kv_,
+        rope_,
         rows,
         out_features,
         in_features,
@@ -323,6 +370,8 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
             launch.fast(_decode_prefetch_kernel)[(tiles_n, splits)](
                 *groups,
                 APPLY_GELU=gelu,
+                SWIGLU=swiglu,
+                RMS=rms,
                 PDL=pdl,
                 ROWS=next_pow2(rows),
                 BLOCK_N=cfg.block_n,
@@ -337,6 +386,8 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
             launch.fast(_decode_linear_kernel)[(tiles_n, splits)](
                 *groups,
                 APPLY_GELU=gelu,
+                SWIGLU=swiglu,
+                RMS=rms,
                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                 BLOCK_M=16,
                 BLOCK_N=cfg.block_n,
@@ -350,7 +401,7 @@ def decode_linear(x, weight, bias=None, *, activation=None, residual=None, norm=
     return y if flat else y.view(out_shape)
 
 
-def tuned_config(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None):
+def tuned_config(x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, rope=None):
     """The fastest of linear's decode candidates for inputs like these (timed once per shape on a GPU, over
     random copies rotated past L2, the caches' lengths kept valid; defaults on CPU)."""
     rows = x.numel() // x.shape[-1]
@@ -362,8 +413,9 @@ def tuned_config(x, weight, bias=None, *, activation=None, residual=None, norm=N
         bias is not None,
         activation,
         residual is not None,
-        norm is not None,
+        None if norm is None else norm[1] is None,
         None if kv is None else tuple(kv[0].shape),
+        rope,
     )
     ln_w, ln_b, eps = norm if norm is not None else (None, None, None)
     k_cache, v_cache, lengths = kv if kv is not None else (None, None, None)
@@ -377,6 +429,7 @@ def tuned_config(x, weight, bias=None, *, activation=None, residual=None, norm=N
             residual=r,
             norm=None if ln_w is None else (ln_w, ln_b, eps),
             kv=None if kc is None else (kc, vc, lens),
+            rope=rope,
             config=c,
         )
 

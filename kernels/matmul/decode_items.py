@@ -1,6 +1,7 @@
 """The work items of decode_linear, shared by its two kernels (kernels.matmul.decode) and by the decode layer
-kernel (kernels.layer.kernel): the LayerNorm statistics of the rows, the rows times a weight slice, the
-arrival of split partials and the epilogue (bias, GELU, residual, the KV-cache write).
+kernel (kernels.layer.kernel): the LayerNorm or RMSNorm statistics of the rows, the rows times a weight slice,
+the arrival of split partials and the epilogue (bias, GELU or SwiGLU, residual, rotary positions, the KV-cache
+write).
 
 A prefetch-form item is two calls: load_slice issues the loads of its weight slice, and slice_item waits for
 what earlier work writes (the kernel ahead under PDL, or a stage barrier) and does the rest, so the slice is
@@ -11,50 +12,106 @@ import triton
 import triton.language as tl
 
 from .. import barrier, pdl
-from ..norm.stats import moments
+from ..norm.stats import inverse_rms, moments
+from ..rope.rotate import rotate
 from .kernel import _bias_gelu_residual
 
 
 @triton.jit
-def _epilogue(acc, rows, cols, pid_n, Bias, res, y, kv, M, N, APPLY_GELU: tl.constexpr, BLOCK_N: tl.constexpr):
-    """linear's epilogue on the fp32 tile acc at (rows, cols), storing y, then (with kv) the new K and V rows:
-    y's columns [C, 2C) and [2C, 3C) of row b into the caches at lengths[b], C = N // 3."""
-    R, stride_rm = None, 0
-    if res is not None:
-        R, stride_rm = res
-    acc = _bias_gelu_residual(
-        acc,
-        rows,
-        cols,
-        Bias,
-        R,
-        M,
-        N,
-        stride_rm,
-        HAS_BIAS=Bias is not None,
-        APPLY_GELU=APPLY_GELU,
-        HAS_RESIDUAL=res is not None,
-    )
+def weight_rows(cols, N, rope, SWIGLU: tl.constexpr):
+    """The weight row each of a tile's columns computes, which is also its output column (before SwiGLU halves
+    them). Most launches take rows in order. SWIGLU: the gate's row f and the up projection's row F + f side by
+    side (columns 2f and 2f + 1 of the tile), so the epilogue gates whole pairs. rope = (log2_theta, turned,
+    head_dim): within each rotated head (columns below `turned`), dims i and i + head_dim / 2 side by side,
+    the pairs the rotation mixes. Columns past N wrap onto valid rows, as the K loop's do."""
+    c = cols % N
+    if SWIGLU:
+        return c // 2 + (c % 2) * (N // 2)
+    if rope is not None:
+        _, turned, head_dim = rope
+        w = c % head_dim
+        return tl.where(c < turned, c - w + w // 2 + (w % 2) * (head_dim // 2), c)
+    return c
+
+
+@triton.jit
+def _epilogue(
+    acc,
+    rows,
+    cols,
+    pid_n,
+    Bias,
+    res,
+    y,
+    kv,
+    rope,
+    M,
+    N,
+    APPLY_GELU: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """linear's epilogue on the fp32 tile acc at (rows, cols), storing y. SWIGLU: silu(gate) * up of the tile's
+    BLOCK_N / 2 features (columns in weight_rows' order), stored to y's N / 2 columns. With rope, the q and k
+    columns turned by the rows' positions (lengths[b], as the rotary launch turns them), then with kv the new
+    K and V rows stored into the caches at lengths[b]: kv = (k_cache, v_cache, lengths, head_dim, k_start,
+    kv_cols, k_strides, v_strides), K at columns [k_start, k_start + kv_cols) and V after it."""
     Y, stride_ym = y
     row_mask = rows < M
-    mask = row_mask[:, None] & (cols < N)[None, :]
-    out = acc.to(Y.dtype.element_ty)
-    tl.store(Y + rows[:, None] * stride_ym + cols[None, :], out, mask=mask)
-    if kv is not None:
-        KC, VC, Lengths, HEAD_DIM, k_strides, v_strides = kv
-        C = N // 3
-        if pid_n * BLOCK_N + BLOCK_N > C:  # tiles wholly inside q's columns store no cache rows
-            # Columns [C, 2C) are K and [2C, 3C) are V, head h at [h * D, (h + 1) * D) of each. 64-bit
-            # offsets throughout: a cache can pass 2^31 elements (see kv_write).
+    if SWIGLU:  # as kernels.matmul.swiglu's epilogue
+        gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))
+        features = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        mask = row_mask[:, None] & (features < N // 2)[None, :]
+        out = (gate * tl.sigmoid(gate) * up).to(Y.dtype.element_ty)
+        tl.store(Y + rows[:, None] * stride_ym + features[None, :], out, mask=mask)
+    else:
+        R, stride_rm = None, 0
+        if res is not None:
+            R, stride_rm = res
+        at = weight_rows(cols, N, rope, False)  # each tile column's output column
+        acc = _bias_gelu_residual(
+            acc,
+            rows,
+            at,
+            Bias,
+            R,
+            M,
+            N,
+            stride_rm,
+            HAS_BIAS=Bias is not None,
+            APPLY_GELU=APPLY_GELU,
+            HAS_RESIDUAL=res is not None,
+        )
+        if kv is not None:
+            KC, VC, Lengths, HEAD_DIM, K_START, KV_COLS, k_strides, v_strides = kv
+        if rope is not None:  # every tile turns q's or k's columns, or stores V's beside them
             pos = tl.load(Lengths + rows, mask=row_mask, other=0).to(tl.int64)
-            in_kv = (cols >= C) & (cols < N)
-            c = tl.where(in_kv, cols - C, 0) % C  # column within K or V
-            h, d = c // HEAD_DIM, c % HEAD_DIM
-            is_k = cols < 2 * C
-            tl.store(_cache_rows(KC, k_strides, rows, pos, h, d), out, mask=row_mask[:, None] & (in_kv & is_k)[None, :])
-            tl.store(
-                _cache_rows(VC, v_strides, rows, pos, h, d), out, mask=row_mask[:, None] & (in_kv & ~is_k)[None, :]
-            )
+            log2_theta, turned, head_dim = rope
+            # c_attn's output as the rotary launch would read it (rounded to y's dtype), in (i, i + D/2) pairs.
+            pairs = acc.to(Y.dtype.element_ty).to(tl.float32)
+            x1, x2 = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_N // 2, 2)))
+            dims = (pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)) % (head_dim // 2)
+            y1, y2 = rotate(x1, x2, pos, dims, head_dim, log2_theta)
+            turned_acc = tl.reshape(tl.join(y1, y2), (BLOCK_M, BLOCK_N))
+            acc = tl.where((cols % N < turned)[None, :], turned_acc, acc)
+        mask = row_mask[:, None] & (cols < N)[None, :]
+        out = acc.to(Y.dtype.element_ty)
+        tl.store(Y + rows[:, None] * stride_ym + at[None, :], out, mask=mask)
+        if kv is not None:
+            if pid_n * BLOCK_N + BLOCK_N > K_START:  # tiles wholly inside q's columns store no cache rows
+                if rope is None:
+                    pos = tl.load(Lengths + rows, mask=row_mask, other=0).to(tl.int64)
+                # K's heads at [k_start + h * D, ...), V's KV_COLS further on. 64-bit offsets throughout: a
+                # cache can pass 2^31 elements (see kv_write).
+                in_kv = (at >= K_START) & (cols < N)
+                c = tl.where(in_kv, at - K_START, 0) % KV_COLS  # column within K or V
+                h, d = c // HEAD_DIM, c % HEAD_DIM
+                is_k = at < K_START + KV_COLS
+                k_rows = _cache_rows(KC, k_strides, rows, pos, h, d)
+                tl.store(k_rows, out, mask=row_mask[:, None] & (in_kv & is_k)[None, :])
+                v_rows = _cache_rows(VC, v_strides, rows, pos, h, d)
+                tl.store(v_rows, out, mask=row_mask[:, None] & (in_kv & ~is_k)[None, :])
 
 
 @triton.jit
@@ -76,9 +133,11 @@ def _finish(
     y,
     partial,
     kv,
+    rope,
     M,
     N,
     APPLY_GELU: tl.constexpr,
+    SWIGLU: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -99,15 +158,16 @@ def _finish(
             for s in range(0, SPLITS):  # in split order: the same sum whichever program arrives last
                 # .cg: from L2, never from a line this SM's L1 may hold from before the others stored.
                 acc += tl.load(partials + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _epilogue(acc, rows, cols, pid_n, Bias, res, y, kv, M, N, APPLY_GELU, BLOCK_N)
+            _epilogue(acc, rows, cols, pid_n, Bias, res, y, kv, rope, M, N, APPLY_GELU, SWIGLU, BLOCK_M, BLOCK_N)
             tl.store(Counters + pid_n, 0)  # the next launch on this stream finds zeros
     else:
-        _epilogue(acc, rows, cols, pid_n, Bias, res, y, kv, M, N, APPLY_GELU, BLOCK_N)
+        _epilogue(acc, rows, cols, pid_n, Bias, res, y, kv, rope, M, N, APPLY_GELU, SWIGLU, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def _row_stats(x, M, K, eps, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
-    """Each row's mean and rstd over its K columns, as kernels.norm.kernel computes them: (ROWS,) each."""
+def _row_stats(x, M, K, eps, RMS: tl.constexpr, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
+    """Each row's mean and rstd over its K columns, as kernels.norm.kernel computes them: (ROWS,) each. RMS:
+    RMSNorm's, as kernels.norm.rms computes it (mean 0)."""
     X, stride_xm, stride_xk = x
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, STATS_COLS)
@@ -115,15 +175,18 @@ def _row_stats(x, M, K, eps, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
     rstd = tl.zeros((ROWS,), dtype=tl.float32)
     for r in tl.static_range(ROWS):  # rows past M (ROWS is M rounded up to a power of two) load zeros
         v = tl.load(X + r * stride_xm + cols * stride_xk, mask=(cols < K) & (cols * 0 + r < M), other=0.0)
-        m, s, _ = moments(v.to(tl.float32), cols < K, K, eps, 0)
+        if RMS:
+            m, s = 0.0, inverse_rms(v.to(tl.float32), K, eps, 0)
+        else:
+            m, s, _ = moments(v.to(tl.float32), cols < K, K, eps, 0)
         mean = tl.where(rows == r, m, mean)
         rstd = tl.where(rows == r, s, rstd)
     return mean, rstd
 
 
 @triton.jit
-def _rows_times(x, w, ks, k_mask, stats, norm, M, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """x's rows over columns ks (with norm, layer-normed with the rows' stats = (mean, rstd), rounded to x's
+def _rows_times(x, w, ks, k_mask, stats, norm, M, RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """x's rows over columns ks (with norm, normalised with the rows' stats = (mean, rstd), rounded to x's
     dtype as the unfused path stores them) times the weight tile w (len(ks) x BLOCK_N): (ROWS, BLOCK_N) in
     fp32. One row at a time on the vector units: for a handful of rows tl.dot would pad them to 16."""
     X, stride_xm, stride_xk = x
@@ -133,25 +196,42 @@ def _rows_times(x, w, ks, k_mask, stats, norm, M, ROWS: tl.constexpr, BLOCK_N: t
         LnW, LnB, _ = norm
         mean, rstd = stats
         lw = tl.load(LnW + ks, mask=k_mask, other=0.0).to(tl.float32)
-        lb = tl.load(LnB + ks, mask=k_mask, other=0.0).to(tl.float32)
+        lb = 0.0
+        if not RMS:
+            lb = tl.load(LnB + ks, mask=k_mask, other=0.0).to(tl.float32)
     out = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
     for r in tl.static_range(ROWS):
         a = tl.load(X + r * stride_xm + ks * stride_xk, mask=k_mask & (ks * 0 + r < M), other=0.0).to(tl.float32)
-        if norm is not None:  # the same expression as layer_norm's
-            mean_r = tl.sum(tl.where(rows == r, mean, 0.0), axis=0)
+        if norm is not None:
             rstd_r = tl.sum(tl.where(rows == r, rstd, 0.0), axis=0)
-            a = tl.where(k_mask, (a - mean_r) * rstd_r * lw + lb, 0.0).to(X.dtype.element_ty).to(tl.float32)
+            if RMS:  # the same expression as rms_norm's
+                a = a * rstd_r * lw
+            else:  # and as layer_norm's
+                a = (a - tl.sum(tl.where(rows == r, mean, 0.0), axis=0)) * rstd_r * lw + lb
+            a = tl.where(k_mask, a, 0.0).to(X.dtype.element_ty).to(tl.float32)
         out = tl.where(rows[:, None] == r, tl.sum(a[:, None] * wf, axis=0)[None, :], out)
     return out
 
 
 @triton.jit
-def load_slice(pid_n, split, w, N, K, K_PER_SPLIT, BLOCK_N: tl.constexpr, HEAD_K: tl.constexpr, TAIL_K: tl.constexpr):
+def load_slice(
+    pid_n,
+    split,
+    w,
+    N,
+    K,
+    K_PER_SPLIT,
+    rope,
+    BLOCK_N: tl.constexpr,
+    HEAD_K: tl.constexpr,
+    TAIL_K: tl.constexpr,
+    SWIGLU: tl.constexpr,
+):
     """The slice of the weight w = (W, stride_wn, stride_wk) for (column tile, split): HEAD_K rows of K, then
-    TAIL_K more; returned as (w0, w1), w1 being w0 when TAIL_K is 0."""
+    TAIL_K more, of the weight's rows in weight_rows' order; returned as (w0, w1), w1 being w0 when TAIL_K is 0."""
     W, stride_wn, stride_wk = w
     cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    w_cols = W + (cols % N)[None, :] * stride_wn  # columns wrap, never masked, as the K loop's
+    w_cols = W + weight_rows(cols, N, rope, SWIGLU)[None, :] * stride_wn
     k_lo = split * K_PER_SPLIT
     k_hi = min(k_lo + K_PER_SPLIT, K)
     ks0 = k_lo + tl.arange(0, HEAD_K)
@@ -176,12 +256,15 @@ def slice_item(
     y,
     partial,
     kv,
+    rope,
     M,
     N,
     K,
     K_PER_SPLIT,
     wait,
     APPLY_GELU: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    RMS: tl.constexpr,
     PDL: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -192,9 +275,9 @@ def slice_item(
     """The rest of a (column tile, split) once its slice w_slice = load_slice(...) is on its way: the wait for
     what earlier work writes, then the rows times the slice and the epilogue.
 
-    x = (X, stride_xm, stride_xk); norm = (LnW, LnB, eps) or None; Bias or None; res = (R, stride_rm) or None;
-    y = (Y, stride_ym); partial = (P, Counters, splits) or None (one split); kv = (k_cache, v_cache, lengths,
-    head_dim, k_strides, v_strides) or None. wait = (Sync, stage, arrivals): wait for `arrivals` arrivals at
+    x = (X, stride_xm, stride_xk); norm = (LnW, LnB, eps) or None, RMS: RMSNorm's (LnB unread); Bias or None; res =
+    (R, stride_rm) or None; y = (Y, stride_ym); partial = (P, Counters, splits) or None (one split); kv and rope
+    as _epilogue takes them, or None. wait = (Sync, stage, arrivals): wait for `arrivals` arrivals at
     Sync[stage] (kernels.barrier); None: wait for the kernel ahead under PDL."""
     w0, w1 = w_slice
     cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -208,10 +291,10 @@ def slice_item(
         pdl.wait(PDL)  # from here on x, the residual, the caches and the partials: what earlier kernels write
     stats = (tl.zeros((ROWS,), dtype=tl.float32), tl.zeros((ROWS,), dtype=tl.float32))
     if norm is not None:  # every program needs the statistics of the full rows, not only of its slice
-        stats = _row_stats(x, M, K, norm[2], ROWS, STATS_COLS)
-    acc = _rows_times(x, w0, ks0, ks0 < k_hi, stats, norm, M, ROWS, BLOCK_N)
+        stats = _row_stats(x, M, K, norm[2], RMS, ROWS, STATS_COLS)
+    acc = _rows_times(x, w0, ks0, ks0 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
     if TAIL_K > 0:
         ks1 = k_lo + HEAD_K + tl.arange(0, TAIL_K)
-        acc += _rows_times(x, w1, ks1, ks1 < k_hi, stats, norm, M, ROWS, BLOCK_N)
+        acc += _rows_times(x, w1, ks1, ks1 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
     rows = tl.arange(0, ROWS).to(tl.int64)
-    _finish(acc, rows, cols, pid_n, split, Bias, res, y, partial, kv, M, N, APPLY_GELU, ROWS, BLOCK_N)
+    _finish(acc, rows, cols, pid_n, split, Bias, res, y, partial, kv, rope, M, N, APPLY_GELU, SWIGLU, ROWS, BLOCK_N)

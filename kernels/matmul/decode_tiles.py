@@ -178,24 +178,30 @@ def traffic(
     activation=None,
     residual=False,
     norm=False,
+    rms=False,
     kv=None,
+    head_dim=None,
+    rope=False,
     config=None,
     dtype=torch.float16,
     device="cpu",
     lengths_itemsize=4,
 ) -> Traffic:
-    """Modeled traffic of one decode_linear launch at these tiles; `kv` is the number of heads of the cache
-    write (None: no cache write).
+    """Modeled traffic of one decode_linear launch at these tiles. out_features: the weight's rows (2F for
+    activation "swiglu", whose output is F wide); rms: the norm is RMSNorm (a weight, no bias); `kv` the number
+    of heads of the cache write (None: no cache write), of head_dim each (default in_features // kv, GPT-2's);
+    rope: q and k turned by rotary positions.
 
     SM requests: each program loads its x rows over its K slice (so x is read once per column tile) and its
     weight slice (columns wrap, never masked, as linear's). With the norm, each program also reads the full
     rows once for the statistics (the variance pass re-reads what the mean pass just brought into L1) and
-    its slice of the LN weight and bias. With several splits each program stores an fp32 partial and the
+    its slice of the norm's weight and bias. With several splits each program stores an fp32 partial and the
     last arriver reads all of its tile's back; each program's atomic on its tile's counter moves one sector
     each way, and the last arriver's reset stores one. The epilogue loads bias and residual once and stores
-    y; with kv, each tile holding K or V columns loads the positions (one access) and each cache row is
-    stored in whole sectors (config.sectors; a row split across two tiles can cost a sector more).
-    HBM: x, weight, LN weight and bias, bias and residual come from HBM once (the re-reads of x are L2 hits
+    y; with kv, each tile holding K or V columns loads the positions (one access; with rope every tile does)
+    and each cache row is stored in whole sectors (config.sectors; a row split across two tiles can cost a
+    sector more). The rotation's angles come from the positions in registers: no bytes.
+    HBM: x, weight, the norm's parameters, bias and residual come from HBM once (the re-reads of x are L2 hits
     while x fits, config.l2_miss); the partials are written (reaching HBM eventually) and read back from L2
     while they fit; y and the cache rows are written; the counters are read and written once per tile."""
     cfg = resolve_config(config, rows, out_features, in_features, dtype, device)
@@ -205,7 +211,10 @@ def traffic(
     x_bytes, w_bytes, y_bytes, b_bytes, r_bytes = operand_bytes(
         rows, out_features, in_features, itemsize, bias, residual
     )
-    ln_bytes = 2 * in_features * itemsize if norm else 0
+    swiglu = activation == "swiglu"
+    if swiglu:  # gate and up in, one feature out
+        y_bytes //= 2
+    ln_bytes = (1 if rms else 2) * in_features * itemsize if norm else 0
     x_loaded = x_bytes * tiles_n + (x_bytes * programs if norm else 0)
     w_loaded = tiles_n * min(cfg.block_n, out_features) * in_features * itemsize
     partial = splits * rows * out_features * 4 if splits > 1 else 0
@@ -213,18 +222,22 @@ def traffic(
     atomics = programs * SECTOR if splits > 1 else 0
     kv_rows = kv_read = kv_bytes = lengths = 0
     if kv:
-        head_dim = in_features // kv
+        head_dim = head_dim or in_features // kv
         kv_rows = 2 * rows * kv * sectors(head_dim * itemsize)
-        kv_bytes = 2 * rows * in_features * itemsize
+        kv_bytes = 2 * rows * kv * head_dim * itemsize
         lengths = rows * lengths_itemsize
-        kv_read = (tiles_n - in_features // cfg.block_n) * sectors(lengths)  # the tiles that end past column C
+        k_start = out_features - 2 * kv * head_dim
+        reading = tiles_n if rope else tiles_n - k_start // cfg.block_n  # the tiles that end past q's columns
+        kv_read = reading * sectors(lengths)
     reads = x_loaded + w_loaded + ln_bytes * tiles_n + partial + b_bytes + r_bytes + kv_read + atomics
     writes = partial + y_bytes + kv_rows + atomics + counter
-    flops = 2 * rows * out_features * in_features + rows * out_features * (
-        (1 if bias else 0) + (1 if residual else 0) + (10 if activation else 0) + (splits - 1 if splits > 1 else 0)
-    )
+    epilogue = (1 if bias else 0) + (1 if residual else 0) + (10 if activation == "gelu" else 0)
+    epilogue += (5 / 2 if swiglu else 0) + (splits - 1 if splits > 1 else 0)
+    flops = 2 * rows * out_features * in_features + round(rows * out_features * epilogue)
     if norm:  # every program's statistics over the full rows (3 per element), each tile's normalisation (4)
         flops += programs * 3 * rows * in_features + tiles_n * 4 * rows * in_features
+    if rope:  # an angle, its cosine and sine, two products and a sum per turned element
+        flops += 8 * rows * (out_features - kv * head_dim)
     inputs = x_bytes + w_bytes + ln_bytes + b_bytes + r_bytes
     floor = inputs + lengths + y_bytes + kv_bytes
     hbm_read = (
