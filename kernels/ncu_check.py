@@ -64,7 +64,9 @@ UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kb": 1e3, "mb": 1
 @dataclass(frozen=True)
 class Case:
     name: str
-    kind: str  # layer_norm, rms_norm, linear, swiglu, attention, decode_attention, grouped_attention, rotary, kv_write
+    # layer_norm, rms_norm, linear, swiglu, attention, decode_attention, grouped_attention, rotary, kv_write, or
+    # decode_linear (with "kv": RMSNorm, the q/k/v projection, rotary and the cache write; without: RMSNorm and SwiGLU)
+    kind: str
     shape: dict
     # linear only: "tile" is the tile kernel, whose loads pass through L1; "tma" the persistent form
     # (Hopper on, 16-bit), whose TMA copies reach shared memory past L1 and the texture path, so no
@@ -83,6 +85,10 @@ CASES = (
     Case("attention causal B4 H12 T4096 D64", "attention", dict(batch=4, heads=12, t=4096, d=64)),
     Case("decode attention B1 H12 N8192 D64", "decode_attention", dict(batch=1, heads=12, n=8192, d=64)),
     Case("grouped decode attention B1 H9/3 N8192 D64", "grouped_attention", dict(batch=1, heads=9, kv=3, n=8192, d=64)),
+    Case("grouped decode attention B8 H9/3 N4096 D64", "grouped_attention", dict(batch=8, heads=9, kv=3, n=4096, d=64)),
+    # SmolLM2's decode rung: RMSNorm + q/k/v + rotary + the grouped cache write in one launch; RMSNorm + SwiGLU.
+    Case("decode_linear RMSNorm+qkv+rope+KV B1 576->960 KV3", "decode_linear", dict(rows=1, out=960, inp=576, kv=3)),
+    Case("decode_linear RMSNorm+SwiGLU B1 576->2x1536", "decode_linear", dict(rows=1, out=3072, inp=576)),
     Case("rotary B1 H9 T1024 D64", "rotary", dict(batch=1, heads=9, t=1024, d=64)),
     Case("kv_write B1 H12 D64 cache 1024", "kv_write", dict(batch=1, heads=12, t_max=1024, d=64)),
     Case("kv_write B128 H12 D64 cache 1024", "kv_write", dict(batch=128, heads=12, t_max=1024, d=64)),
@@ -110,12 +116,13 @@ def model(case: Case, dtype, device):
 
     from . import attn, kv_cache, matmul, norm, rope
     from .attn import grouped
-    from .matmul import swiglu
+    from .matmul import decode, swiglu
 
     item = torch.empty((), dtype=dtype).element_size()
     s = case.shape
     kinds = dict(layer_norm=norm, rms_norm=norm.rms, linear=matmul, swiglu=swiglu, attention=attn)
     kinds |= dict(decode_attention=attn, grouped_attention=grouped, rotary=rope, kv_write=kv_cache)
+    kinds |= dict(decode_linear=decode)
     mod = kinds[case.kind]  # each operation's package (or module): its tile rules and traffic model
     if case.kind in ("layer_norm", "rms_norm"):
         t = mod.traffic(s["rows"], s["width"], item, residual=True, device=device)
@@ -127,6 +134,11 @@ def model(case: Case, dtype, device):
             return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device, persistent)
     if case.kind == "swiglu":
         t = mod.traffic(s["rows"], s["out"], s["inp"], item, dtype=dtype, device=device)
+        return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device)
+    if case.kind == "decode_linear":
+        fused = dict(kv=s["kv"], head_dim=64, rope=True) if "kv" in s else dict(activation="swiglu")
+        fused |= dict(bias=False, norm=True, rms=True, dtype=dtype, device=device)
+        t = mod.traffic(s["rows"], s["out"], s["inp"], item, **fused)
         return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device)
     if case.kind == "grouped_attention":
         return mod.traffic([s["n"]] * s["batch"], s["heads"], s["kv"], s["d"], item, device=device), None
@@ -156,6 +168,7 @@ def make_call(case: Case, dtype, device):
     from . import (
         attention,
         decode_attention,
+        decode_linear,
         grouped_decode_attention,
         kv_write,
         layer_norm,
@@ -184,6 +197,13 @@ def make_call(case: Case, dtype, device):
     if case.kind == "swiglu":
         x, w = rand(s["rows"], s["inp"]), rand(2 * s["out"], s["inp"])
         return lambda: swiglu(x, w)
+    if case.kind == "decode_linear":
+        x, w, norm = rand(s["rows"], s["inp"]), rand(s["out"], s["inp"]), (rand(s["inp"]), None, 1e-5)
+        if "kv" not in s:
+            return lambda: decode_linear(x, w, activation="swiglu", norm=norm)
+        kc, vc = (rand(s["rows"], s["kv"], 1024, 64) for _ in range(2))
+        lengths = torch.full((s["rows"],), 1000, device=device, dtype=torch.int32)
+        return lambda: decode_linear(x, w, norm=norm, kv=(kc, vc, lengths), rope=1e5)
     if case.kind == "grouped_attention":
         q = rand(s["batch"], s["heads"], 1, s["d"])
         kc, vc = (rand(s["batch"], s["kv"], s["n"], s["d"]) for _ in range(2))
@@ -357,16 +377,21 @@ def find_ncu() -> str | None:
     return found or ("/usr/local/cuda/bin/ncu" if os.access("/usr/local/cuda/bin/ncu", os.X_OK) else None)
 
 
-def run_child(dtype) -> None:
-    """Inside ncu: compile and warm every case, then flush, case, flush, ... in the profiled range."""
+def l2_flush(device):
+    """A function that evicts the L2 by reading 4x its size of clean lines (_l2_flush_kernel)."""
     import torch
 
-    device = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(device).L2_cache_size or 50 * 1024 * 1024
     buf = torch.zeros(4 * l2 // 4, device=device, dtype=torch.float32)  # 4x L2 of clean lines
     sink = torch.zeros(triton.cdiv(buf.numel(), 4096), device=device)
-    flush = lambda: _l2_flush_kernel[(sink.numel(),)](buf, sink, buf.numel(), BLOCK=4096)
-    calls = [make_call(case, dtype, device) for case in CASES]
+    return lambda: _l2_flush_kernel[(sink.numel(),)](buf, sink, buf.numel(), BLOCK=4096)
+
+
+def profile_between_flushes(calls) -> None:
+    """Inside ncu: compile and warm every call, then flush, call, flush, ... in the profiled range."""
+    import torch
+
+    flush = l2_flush(torch.device("cuda"))
     for call in calls:  # compile and warm outside the profiled range
         call()
         call()
@@ -381,7 +406,15 @@ def run_child(dtype) -> None:
     torch.cuda.profiler.stop()
 
 
-def run_ncu(dtype_name: str) -> str:
+def run_child(dtype) -> None:
+    import torch
+
+    profile_between_flushes([make_call(case, dtype, torch.device("cuda")) for case in CASES])
+
+
+def run_ncu(child: list[str]) -> str:
+    """ncu's CSV of the child process `python <child...>` (run from the repository's root), profiled with this
+    module's counters, the caches left as the child leaves them."""
     log = tempfile.NamedTemporaryFile(prefix="ncu_check_", suffix=".csv", delete=False).name
     cmd = [
         find_ncu(),
@@ -404,16 +437,12 @@ def run_ncu(dtype_name: str) -> str:
         "--log-file",
         log,
         sys.executable,
-        "-m",
-        "kernels.ncu_check",
-        "--child",
-        "--dtype",
-        dtype_name,
+        *child,
     ]
     print("running:", " ".join(cmd), flush=True)
     done = subprocess.run(cmd, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if done.returncode != 0:
-        sys.exit(f"ncu_check: ncu or the child failed (exit {done.returncode}); ncu's log: {log}")
+        sys.exit(f"ncu or the child failed (exit {done.returncode}); ncu's log: {log}")
     with open(log) as f:
         return f.read()
 
@@ -445,7 +474,9 @@ def main(argv=None) -> int:
     if missing:
         print("ncu_check: missing " + " and ".join(missing) + "; --model-only prints the model alone", file=sys.stderr)
         return 2
-    counters = attribute(parse_ncu_csv(run_ncu(args.dtype)), len(CASES))
+    counters = attribute(
+        parse_ncu_csv(run_ncu(["-m", "kernels.ncu_check", "--child", "--dtype", args.dtype])), len(CASES)
+    )
     rows = rows_for(dtype, torch.device("cuda"), counters)
     print_table(rows)
     args.out, args.json = args.out or "ncu_check.csv", args.json or "ncu_check.json"

@@ -116,8 +116,11 @@ def test_grouped_heads_shrink_the_cache_and_the_measure_layer_books_every_operat
     steps = list(generate(model, [[1, 2, 3]], max_new_tokens=3, eos_token_id=-1, warmup=False))
     per_token = 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 key/value heads of 16 dims, fp32: a third of 6 heads'
     assert steps[1].kv_used_bytes - steps[0].kv_used_bytes == per_token
-    kernels = {op.kernel for op in steps[1].ops}
-    assert {"rms_norm", "rotary", "swiglu", "grouped_decode_attention", "token_embedding"} <= kernels
+    assert {"rms_norm", "rotary", "swiglu", "grouped_attention", "token_embedding"} <= {
+        op.kernel for op in steps[0].ops
+    }
+    # The decode rung (the default): RMSNorm, rotary, the cache write and SwiGLU ride in the projections.
+    assert {op.kernel for op in steps[1].ops} == {"decode_linear", "grouped_decode_attention", "token_embedding"}
     prefill = step_traffic(steps[0])
     decode = step_traffic(steps[1])
     assert {"layer_norm", "rotary", "ffn", "attention", "embedding"} <= set(prefill)
@@ -185,8 +188,8 @@ def test_smollm2_shaped_model_generates_256_tokens_cache_on_and_off(device):
 
 
 def test_the_ladder_and_compare_jobs_run_a_llama(checkpoint):
-    """The page's ladder and Compare on a Llama checkpoint: every rung measured (the decode rungs as epilogue, said
-    in the status), and Compare's runs, each prompt length with the cache on and off."""
+    """The page's ladder and Compare on a Llama checkpoint: every rung measured (the persistent rung as overlap,
+    said in the status), and Compare's runs, each prompt length with the cache on and off."""
     from explorer.app import jobs, settings
 
     never = jobs.Control(lambda: False, float("inf"))
@@ -196,8 +199,9 @@ def test_the_ladder_and_compare_jobs_run_a_llama(checkpoint):
         out |= update
     ladder = out["state"]["ladder"].set_index("rung")
     assert list(ladder.index) == ["none", "epilogue", "decode", "overlap", "persistent", "torch"]
-    assert ladder.operations["none"] > ladder.operations["epilogue"] == ladder.operations["decode"]
-    assert "a Llama block runs the rungs above epilogue as epilogue" in out["status"]
+    ops = ladder.operations
+    assert ops["none"] > ops["epilogue"] > ops["decode"] == ops["overlap"] == ops["persistent"]
+    assert "a Llama block runs the persistent rung as overlap" in out["status"]
     out = {}
     for update in jobs.JOBS["compare"]({"settings": s, "lengths": [5]}, never):
         out |= update
@@ -214,11 +218,11 @@ def test_the_ladder_and_compare_jobs_run_a_llama(checkpoint):
         ("grouped_decode_attention", dict(B=2, H=6, KV=2, T=40, D=32), dict(block_n=[16, 32], split_k=[1, 2])),
     ],
 )
-def test_the_tile_sweep_runs_the_llama_familys_kernels(kernel, shape, grid):
+def test_the_tile_sweep_runs_the_llama_familys_kernels(kernel, shape, grid, device):
     """Each config timed and booked with its traffic model; the sweep's inputs are the kernels' own checks'."""
     from explorer.measure.sweeps import tile_sweep
 
-    frame = tile_sweep(kernel, shape, dtype=torch.float32, grid=grid)
+    frame = tile_sweep(kernel, shape, dtype=torch.float32, device=device, grid=grid)
     assert len(frame) == math.prod(len(v) for v in grid.values())
     assert frame.valid.all() and (frame.ms > 0).all() and (frame.modeled_mb > 0).all(), frame.reason.tolist()
 

@@ -189,7 +189,7 @@ def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
     assert prefills["persistent"] == names["epilogue"]
     # The fused c_attn is booked with the cache rows its epilogue writes: one per head of K and of V.
     c_attn = next(op for op in decodes["decode"].ops if op.name == "ln_1+attn.c_attn+kv write")
-    assert c_attn.sizes == (1, 192, 64, True, False, False, True, 4)
+    assert c_attn.sizes == (1, 192, 64, True, False, False, True, 4, 16, False, False, False)
     on = dict(config=c_attn.config, dtype=c_attn.dtype, device=c_attn.device)
     expected = fused_linear.traffic(1, 192, 64, 4, norm=True, kv=4, **on)
     assert op_traffic(c_attn) == expected

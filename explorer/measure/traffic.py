@@ -47,8 +47,10 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
     if op.kernel in ("linear", "decode_linear"):
         flags = dict(bias=bool(s.bias), activation="gelu" if s.gelu else None, residual=bool(s.residual))
         if op.kernel == "decode_linear":
-            kv = s.kv_heads or None
-            return fused_linear_traffic(*s[:3], item, **flags, norm=s.norm, kv=kv, config=op.config, **on)
+            fused = dict(norm=s.norm, rms=s.rms, kv=s.kv_heads or None, head_dim=s.head_dim or None, rope=s.rope)
+            if s.swiglu:
+                flags["activation"] = "swiglu"
+            return fused_linear_traffic(*s[:3], item, **flags, **fused, config=op.config, **on)
         if triton:
             return linear_traffic(*s[:3], item, **flags, config=op.config, **on)
         return linear_unfused(*s[:3], item, **flags, device=op.device)

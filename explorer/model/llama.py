@@ -14,9 +14,10 @@ the parts do the same job, and four differences in the block, each one kernel:
 c_attn holds the checkpoint's q_proj, k_proj and v_proj stacked ((H + 2 H_kv) * D rows), c_fc its gate_proj
 over its up_proj (kernels.swiglu runs both in one matmul, the gating in its epilogue). No biases.
 
-Every rung of the fusion ladder runs it: "none" launches each residual add apart, and the decode rungs'
-fused kernels (a LayerNorm prologue, GPT-2's one-launch block) are GPT-2's, so a Llama decode step runs
-as "epilogue" on every rung above it.
+Every rung of the fusion ladder runs it: "none" launches each residual add apart; on the decode rungs a decode
+step is four projections and attention, as GPT-2's (Block.decode_fused): RMSNorm in the prologue of the
+projection after it, rotary positions and the cache write in c_attn's epilogue, SwiGLU in c_fc's. The
+persistent rung's one-launch block is GPT-2's, so there a Llama decode step runs as "overlap".
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class Block(nn.Module):
     def forward(self, x, ops: Ops, attend: _GroupedAttend, positions, cfg: LlamaConfig):
         """positions (B, T): the rows' positions, which rotary reads."""
         B, T, _ = x.shape
+        if attend.mode == "decode" and ops.fuses_decode(B):
+            return self.decode_fused(x, ops, attend, cfg)
         h = ops.rms_norm("ln_1", x, self.ln_1.weight, cfg.rms_norm_eps)
         qkv = ops.linear("attn.c_attn", h, self.attn.c_attn.weight)  # (B, T, (H + 2 H_kv) D)
         d, turned = cfg.head_dim, cfg.n_head + cfg.n_kv_head  # q's heads and k's, side by side in qkv
@@ -84,6 +87,29 @@ class Block(nn.Module):
         h = ops.rms_norm("ln_2", x, self.ln_2.weight, cfg.rms_norm_eps)
         h = ops.swiglu("mlp.c_fc", h, self.mlp.c_fc.weight)  # (B, T, ffn)
         return ops.linear("mlp.c_proj", h, self.mlp.c_proj.weight, residual=x)
+
+    def decode_fused(self, x, ops: Ops, attend: _GroupedAttend, cfg: LlamaConfig):
+        """The decode rung's five launches: ln_1 + c_attn + rotary + the cache write (the cache's length is each
+        sequence's position), attention, c_proj + residual, ln_2 + c_fc + SwiGLU, c_proj + residual."""
+        B = x.shape[0]
+        cache, layer = attend.cache, attend.next_layer()
+        k_cache, v_cache = cache.k[layer], cache.v[layer]
+        a, m, d = self.attn, self.mlp, cfg.head_dim
+        qkv = ops.decode_linear(
+            "ln_1+attn.c_attn+rope+kv write",
+            x,
+            a.c_attn.weight,
+            norm=(self.ln_1.weight, None, cfg.rms_norm_eps),
+            kv=(k_cache, v_cache, cache.lengths),
+            rope=cfg.rope_theta,
+            part="attn.c_attn",
+        )
+        q = qkv[..., : cfg.n_head * d].view(B, 1, cfg.n_head, d).transpose(1, 2)  # (B, H, 1, D)
+        o = ops.grouped_decode_attention("attn", q, k_cache, v_cache, cache.next_lengths)
+        x = ops.decode_linear("attn.c_proj", o.transpose(1, 2).reshape(B, 1, -1), a.c_proj.weight, residual=x)
+        norm = (self.ln_2.weight, None, cfg.rms_norm_eps)
+        h = ops.decode_linear("ln_2+mlp.c_fc", x, m.c_fc.weight, activation="swiglu", norm=norm, part="mlp.c_fc")
+        return ops.decode_linear("mlp.c_proj", h, m.c_proj.weight, residual=x)
 
 
 class _GroupedAttend(_Attend):
@@ -119,6 +145,11 @@ class Llama(GPT):
         self.requires_grad_(False)
         self.decode_graphs = GraphPool()
 
+    def _ops(self, backend, tiles, observer) -> Ops:
+        # The persistent rung's one-launch block is GPT-2's: there a Llama's decode steps run as "overlap".
+        fusion = "overlap" if self.fusion == "persistent" else self.fusion
+        return Ops(backend or self.backend, tiles, observer, fusion)
+
     def _attend(self, ops: Ops, cache: KVCache | None = None, mode: str = "full") -> _GroupedAttend:
         return _GroupedAttend(ops, self.config.n_head, cache, mode)
 
@@ -130,6 +161,9 @@ class Llama(GPT):
             x = block(x, ops, attend, positions, cfg)
         if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
             x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
-        x = ops.rms_norm("ln_f", x, t.ln_f.weight, cfg.rms_norm_eps)
         head = t.wte.weight if self.lm_head is None else self.lm_head.weight  # tied, or the checkpoint's own
+        if attend.mode == "decode" and ops.fuses_decode(x.shape[0]):
+            norm = (t.ln_f.weight, None, cfg.rms_norm_eps)
+            return ops.decode_linear("ln_f+lm_head", x, head, norm=norm, part="lm_head")
+        x = ops.rms_norm("ln_f", x, t.ln_f.weight, cfg.rms_norm_eps)
         return ops.linear("lm_head", x, head)

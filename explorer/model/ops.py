@@ -178,19 +178,43 @@ class Ops:
         return self.fusion in DECODE_RUNGS and rows <= DECODE_ROWS
 
     def decode_linear(
-        self, name, x, weight, bias=None, *, activation=None, residual=None, norm=None, kv=None, part: str = ""
+        self,
+        name,
+        x,
+        weight,
+        bias=None,
+        *,
+        activation=None,
+        residual=None,
+        norm=None,
+        kv=None,
+        rope=None,
+        part: str = "",
     ):
-        """One launch: LayerNorm `norm` = (weight, bias, eps) of x, the projection, its epilogue, and with
-        `kv` = (k_cache, v_cache, lengths) the new K and V rows stored in the cache. `part`: the projection's
-        name where `name` names the fused launch."""
+        """One launch: the norm `norm` = (weight, bias, eps) of x (LayerNorm, or RMSNorm with bias None), the
+        projection, its epilogue (GELU, or SwiGLU over a gate_up weight), and with `kv` = (k_cache, v_cache,
+        lengths) the new K and V rows stored in the cache, turned first by rotary positions where `rope` (theta)
+        is given. `part`: the projection's name where `name` names the fused launch."""
         rows = x.numel() // x.shape[-1]
-        tune = lambda: decode_linear_tuned(x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv)
+        tune = lambda: decode_linear_tuned(
+            x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, rope=rope
+        )
         cfg = self._tuned(self.tiles.linear_decode, tune)
-        heads = kv[0].shape[1] if kv else 0  # the cache rows the epilogue writes depend on the head count
-        flags = (bias is not None, activation == "gelu", residual is not None, bool(norm), heads)
-        sizes = (rows, *weight.shape, *flags)
+        heads, head_dim = kv[0].shape[1::2] if kv else (0, 0)  # the cache rows the epilogue writes
+        rms = bool(norm) and norm[1] is None
+        flags = (bias is not None, activation == "gelu", residual is not None, bool(norm), heads, head_dim)
+        sizes = (rows, *weight.shape, *flags, activation == "swiglu", rms, rope is not None)
         run = lambda: kernels.decode_linear(
-            x, weight, bias, activation=activation, residual=residual, norm=norm, kv=kv, config=cfg, pdl=self.pdl
+            x,
+            weight,
+            bias,
+            activation=activation,
+            residual=residual,
+            norm=norm,
+            kv=kv,
+            rope=rope,
+            config=cfg,
+            pdl=self.pdl,
         )
         return self._run(name, "decode_linear", x, sizes, cfg, run, part=part)
 
@@ -261,7 +285,10 @@ class Ops:
 
     def grouped_decode_attention(self, name, q, k_cache, v_cache, lengths):
         b, h, _, d = q.shape
-        run = lambda: self.fn.grouped_decode_attention(q, k_cache, v_cache, lengths)
+        if self.fusion in DECODE_RUNGS:  # launched to overlap the kernel ahead on the overlap rung
+            run = lambda: kernels.grouped_decode_attention(q, k_cache, v_cache, lengths, pdl=self.pdl)
+        else:
+            run = lambda: self.fn.grouped_decode_attention(q, k_cache, v_cache, lengths)
         sizes = (b, h, k_cache.shape[1], k_cache.shape[2], d)
         return self._run(name, "grouped_decode_attention", q, sizes, None, run)
 

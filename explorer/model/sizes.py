@@ -26,8 +26,12 @@ class DecodeLinearSizes(NamedTuple):  # decode_linear
     bias: bool
     gelu: bool
     residual: bool
-    norm: bool  # the LayerNorm in its prologue
+    norm: bool  # the normalisation in its prologue
     kv_heads: int  # heads of the KV cache its epilogue writes (0: none)
+    head_dim: int = 0  # their size (0: none)
+    swiglu: bool = False  # the weight is gate_up (2F, in), the output F wide
+    rms: bool = False  # the norm is RMSNorm (a weight, no bias)
+    rope: bool = False  # q and k turned by rotary positions in the epilogue
 
 
 class RowsSizes(NamedTuple):  # bias_add, embedding, token_embedding

@@ -69,8 +69,8 @@ def ladder(payload: dict, control: Control):
         n = len(RUNGS)
         why = control.why()
         status = f"{i + 1} of {n} rungs" if i + 1 < n else f"all {n} rungs"
-        if model.family != "GPT-2":  # the decode rungs' fused kernels (a LayerNorm prologue, the block) are GPT-2's
-            status += f"; a {model.family} block runs the rungs above epilogue as epilogue"
+        if model.family != "GPT-2":  # the persistent rung's one-launch block is GPT-2's
+            status += f"; a {model.family} block runs the persistent rung as overlap"
         if why and i + 1 < n:
             status = f"stopped {why}: {i + 1} of {n} rungs"
         frame = pd.DataFrame(rows)
