@@ -4,7 +4,7 @@ in float64 and against transformers' Llama attention maths."""
 import pytest
 import torch
 
-from kernels import arrival, grouped_attention, grouped_decode_attention, reference
+from kernels import arrival, grouped_attention, grouped_decode_attention, kv_write, reference
 from kernels.attn import grouped
 from tests.tolerances import DTYPES, assert_close, f64
 
@@ -48,6 +48,19 @@ def test_split_keys_leave_the_arrival_counters_at_zero(device):
         o = grouped_decode_attention(q, k, v, n, block_n=16, split_k=8)
         assert_close("attention", o, reference.grouped_decode_attention(*f64(q, k, v), n.cpu()), torch.float32)
     assert not arrival.counters(torch.device(device), 6)[:6].any()
+
+
+def test_under_pdl_the_newest_rows_come_from_the_kernel_just_before(device):
+    """As in a decode step: the cache write launches, then attention under PDL in splits of one key tile, which
+    load the older rows before they wait for the write and the newest row after it."""
+    q = torch.randn(2, 9, 1, 64, device=device)
+    k, v = (torch.randn(2, 3, 64, 64, device=device) for _ in range(2))
+    n = torch.tensor([17, 64], device=device)
+    for _ in range(2):  # the second time over rows the first call read as they were before the write
+        k_new, v_new = (torch.randn(2, 3, 1, 64, device=device) for _ in range(2))
+        kv_write(k_new, v_new, k, v, n - 1)
+        o = grouped_decode_attention(q, k, v, n, block_n=16, split_k=4, pdl=True)
+        assert_close("attention", o, reference.grouped_decode_attention(*f64(q, k, v), n.cpu()), torch.float32)
 
 
 def test_grouped_decode_attention_reads_strided_queries(device):

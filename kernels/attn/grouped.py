@@ -83,19 +83,22 @@ def _grouped_decode_kernel(
     v_base = V + b * svb + kv * svh + dims[None, :] * svd
     lo = split * CHUNK
     if ONE_TILE:
-        # A split of one key tile: the rows of earlier steps are requested with the length, before the wait
-        # for the kernel ahead; then q and the newest row. One memory round trip after the wait, which is most
-        # of a split's time at B=1.
+        # A split of one key tile: its keys and values are requested at once, masked by the cache's size (the
+        # scores are masked by the length later), so they do not wait for the length to arrive, nor under PDL
+        # for the kernel ahead to end: one memory round trip, which is most of a split's time at B=1.
         pos = lo + keys_n
         d_mask = (dims < HEAD_DIM)[None, :]
-        older = (pos < n - 1)[:, None] & d_mask
-        k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=older, other=0.0)
-        v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=older, other=0.0)
+        inside = (pos < positions)[:, None] & d_mask
+        k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=inside, other=0.0)
+        v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=inside, other=0.0)
         pdl.wait(PDL)
         q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
-        newest = (pos == n - 1)[:, None] & d_mask
-        k = tl.where(newest, tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=newest, other=0.0), k)
-        v = tl.where(newest, tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=newest, other=0.0), v)
+        if PDL:  # the newest row is the kernel ahead's: loaded again after the wait, by the split that holds it
+            last = n - 1
+            if (last >= lo) & (last < lo + BLOCK_N):
+                newest = (pos == last)[:, None]
+                k = tl.where(newest, tl.load(k_base + last.to(tl.int64) * skt, mask=d_mask, other=0.0), k)
+                v = tl.where(newest, tl.load(v_base + last.to(tl.int64) * svt, mask=d_mask, other=0.0), v)
         seen = (pos < n)[None, :]
         scores = tl.where(seen, tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2, float("-inf"))
         m_i = tl.max(scores, axis=1)
