@@ -3,6 +3,7 @@ the KV cache on and off, next to transformers' own generate and a minimal PyTorc
 (benchmarks/torch_loop.py) on the same weights and GPU.
 
     python -m benchmarks.generation [--family gpt2|llama] [--new-tokens 256] [--prompt 32] [--dtype bfloat16]
+                                    [--cache on off]
 
 Weights are random, of GPT-2 small's shape (12 layers, width 768, vocabulary 50257) or with --family llama
 SmolLM2-135M's (benchmarks.ladder.random_hf); every run is
@@ -48,6 +49,13 @@ def main():
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--cache",
+        nargs="+",
+        choices=["on", "off"],
+        default=["on", "off"],
+        help="off: every token over the whole prefix",
+    )
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
@@ -85,7 +93,7 @@ def main():
 
     rows = [("PyTorch loop: static cache, step in a CUDA graph, one sync", True, None, None)]
     loop_secs = _timed(run_loop, args.repeats)
-    for cache in (True, False):
+    for cache in (c == "on" for c in args.cache):
         base = _timed(lambda c=cache: run_hf(c), args.repeats)
         rows.append(("transformers generate", cache, base, base))
         for backend in ("triton", "torch"):
@@ -94,11 +102,12 @@ def main():
                 secs = _timed(lambda b=backend, c=cache, g=graph: run_ours(b, c, g), args.repeats)
                 rows.append((name, cache, secs, base))
     print(f"{torch.cuda.get_device_name()} · {args.dtype} · {shape} · prompt {args.prompt} · {n} new tokens · batch 1")
-    hf_cached = rows[1][2]
+    hf_cached = next((base for _, cache, base, _ in rows[1:] if cache), None)
     rows[0] = (rows[0][0], True, loop_secs, hf_cached)
     print("| generator | KV cache | tokens/s | vs transformers |\n|---|---|---:|---:|")
     for name, cache, secs, base in rows:
-        print(f"| {name} | {'on' if cache else 'off'} | {n / secs:.0f} | {base / secs:.2f}x |")
+        versus = f"{base / secs:.2f}x" if base else "-"
+        print(f"| {name} | {'on' if cache else 'off'} | {n / secs:.0f} | {versus} |")
     clocks(ours, prompt, n, args.repeats, n / loop_secs)
 
 

@@ -1,14 +1,15 @@
 """The linear layer on a GPU next to cuBLAS (F.linear, then GELU or the residual add): prefill shapes in
 TFLOP/s, decode shapes in GB/s of weights read; and the gated feed-forward's gate and up projections as one
-matmul (SwiGLU) next to F.linear on the same fused weight, then silu(gate) * up. The harness and its two
-timings are in kernels.bench.
+matmul (SwiGLU) next to F.linear on the same fused weight, then silu(gate) * up; and a Llama decode step's two
+fused projections (the decode rung's decode_linear) next to PyTorch's launches for the same work: RMSNorm, the
+projection, SiLU(gate) * up, or rotary and the cache write. The harness and its two timings are in kernels.bench.
 
-    python -m benchmarks.linear [--only prefill decode swiglu] [--dtype bfloat16] [--out linear.md]
+    python -m benchmarks.linear [--only prefill decode swiglu llama_decode] [--dtype bfloat16] [--out linear.md]
 """
 
 import torch
 
-from kernels import linear, reference, swiglu
+from kernels import decode_linear, linear, reference, swiglu
 from kernels.bench import main, time_pair
 
 PREFILL = [  # (name, rows, in, out, activation, residual): GPT-2 small's c_fc and c_proj
@@ -69,10 +70,55 @@ def swiglu_cases(device, dtype):
         )
 
 
+def llama_decode_cases(device, dtype):
+    """SmolLM2-135M's decode projections at 1 and 8 sequences: ln_2 + c_fc (gate and up) + SwiGLU, and ln_1 + c_attn
+    (9 query heads, 3 key/value heads of 64) + rotary + the write of K and V into a 1024-position cache."""
+    k, f, heads, kv_heads, d, t_max, theta = 576, 1536, 9, 3, 64, 1024, 100000.0
+    out = (heads + 2 * kv_heads) * d
+    rand = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)
+    for rows in (1, 8):
+        make = lambda rows=rows: (rand(rows, k), rand(2 * f, k) / k**0.5, rand(k) + 1)
+        ours = lambda x, w, g: decode_linear(x, w, activation="swiglu", norm=(g, None, 1e-5))
+        theirs = lambda x, w, g: reference.swiglu(reference.rms_norm(x, g), w)
+        moved = 2 * (rows * k + 2 * f * k + k + rows * f)
+        row = time_pair(ours, theirs, make, moved)
+        yield dict(
+            kernel="RMSNorm + gate/up + SwiGLU", shape=f"M={rows} {k}->2x{f}", unit="GB/s", work=moved / 1e9, **row
+        )
+
+        make = lambda rows=rows: (
+            rand(rows, k),
+            rand(out, k) / k**0.5,
+            rand(k) + 1,
+            rand(rows, kv_heads, t_max, d),
+            rand(rows, kv_heads, t_max, d),
+            torch.randint(0, t_max, (rows,), device=device),
+        )
+        ours = lambda x, w, g, kc, vc, n: decode_linear(x, w, norm=(g, None, 1e-5), kv=(kc, vc, n), rope=theta)
+
+        def theirs(x, w, g, kc, vc, n, rows=rows):
+            qkv = reference.linear(reference.rms_norm(x, g), w).view(rows, 1, -1, d).transpose(1, 2)
+            q, k_new, v_new = qkv.split((heads, kv_heads, kv_heads), dim=1)
+            q, k_new = (reference.rotary(t, n[:, None], theta) for t in (q, k_new))
+            reference.kv_write(k_new, v_new, kc, vc, n)
+            return q
+
+        moved = 2 * (rows * k + out * k + k + rows * out + 2 * rows * kv_heads * d)
+        row = time_pair(ours, theirs, make, moved)
+        yield dict(
+            kernel="RMSNorm + q/k/v + rotary + KV write",
+            shape=f"M={rows} {k}->{out}",
+            unit="GB/s",
+            work=moved / 1e9,
+            **row,
+        )
+
+
 GROUPS = {
     "prefill": lambda device, dtype: _cases(PREFILL, device, dtype),
     "decode": lambda device, dtype: _cases(DECODE, device, dtype),
     "swiglu": swiglu_cases,
+    "llama_decode": llama_decode_cases,
 }
 
 if __name__ == "__main__":
