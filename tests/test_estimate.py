@@ -27,6 +27,24 @@ def test_cost_grows_with_the_job():
     assert steps(profiled=3) > steps(device="cuda") > steps()  # a GPU compiles in a warm-up run first
 
 
+def test_every_offered_model_is_counted_at_its_own_shape():
+    """The shapes the estimate counts are the checkpoints' own (the bundled ones' config.json, the hub names'
+    table in the picker), not GPT-2 small's for a model it does not know."""
+    import json
+    from pathlib import Path
+
+    from explorer.app import models
+    from explorer.model.weights import resolve_name
+
+    for name in ("bundled", "bundled-llama"):
+        cfg = json.loads((Path(resolve_name(name)) / "config.json").read_text())
+        shape = (cfg.get("n_layer") or cfg["num_hidden_layers"], cfg.get("n_embd") or cfg["hidden_size"])
+        assert estimate.SHAPES[name] == shape, name
+    for name, label in models.HUB_SHAPES.items():
+        layers, width = estimate.SHAPES[name]
+        assert f"{layers} × {width}" in label, name
+
+
 def test_the_note_says_it_is_an_estimate_and_where_its_rate_comes_from():
     units = estimate.layer_steps("bundled", 8, 200, True)
     note = estimate.note(estimate.seconds("cpu", "triton", units), "cpu")

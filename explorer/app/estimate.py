@@ -43,6 +43,12 @@ TOKENS_PER_UNIT = 96
 SHAPES = {"bundled": (6, 256), "distilgpt2": (6, 768), "gpt2": (12, 768), "gpt2-shape": (12, 768)}
 SHAPES |= {"blocks-cpu": (2, 192), "blocks-gpu": (12, 768)}  # the blocks lesson's two models, each
 SHAPES |= {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 1600)}
+SHAPES |= {"bundled-llama": (6, 192), "HuggingFaceTB/SmolLM2-135M": (30, 576)}  # the Llama family's
+# In the interpreter a Llama layer costs about twice a GPT-2 layer of its width: its prefill launches rotary and a
+# third matrix, and every launch's programs run in Python (the bundled Llama's default Generate on the 2-core
+# machine, 2026-12-02: 75 s against 35 s for the bundled GPT-2, 6 x 192 against 6 x 256). On a GPU its layers
+# cost as GPT-2's (launches set a step's time: 15.6 us a layer at SmolLM2's shape, 20.7 at GPT-2 small's).
+INTERPRETER_COST = {"bundled-llama": 2.0, "HuggingFaceTB/SmolLM2-135M": 2.0}
 POSITIONS = {"bundled": 1024}  # positions of each model; GPT-2's 1024 for the others
 # A tile sweep: seconds per interpreter program on CPU, per config on a GPU (graph capture and replays).
 SWEEP_PROGRAM_S = 0.002
@@ -108,9 +114,11 @@ def layer_steps(
 
 def model_scale(model: str, device: str) -> float:
     """Layer-steps of the model's step, per layer-step of one 256 wide: layers x width / 256 in the
-    interpreter, the layers alone on a GPU (see layer_steps)."""
+    interpreter (times INTERPRETER_COST for a Llama), the layers alone on a GPU (see layer_steps)."""
     layers, width = SHAPES.get(model, SHAPES["gpt2"])
-    return layers * (width / 256 if device == "cpu" else 1)
+    if device == "cpu":
+        return layers * width / 256 * INTERPRETER_COST.get(model, 1.0)
+    return layers
 
 
 def seconds(device: str, backend: str, units: float) -> float:
