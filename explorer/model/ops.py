@@ -8,9 +8,10 @@ attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, ln_f, lm_head, wte/wpe, kv write)
 - "none": every operation its own kernel, as eager PyTorch launches them: the matmul, then the bias,
   the GELU and the residual add each as a separate elementwise kernel;
 - "epilogue": bias, GELU and residual add in the matmul's epilogue (one kernel per projection);
-- "decode": in decode steps, each LayerNorm in the prologue of the projection after it, the KV-cache
-  write in c_attn's epilogue, split-K and decode attention each finished by their own last program
-  (kernels.arrival): five kernels per layer. Prefill and full-sequence passes run as "epilogue";
+- "decode": in decode steps, each LayerNorm (or RMSNorm) in the prologue of the projection after it, the
+  KV-cache write (after a Llama's rotary positions) in c_attn's epilogue, a Llama's SwiGLU in c_fc's, split-K
+  and decode attention each finished by their own last program (kernels.arrival): five kernels per layer.
+  Prefill and full-sequence passes run as "epilogue";
 - "overlap": the decode rung's kernels, each launched with programmatic dependent launch (kernels.pdl) so
   that it starts while the kernel before it finishes and loads its weights before it waits for that
   kernel's output. Needs a GPU of compute capability 9.0 or later (Hopper); elsewhere it runs as "decode".

@@ -20,7 +20,8 @@ from . import base
 
 FAMILIES = ("GPT-2", "Llama")
 KEYS = {"GPT-2": "gpt2", "Llama": "llama"}  # the facts' prefixes
-# Both blocks on the rung where each runs the same kernels: the decode rungs' fused kernels are GPT-2's alone.
+# Both blocks on the rung where each part of the block is a launch of its own, booked under its own chart category:
+# on the decode rungs the norms, rotary and the cache write ride inside the projections of either block.
 FUSION = "epilogue"
 # Each change, the chart categories it shows up in, and the block's two ways of doing that part.
 CHANGES = (
@@ -153,7 +154,7 @@ def explain(r) -> str:
         lines[-1] += (
             f" That is {rate(total_g, g['step_ms'])} → {rate(total_m, m['step_ms'])} TB/s of modeled traffic, far "
             "below what HBM delivers: where a step moves this few bytes, its time follows the kernels it launches as "
-            "much as their bytes, and the fused rungs of *Fusion, the ladder* are how GPT-2's block closes that gap."
+            "much as their bytes, and the fused rungs of *Fusion, the ladder* are how either block closes that gap."
         )
     if r.device == "CPU":
         lines.append(
