@@ -11,8 +11,9 @@ from kernels.matmul.decode import traffic
 from tests.test_fused_linear import FORMS, _config, _counters_are_zero, only_the_new_rows_changed
 from tests.tolerances import DTYPES, assert_close, f64, float16_here
 
-# (rows, in_features, features): one row, a few, a whole decode tile; widths that are not powers of two.
-SHAPES = [(1, 40, 17), (3, 96, 100), (16, 72, 24)]
+# (rows, in_features, features): one row, a few, a whole decode tile; widths that are not powers of two. (16, 300, 20):
+# 16 rows of 512 (the power of two over 300) pass STATS_ELEMENTS, so the K loop takes its chunked statistics.
+SHAPES = [(1, 40, 17), (3, 96, 100), (16, 72, 24), (16, 300, 20)]
 
 
 def _rms(x, weight, eps, dtype):
@@ -27,6 +28,8 @@ def _rms(x, weight, eps, dtype):
 @pytest.mark.parametrize("form", FORMS)
 def test_rms_prologue_and_swiglu_epilogue_match_float64(device, dtype, rows, k, features, split_k, form):
     float16_here(device, dtype, (rows, k, features) == (3, 96, 100))
+    if device.type == "cpu" and form == "prefetch" and k == 300:
+        pytest.skip("the chunked statistics are the K loop's; the prefetch form of 300 columns on a GPU only")
     x = torch.randn(rows, k, device=device, dtype=dtype) * 2 + 0.5
     norm = (torch.rand(k, device=device, dtype=dtype) + 0.5, None, 1e-5)
     gate_up = (torch.randn(2 * features, k, device=device) / k**0.5).to(dtype)
