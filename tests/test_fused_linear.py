@@ -114,7 +114,7 @@ def test_decode_linear_equals_the_unfused_launches(device, dtype, rows, k, n, us
 def test_every_launch_leaves_the_counters_at_zero_and_repeats_bit_for_bit(device, split_k, form):
     use = USES["ln_2-c_fc-gelu"]
     x, w, b, r, norm = _inputs(device, torch.float16, 5, 96, 100, use)
-    cfg = _config(96, split_k, form)
+    cfg = _config(96, split_k, form, 100, device)
     first = decode_linear(x, w, b, activation="gelu", norm=norm, config=cfg)
     assert _counters_are_zero(device)
     second = decode_linear(x, w, b, activation="gelu", norm=norm, config=cfg)
@@ -169,7 +169,8 @@ def test_kv_rows_land_at_each_sequences_position_and_nothing_else_changes(
     before = caches.clone()
     lens = torch.tensor(lengths, device=device, dtype=torch.int64 if batch % 2 else torch.int32)
 
-    y = decode_linear(x, w, b, norm=norm, kv=(k_cache, v_cache, lens), config=_config(c, split_k, form), pdl=True)
+    cfg = _config(c, split_k, form, 3 * c, device)
+    y = decode_linear(x, w, b, norm=norm, kv=(k_cache, v_cache, lens), config=cfg, pdl=True)
 
     assert_close("linear", y[:, 0], _reference(x[:, 0], w, b, None, norm, None, dtype), dtype)
     k_new = y[:, 0, c : 2 * c].view(batch, heads, head_dim)
