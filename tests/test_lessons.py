@@ -187,6 +187,12 @@ def test_the_explanation_quotes_this_runs_measurements(runs, name):
     assert f"measured just now: {r.device}" in figure.layout.title.text
 
 
+def test_a_share_below_one_percent_is_not_shown_as_zero():
+    from explorer.app.lessons.base import pct
+
+    assert [pct(x) for x in (0.5, 0.126, 0.0003, 0.0011, 0.0)] == ["50%", "13%", "0.03%", "0.11%", "0%"]
+
+
 def test_an_unknown_lesson_is_refused_with_the_allowed_names():
     import asyncio
 

@@ -238,7 +238,9 @@ def mb(x: float) -> str:
 
 
 def pct(x: float) -> str:
-    return f"{x:.0%}"
+    """A share as a percentage: whole percents, and two significant digits below 1% (a share of 0.0003 is
+    0.03%, not 0%)."""
+    return f"{100 * x:.2g}%" if 0 < x < 0.01 else f"{x:.0%}"
 
 
 # --- charts readable from the back of a room ---------------------------------------------------------

@@ -142,7 +142,7 @@ def explain(r) -> str:
         f"({base.mb(g['ffn_weights_mb'])} and {base.mb(m['ffn_weights_mb'])}: two matrices of 4C against three of "
         f"8C/3), so their bytes barely move; SwiGLU's gate and up run as one matmul with the gating in its "
         f"epilogue. RMSNorm and rotary together move the step by {base.mb(small)} "
-        f"({f'{share:.1%}' if share < 0.01 else base.pct(share)} of it): each reads and writes its rows once."
+        f"({base.pct(share)} of it): each reads and writes its rows once."
     )
     ops = f", in **{g['operations']} → {m['operations']} operations**" if "operations" in g else ""
     lines.append(
