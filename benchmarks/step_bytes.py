@@ -24,9 +24,7 @@ MB = 1e6
 def _steps(context: int, rungs):
     """[(family, rung, step function, model's traffic)] for every family and rung, on the GPU."""
     from benchmarks.ladder import random_hf
-    from explorer.measure.ladder import random_cache, reset
-    from explorer.measure.traffic import traffic_at
-    from explorer.model.ops import Trace
+    from explorer.measure.ladder import reset, step_total, traced_step
     from explorer.model.weights import config_from_hf, from_hf_state_dict
 
     out = []
@@ -37,15 +35,8 @@ def _steps(context: int, rungs):
         del hf
         for rung in rungs:
             model = base.with_fusion(rung)
-            generator = torch.Generator().manual_seed(0)
-            cache = random_cache(model, 1, context, generator)
-            ids = torch.randint(0, model.config.vocab_size, (1,), generator=generator).cuda()
-            trace = Trace()
-            model.decode(ids, cache, observer=trace)
-            total = None
-            for op in trace.ops:
-                t = traffic_at(op, (context + 1,))
-                total = t if total is None else total + t
+            cache, ids, ops, _ = traced_step(model, context)
+            total = step_total(ops, context, 1)
 
             def step(model=model, cache=cache, ids=ids):
                 reset(cache, context)

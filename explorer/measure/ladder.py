@@ -30,7 +30,7 @@ from ..model.graphs import DecodeGraph
 from ..model.ops import FUSIONS, Trace
 from .launches import device_activity
 from .metrics import MB
-from .traffic import traffic_at
+from .traffic import total_traffic
 
 RUNGS = (*FUSIONS, "torch")  # "torch": the PyTorch backend, whatever the rung
 
@@ -78,25 +78,14 @@ def rung_row(model, rung: str, *, context: int, batch: int = 1, replays: int = 5
             f"context={context} must be between 1 and {model.config.n_positions - 1} (the model's positions)"
         )
     m = _model_for(model, rung)
-    generator = torch.Generator().manual_seed(seed)
-    cache = random_cache(m, batch, context, generator)
-    ids = torch.randint(0, m.config.vocab_size, (batch,), generator=generator).to(m.device)
-    trace = Trace()
-    t0 = time.perf_counter()
-    m.decode(ids, cache, observer=trace)  # compiles on the first rung that needs it; timed again below on a GPU
-    first_ms = (time.perf_counter() - t0) * 1e3
-    reset(cache, context)
-    lengths = (context + 1,) * batch  # each sequence attends over its cache and the new token
-    total = None
-    for op in trace.ops:
-        t = traffic_at(op, lengths)
-        total = t if total is None else total + t
+    cache, ids, ops, first_ms = traced_step(m, context, batch, seed)  # on a GPU, timed again below
+    total = step_total(ops, context, batch)
     row = dict(
         rung=rung,
         context=context,
         batch=batch,
-        operations=len(trace.ops),
-        launches_modeled=_total(launches_of(op) for op in trace.ops),
+        operations=len(ops),
+        launches_modeled=_total(launches_of(op) for op in ops),
         l2_mb=total.bytes / MB,
         hbm_mb=total.hbm_bytes / MB,
     )
@@ -108,6 +97,27 @@ def rung_row(model, rung: str, *, context: int, batch: int = 1, replays: int = 5
     step_ms = replay_ms(graph.graph.replay, lambda: reset(cache, context), replays)
     timer = f"cuda events, median of {replays} CUDA-graph replays"
     return row | dict(kernels=kernels, memory_ops=memory_ops, step_ms=step_ms, timer=timer)
+
+
+def traced_step(model, context: int, batch: int = 1, seed: int = 0):
+    """One decode step of `model` (at its rung) over a random cache at `context` positions, traced: (the cache,
+    put back to `context` after the step, the step's ids, its operations, and the milliseconds it took, which on
+    a GPU include compiling the rung's kernels the first time)."""
+    generator = torch.Generator().manual_seed(seed)
+    cache = random_cache(model, batch, context, generator)
+    ids = torch.randint(0, model.config.vocab_size, (batch,), generator=generator).to(model.device)
+    trace = Trace()
+    t0 = time.perf_counter()
+    model.decode(ids, cache, observer=trace)
+    first_ms = (time.perf_counter() - t0) * 1e3
+    reset(cache, context)
+    return cache, ids, trace.ops, first_ms
+
+
+def step_total(ops, context: int, batch: int):
+    """Modeled traffic of a decode step's operations at `context`: each sequence attends over its cache and the
+    new token."""
+    return total_traffic(ops, (context + 1,) * batch)
 
 
 def replay_ms(replay, reset_state, replays: int) -> float:

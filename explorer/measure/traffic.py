@@ -12,6 +12,7 @@ Results are cached: one step of GPT-2 small names about 170 operations, most of 
 from __future__ import annotations
 
 import functools
+import operator
 
 from kernels import elementwise
 from kernels.attn import grouped, grouped_prefill
@@ -144,6 +145,11 @@ KEYED_BY_LENGTHS = (
 def traffic_at(op: Op, lengths: tuple[int, ...]) -> Traffic:
     """op_traffic, given the lengths only where the kernel reads them (so alike calls share one cache entry)."""
     return op_traffic(op, lengths if op.kernel in KEYED_BY_LENGTHS else ())
+
+
+def total_traffic(ops, lengths: tuple[int, ...]) -> Traffic:
+    """Modeled traffic of a pass's operations together; `lengths` as traffic_at takes them."""
+    return functools.reduce(operator.add, (traffic_at(op, lengths) for op in ops))
 
 
 def step_traffic(step) -> dict[str, Traffic]:

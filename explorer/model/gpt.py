@@ -160,6 +160,7 @@ class _Attend:
 
 class GPT(nn.Module):
     family = "GPT-2"  # the block's family, as the app names it
+    RUNS_AS: dict[str, str] = {}  # a rung this family's blocks run as another (the Llama family's persistent rung)
 
     def __init__(self, cfg: GPTConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
         super().__init__()
@@ -193,7 +194,7 @@ class GPT(nn.Module):
         return other
 
     def _ops(self, backend, tiles, observer) -> Ops:
-        return Ops(backend or self.backend, tiles, observer, self.fusion)
+        return Ops(backend or self.backend, tiles, observer, self.RUNS_AS.get(self.fusion, self.fusion))
 
     def _attend(self, ops: Ops, cache: KVCache | None = None, mode: str = "full") -> _Attend:
         """How this pass's attention gets its keys (the Llama family's groups its heads)."""

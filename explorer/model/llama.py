@@ -129,6 +129,7 @@ class _GroupedAttend(_Attend):
 
 class Llama(GPT):
     family = "Llama"
+    RUNS_AS = {"persistent": "overlap"}  # the persistent rung's one-launch block is GPT-2's
 
     def __init__(self, cfg: LlamaConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
         nn.Module.__init__(self)
@@ -144,11 +145,6 @@ class Llama(GPT):
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.requires_grad_(False)
         self.decode_graphs = GraphPool()
-
-    def _ops(self, backend, tiles, observer) -> Ops:
-        # The persistent rung's one-launch block is GPT-2's: there a Llama's decode steps run as "overlap".
-        fusion = "overlap" if self.fusion == "persistent" else self.fusion
-        return Ops(backend or self.backend, tiles, observer, fusion)
 
     def _attend(self, ops: Ops, cache: KVCache | None = None, mode: str = "full") -> _GroupedAttend:
         return _GroupedAttend(ops, self.config.n_head, cache, mode)
