@@ -121,6 +121,18 @@ def test_greedy_generation_matches_transformers(checkpoint, backend, fusion, cac
     assert "".join(s.text for s in steps) == tok.decode(expected)
 
 
+def test_a_prefill_on_the_torch_backend_feeds_our_decode_steps(checkpoint, device):
+    """The profiling pass rebuilds a cache with PyTorch's prefill (it compiles nothing) and times our decode step
+    on it: the prefill's operations are the torch backend's, the steps' ours, and the tokens still transformers'."""
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend="triton", device=device)
+    prompt = torch.randint(0, hf.config.vocab_size, (9,)).tolist()
+    steps = list(generate(model, prompt, max_new_tokens=4, eos_token_id=-1, prefill_backend="torch", graph=False))
+    assert [s.token_id for s in steps] == hf_greedy(hf, prompt, 4)
+    assert {op.backend for op in steps[0].ops} == {"torch"}
+    assert all({op.backend for op in s.ops} == {"triton"} for s in steps[1:])
+
+
 @pytest.mark.parametrize("cache,fusion", [(True, "decode"), (True, "none"), (False, "decode")])
 def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache, fusion, device):
     folder, hf = checkpoint

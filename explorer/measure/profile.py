@@ -200,9 +200,13 @@ def profile_run(
         # all but the last of those are a prefill and the last is what the decode step feeds.
         fed = [p + g[:index] for p, g in zip(prompts, generated, strict=True)]
         prompt, steps_run = ([f[:-1] for f in fed], 2) if cache and index > 0 else (fed, 1)
+        # A decode step's cache is rebuilt by the torch backend's prefill: only the step is timed, and a prefill
+        # of ours at each new length would compile its kernels first (about 2 s for each new bucket of rows on
+        # an H200), a wait that no estimate could foresee.
+        step_kw = dict(kw, prefill_backend="torch") if steps_run == 2 else kw
         if model.device.type == "cuda":  # compile for this length first, outside the timed calls
-            list(generate(model, prompt, max_new_tokens=steps_run, **kw))
-        gen = generate(model, prompt, max_new_tokens=steps_run, observer=profiler, **kw)
+            list(generate(model, prompt, max_new_tokens=steps_run, **step_kw))
+        gen = generate(model, prompt, max_new_tokens=steps_run, observer=profiler, **step_kw)
         observed = _last_step(gen, steps_run, profiler)
         if model.device.type == "cuda" and not any(r["kernel_ms"] > 0 for r in observed):
             raise NoKernelTime(

@@ -109,6 +109,7 @@ def generate(
     cache: bool = True,
     tiles: Tiles | None = None,
     backend: str | None = None,
+    prefill_backend: str | None = None,
     fusion: str | None = None,
     temperature: float = 0.0,
     top_k: int = 0,
@@ -135,6 +136,10 @@ def generate(
     batch, length, rung, tiles and sampling mode, which replays it without capturing again.
 
     fusion: a rung of the fusion ladder (explorer.model.ops.FUSIONS); None keeps the model's.
+
+    prefill_backend: the backend of the prefill with the cache on, where it differs from the decode steps'
+    (None: backend). A profiling pass rebuilds a cache with the torch backend's prefill, which compiles nothing,
+    to time one of our decode steps on it.
 
     clock: marked around each step and what ran before it (see the module's text): `mark()` where a span
     starts or ends, `begin()` once the warm-up is done and the timed run starts.
@@ -173,6 +178,7 @@ def generate(
         seed=seed,
     )
     run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, sampler.greedy, clock)
+    run.prefill_backend = prefill_backend or backend  # the prefill's alone (profiling: a cache rebuilt cheaply)
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
     steps = run.n_steps
@@ -256,6 +262,7 @@ class _Run:
 
     def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy, clock):
         self.model, self.tiles, self.backend, self.use_graph, self.greedy = model, tiles, backend, graph, greedy
+        self.prefill_backend = backend
         self.observer, self.clock = observer, clock
         self.graph = None
         self.lengths = [len(p) for p in batch]
@@ -321,6 +328,7 @@ class _Run:
             return m.decode(self.next_ids, self.kv, **kw)
         width = max(self.lengths)
         if self.kv is not None:
+            kw["backend"] = self.prefill_backend
             return m.prefill(self.tokens[:, :width], self.kv, self.lengths, **kw)
         last = torch.tensor([n - 1 for n in self.lengths], device=self.tokens.device)
         return m(self.tokens[:, :width], logits_at=last, **kw)[:, 0]
