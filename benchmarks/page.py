@@ -110,6 +110,13 @@ def through_server(port: int, gpt2: str, device: str, only: str = "") -> tuple[l
         # The client reads the app's API description once, at its first call by parameter names (about a second
         # on the H200 host, before the job is even submitted): read it here, outside every row's clock.
         client.view_api(print_info=False)
+        # A browser's first event is the page's own load event (the lesson link), queued before any click: one
+        # refused request stands for it, so that the first row is a visitor's first click, not the connection's
+        # first event.
+        try:
+            client.predict(prompt="x", new_tokens=0, api_name="/generate")
+        except Exception as e:  # the refusal expected: new tokens must be at least 1
+            log.append(f"the connection's first event, refused as expected: {str(e)[:80]}")
         rows = []
         gpu = device == "cuda"
         generate = dict(prompt="def fibonacci(n):", cache=True)

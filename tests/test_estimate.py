@@ -8,14 +8,13 @@ from explorer.app import estimate, settings
 
 @pytest.fixture(autouse=True)
 def fresh():
-    saved = dict(estimate._measured), set(estimate._compiled)
-    estimate._measured.clear()
-    estimate._compiled.clear()
+    saved = dict(estimate._measured), set(estimate._compiled), dict(estimate._fixed)
+    for kept in (estimate._measured, estimate._compiled, estimate._fixed):
+        kept.clear()
     yield
-    estimate._measured.clear()
-    estimate._measured.update(saved[0])
-    estimate._compiled.clear()
-    estimate._compiled.update(saved[1])
+    for kept, was in zip((estimate._measured, estimate._compiled, estimate._fixed), saved, strict=True):
+        kept.clear()
+        kept.update(was)
 
 
 def test_cost_grows_with_the_job():
@@ -54,11 +53,18 @@ def test_the_note_says_it_is_an_estimate_and_where_its_rate_comes_from():
     assert "from the last run here" in estimate.note(estimate.seconds("cpu", "triton", units), "cpu")
     assert estimate.note(0.2, "cpu") == "*Estimate: under a second on this CPU.*"
     # A run whose steps cost less than its fixed part says nothing of the rate: two PyTorch tokens that
-    # took 2.5 s on a busy machine leave a 1000-token run's estimate as it was.
+    # took 2.5 s on a busy machine leave a 1000-token run's steps as they were; the fixed part moves halfway
+    # to what the short run took beyond its steps, and no further than FIXED_RANGE allows.
     short, long = (estimate.layer_steps("bundled", 1, n, True) for n in (2, 1000))
-    before = estimate.seconds("cpu", "torch", long)
-    estimate.record("cpu", "torch", short, wall_s=2.5)
-    assert estimate.seconds("cpu", "torch", long) == before
+    steps = estimate.seconds("cpu", "torch", long) - estimate.fixed_s("cpu")
+    rate = estimate.RATES[("cpu", "torch")]
+    estimate.record("cpu", "torch", short, wall_s=1.0)
+    assert estimate.seconds("cpu", "torch", long) - estimate.fixed_s("cpu") == pytest.approx(steps)
+    assert estimate.fixed_s("cpu") == pytest.approx((estimate.FIXED_S["cpu"] + 1.0 - short * rate) / 2)
+    for _ in range(20):
+        estimate.record("cpu", "torch", short, wall_s=100.0)
+    assert estimate.fixed_s("cpu") == pytest.approx(estimate.FIXED_RANGE[1] * estimate.FIXED_S["cpu"])
+    assert estimate.seconds("cpu", "torch", long) - estimate.fixed_s("cpu") == pytest.approx(steps)
     assert "min on this GPU" in estimate.note(600, "cuda")
 
 
@@ -93,16 +99,27 @@ def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
     compile_s = estimate.COMPILE_S["cuda"]
     first = estimate.generation_seconds(bundled, "cuda")
     estimate.compiled("cuda", estimate.generation_keys(bundled))
-    assert first - estimate.generation_seconds(bundled, "cuda") == pytest.approx(compile_s["generate"])
-    # Another width, or a longer run, compiles anew; a run of a length in the same bucket does not.
-    for other in (dict(model="gpt2"), dict(new_tokens=200)):
+    model_and_length = compile_s["model"] + compile_s["prefill"] + compile_s["generate"]
+    assert first - estimate.generation_seconds(bundled, "cuda") == pytest.approx(model_and_length)
+    # Another model compiles its decoder, its prefill and its lengths anew; another dtype or fusion level its
+    # decoder and its prefill; a longer run its decode steps' lengths only, a longer prompt (past 128 rows) its
+    # prefill too; a run of a length in the same buckets compiles nothing.
+    for other, cost in (
+        (dict(model="gpt2"), model_and_length),
+        (dict(dtype="float16"), compile_s["model"] + compile_s["prefill"]),
+        (dict(fusion="none"), compile_s["model"] + compile_s["prefill"]),
+        (dict(new_tokens=200), compile_s["generate"]),
+        (dict(prompt_tokens=200), compile_s["prefill"] + compile_s["generate"]),
+    ):
         s = settings.RunSettings(**{"prompt": "def f(x):", "new_tokens": 8} | other)
-        assert estimate.compile_s("cuda", estimate.generation_keys(s)) == compile_s["generate"], other
+        assert estimate.compile_s("cuda", estimate.generation_keys(s)) == pytest.approx(cost), other
     shorter = settings.RunSettings(prompt="def f(x):", new_tokens=12)  # 3 + 12 tokens, in 3 + 8's bucket of 16
     assert estimate.compile_s("cuda", estimate.generation_keys(shorter)) == 0
-    # Compare: each bucket of its lengths once for the cached run and once for the cache-off runs.
+    # Compare: each bucket of its lengths once for the cached run and once for the cache-off runs, and the
+    # prefill of each bucket of its prompts' rows.
     keys = estimate.compare_keys(bundled, [4, 7, 200])  # buckets of 16, 16 (compiled above) and 256
-    assert estimate.compile_s("cuda", keys) == compile_s["generate"] + 2 * compile_s["cache off"]
+    want = compile_s["generate"] + 2 * compile_s["cache off"] + compile_s["prefill"]  # 200 rows: past 128
+    assert estimate.compile_s("cuda", keys) == pytest.approx(want)
     assert estimate.ladder_seconds(bundled, "cuda") > compile_s["ladder"]
     # PyTorch compiles nothing of ours, and the interpreter compiles nothing.
     torch_run = settings.RunSettings(prompt="def f(x):", new_tokens=500, backend="torch")

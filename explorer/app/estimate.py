@@ -22,20 +22,21 @@ from .errors import UserError
 
 # Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (a decode step of the
 # bundled model, 6 layers, in about 0.8 s); PyTorch on that CPU; an H200, eager launches included. And
-# seconds a job costs whatever its size, per device. The H200's pair is fitted to two warm Generates timed
-# through the server (benchmarks/page.py, 2026-12-01): the bundled model's 64 tokens in 0.73 s, GPT-2
-# small's 256 in 1.03 s.
+# seconds a job costs whatever its size, per device: on the H200 a warm default Generate timed through the
+# server took 0.45 s, its first after start 0.40 (benchmarks/page.py, 2026-12-02).
 RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0005, ("cuda", "triton"): 0.0001, ("cuda", "torch"): 0.0003}
-FIXED_S = {"cpu": 0.4, "cuda": 0.65}
-# Triton's compilation on a GPU, the first time a kind of work meets a model and a bucket of lengths (tile
-# constants follow the width, the rows and the context): seconds on the H200 (benchmarks/RESULTS.md, 2026-12-01:
-# a generation of 64-256 tokens at a new length or width took 2.8-5.1 s more than the same run again; Compare's
-# cache-off runs at new lengths about 25 s more).
-# A sweep compiles each config once per kernel, dtype and shape: about 0.45 s each (a layer_norm sweep of 20
-# configs took 9.9 s the first time, 1.1 s again).
+FIXED_S = {"cpu": 0.4, "cuda": 0.45}
+# Triton's compilation on a GPU, the first time a kind of work meets its key, in seconds on the H200
+# (benchmarks/page.py and a probe of prefills, 2026-12-02): a model's decode kernels at a dtype and fusion level
+# ("model"); its prefill at a new bucket of rows ("prefill": the tile constants follow the rows; 1.9-2.7 s a
+# bucket); its decode steps at a new bucket of lengths ("generate": the cache's splits follow its size; 0.45-0.9
+# s); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": Compare's defaults took 28
+# and 45 s on two days, nearly all of it this). GPT-2 small's shape at 64 tokens, new to a server, took 3.1 s
+# more than warm: a model, a prefill and a generate key. A sweep compiles each config once per kernel, dtype and
+# shape: about 0.45 s each (a layer_norm sweep of 20 configs took 9.9 s the first time, 1.1 s again).
 COMPILE_S = {
-    "cpu": {"generate": 0.0, "cache off": 0.0, "ladder": 0.0, "sweep": 0.0},
-    "cuda": {"generate": 3.8, "cache off": 12.0, "ladder": 12.0, "sweep": 0.45},
+    "cpu": {"model": 0.0, "prefill": 0.0, "generate": 0.0, "cache off": 0.0, "ladder": 0.0, "sweep": 0.0},
+    "cuda": {"model": 0.5, "prefill": 2.2, "generate": 0.7, "cache off": 16.0, "ladder": 12.0, "sweep": 0.45},
 }
 PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
 TOKENS_PER_UNIT = 96
@@ -59,9 +60,13 @@ SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
 # Decode steps' worth one rung of the ladder costs: on CPU the step traced (which, eager and observed, costs a
 # little more than a step); on a GPU that step, its graph's capture and the replays.
 LADDER_STEPS = {"cpu": 1.3, "cuda": 3}
+# Seconds a rung of the ladder costs beside its steps: on a GPU its graph captured and its kernels profiled, which
+# for a small model outweigh the steps (the bundled model's five rungs: 0.43-0.71 s through the server).
+LADDER_RUNG_S = {"cpu": 0.0, "cuda": 0.02}
 PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
 
 _measured: dict[tuple[str, str], float] = {}  # the device's speed, not a visitor's data: shared
+_fixed: dict[str, float] = {}  # a job's fixed seconds on this device, learned from the short jobs run here
 _compiled: set[tuple] = set()  # (device type, (kind, model, bucket)) compiled for this server
 _lock = threading.Lock()
 
@@ -124,7 +129,12 @@ def model_scale(model: str, device: str) -> float:
 def seconds(device: str, backend: str, units: float) -> float:
     """Seconds for `units` layer-steps and a job's fixed cost."""
     rate = _measured.get((device, backend), RATES[(device, backend)])
-    return FIXED_S[device] + units * rate
+    return fixed_s(device) + units * rate
+
+
+def fixed_s(device: str) -> float:
+    """A job's seconds whatever its size: FIXED_S until a short job has run here, then learned from those."""
+    return _fixed.get(device, FIXED_S[device])
 
 
 def bucket(tokens: int) -> int:
@@ -146,13 +156,25 @@ def compiled(device: str, keys) -> None:
 
 
 def record(device: str, backend: str, units: float, wall_s: float) -> None:
-    """A finished job's speed, for the next estimate on this device and backend. A job whose steps should
-    cost less than its fixed part cannot tell the two apart and leaves the rate as it was: a 2-token run
-    that took 2.5 s on a busy machine would otherwise make a 1000-token run's estimate 700 s."""
+    """A finished job's speed, for the next estimate on this device and backend. A job whose steps cost more
+    than its fixed part sets the rate. One whose steps should cost less cannot tell the rate apart from the
+    fixed part and leaves the rate as it was (a 2-token run that took 2.5 s on a busy machine would otherwise
+    make a 1000-token run's estimate 700 s); it moves the fixed part halfway to what it took beyond its
+    steps, within FIXED_RANGE of FIXED_S. On a GPU most jobs are such short ones, and the same job's seconds
+    differ between machines of one kind by up to 1.6x (benchmarks/RESULTS.md, 2026-12-02)."""
     rate = _measured.get((device, backend), RATES[(device, backend)])
-    if units > 0 and wall_s > 0 and units * rate >= FIXED_S[device]:
-        with _lock:
-            _measured[(device, backend)] = max(wall_s - FIXED_S[device], 0.1 * wall_s) / units
+    if units <= 0 or wall_s <= 0:
+        return
+    fixed = fixed_s(device)
+    with _lock:
+        if units * rate >= fixed:
+            _measured[(device, backend)] = max(wall_s - fixed, 0.1 * wall_s) / units
+        else:
+            lo, hi = (f * FIXED_S[device] for f in FIXED_RANGE)
+            _fixed[device] = min(max((fixed + wall_s - units * rate) / 2, lo), hi)
+
+
+FIXED_RANGE = (0.5, 4.0)
 
 
 def source(device: str, backends) -> str:
@@ -182,8 +204,21 @@ def prompt_tokens(s) -> int:
     return s.prompt_tokens or max(1, len(s.prompt) // 3)
 
 
+def model_key(s) -> tuple:
+    """A model's decoder kernels, compiled once for each dtype and fusion level."""
+    return ("model", s.model, s.dtype, s.fusion)
+
+
+def prefill_key(s, tokens: int) -> tuple:
+    """A prefill's kernels, compiled once for each bucket of rows (128 rows or fewer share one)."""
+    return ("prefill", *model_key(s)[1:], max(128, bucket(s.batch * tokens)))
+
+
 def generation_keys(s) -> list:
-    return [("generate", s.model, bucket(prompt_tokens(s) + s.new_tokens))] if s.backend == "triton" else []
+    if s.backend != "triton":
+        return []
+    tokens = prompt_tokens(s)
+    return [model_key(s), prefill_key(s, tokens), ("generate", s.model, bucket(tokens + s.new_tokens))]
 
 
 def generation_seconds(s, device: str) -> float:
@@ -203,12 +238,13 @@ def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
 
 def compare_keys(s, lengths: list[int]) -> list:
     tokens = [bucket(n + s.new_tokens) for n in lengths]
-    return [(kind, s.model, b) for b in tokens for kind in ("generate", "cache off")]
+    prefills = [prefill_key(s, n) for n in lengths]
+    return [model_key(s), *prefills] + [(kind, s.model, b) for b in tokens for kind in ("generate", "cache off")]
 
 
 def compare_seconds(s, lengths: list[int], device: str) -> float:
     units = compare_units(s, lengths, device)
-    run = sum(seconds(device, b, u) - FIXED_S[device] for b, u in units.items()) + FIXED_S[device]
+    run = sum(seconds(device, b, u) - fixed_s(device) for b, u in units.items()) + fixed_s(device)
     return run + compile_s(device, compare_keys(s, lengths))
 
 
@@ -220,7 +256,8 @@ def ladder_keys(s) -> list:
 def ladder_seconds(s, device: str, rungs: int = 5) -> float:
     """One decode step per Triton rung at the ladder's context (the torch backend's costs next to nothing):
     on CPU the step traced is the step timed; on a GPU it is traced, captured and replayed (LADDER_STEPS)."""
-    return seconds(device, "triton", ladder_units(s.model, s.batch, device, rungs)) + compile_s(device, ladder_keys(s))
+    run = seconds(device, "triton", ladder_units(s.model, s.batch, device, rungs)) + rungs * LADDER_RUNG_S[device]
+    return run + compile_s(device, ladder_keys(s))
 
 
 def ladder_units(model: str, batch: int, device: str, rungs: int) -> float:
@@ -307,7 +344,7 @@ def sweep_compiles(kernel: str, shape: dict, dtype: str) -> list:
 
 def sweep_s(kernel: str, shape: dict, device: str, dtype: str = "float32") -> float:
     configs = sweep_configs(kernel)
-    run = FIXED_S[device] + len(configs) * SWEEP_CONFIG_S[device]
+    run = fixed_s(device) + len(configs) * SWEEP_CONFIG_S[device]
     if device == "cpu":
         run += sum(sweep_programs(kernel, shape, c) for c in configs) * SWEEP_PROGRAM_S
     return run + compile_s(device, sweep_compiles(kernel, shape, dtype))
