@@ -218,28 +218,45 @@ def estimated(logged: list[str]) -> float | None:
     return None
 
 
+def shown_holds(guess: float, done: float) -> bool:
+    """Whether the job's time fits the estimate as the page showed it, within 1.5x: "under a second" is a bound
+    (done within 1.5 s), "about 7 s" a value (done within 4.7-10.5 s)."""
+    if guess < 1:
+        return done <= 1.5
+    value = round(guess, 1) if guess < 10 else round(guess) if guess < 120 else round(guess / 60) * 60
+    return value / 1.5 <= done <= 1.5 * value
+
+
 def table(rows: list[dict]) -> str:
+    from explorer.app.estimate import shown
+
     def s(x):
         return "" if x is None else f"{x:.2f}"
 
     heads = ["job", "estimate", "to the handler", "to the job", "first text", "all text", "done"]
-    heads += ["done / estimate", "updates", "longest gap"]
+    heads += ["done / estimate", "shown", "updates", "longest gap"]
     heads += ["handler: first text", "all text", "done", "gap at done"]
     lines = ["| " + " | ".join(heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
     for r in rows:
         gap = r["done_s"] - r["handler_done_s"] if "handler_done_s" in r else None
         guess = estimated(r.get("server") or [])
         ratio = r["done_s"] / guess if guess else None
+        said = f"{shown(guess)} {'(holds)' if shown_holds(guess, r['done_s']) else '(off)'}" if guess else ""
         asked, began = (logged_at(r.get("server") or [], what) for what in ("asked", "began"))
         reach = asked - r["submitted"] if asked and "submitted" in r else None
         wait = began - r["submitted"] if began and "submitted" in r else None
         lines.append(
             f"| {r['job']} | {s(guess)} | {s(reach)} | {s(wait)} | {s(r.get('first_text_s'))} "
             f"| {s(r.get('all_text_s'))} | {s(r['done_s'])} "
-            f"| {s(ratio)} | {r['updates']} "
+            f"| {s(ratio)} | {said} | {r['updates']} "
             f"| {s(r['longest_gap_s'])} | {s(r.get('handler_first_text_s'))} | {s(r.get('handler_all_text_s'))} "
             f"| {s(r.get('handler_done_s'))} | {s(gap)} |"
         )
+    guesses = [(estimated(r.get("server") or []), r["done_s"]) for r in rows]
+    guesses = [(g, d) for g, d in guesses if g]
+    near = sum(1 / 1.5 <= d / g <= 1.5 for g, d in guesses)
+    held = sum(shown_holds(g, d) for g, d in guesses)
+    lines.append(f"\nwithin 1.5x of the estimate: {near} of {len(guesses)}; of the estimate as shown: {held}")
     return "\n".join(lines)
 
 

@@ -52,6 +52,8 @@ def test_the_note_says_it_is_an_estimate_and_where_its_rate_comes_from():
     assert estimate.seconds("cpu", "triton", units) == pytest.approx(estimate.FIXED_S["cpu"] + units * 0.01)
     assert "from the last run here" in estimate.note(estimate.seconds("cpu", "triton", units), "cpu")
     assert estimate.note(0.2, "cpu") == "*Estimate: under a second on this CPU.*"
+    # A few seconds in tenths (a whole second would be a third of 3 s), a whole number as one, longer in seconds.
+    assert [estimate.shown(x) for x in (1.46, 3.0, 9.2, 41.4, 600)] == ["1.5 s", "3 s", "9.2 s", "41 s", "10 min"]
     # A run whose steps cost less than its fixed part says nothing of the rate: two PyTorch tokens that
     # took 2.5 s on a busy machine leave a 1000-token run's steps as they were; the fixed part moves halfway
     # to what the short run took beyond its steps, and no further than FIXED_RANGE allows.

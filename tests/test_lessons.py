@@ -204,7 +204,7 @@ def test_an_unknown_lesson_is_refused_with_the_allowed_names():
             asyncio.run(lesson({"lesson": bad}).__anext__())
     # A lesson's first word on the page says what runs and about how long (the lesson itself is not run here).
     first = asyncio.run(lesson({"lesson": "tiling"}).__anext__())[0]
-    assert re.fullmatch(r"\*Running .+ \((about \d+ s|under a second) on this (CPU|GPU)\)…\*", first), first
+    assert re.fullmatch(r"\*Running .+ \((about \d+(\.\d)? s|under a second) on this (CPU|GPU)\)…\*", first), first
     with pytest.raises(gr.Error, match="got 'fused'"):
         handlers.pick_lesson("fused")
     # "Run the lesson again" with none picked says what to do, in the introduction's place.

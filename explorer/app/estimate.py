@@ -78,8 +78,12 @@ def budget_s() -> float:
 
 
 def shown(seconds: float) -> str:
+    """'under a second', '1.5 s' (a tenth under 10 s, where a whole second would be a third of it), '5 s',
+    '40 s', '7 min'."""
     if seconds < 1:
         return "under a second"
+    if seconds < 10:  # a whole number without its tenth: a budget of 5 s reads "5 s"
+        return f"{seconds:.1f}".removesuffix(".0") + " s"
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
