@@ -171,6 +171,9 @@ def run(batch, n):
 if __name__ == "__main__":
     import sys
 
+    from kernels.timing import require_cuda
+
+    require_cuda("experiments/grouped_variants.py")
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
     for shape in sys.argv[1:] or ["8x4096", "1x4096"]:
         run(*map(int, shape.split("x")))
