@@ -12,7 +12,13 @@ import torch
 from explorer.model.cache import KVCache
 from explorer.model.generate import generate
 from explorer.model.weights import load_model
-from tests.test_model import check_half_precision_logits, check_long_generations, max_rel_err, small_tokenizer
+from tests.test_model import (
+    check_half_precision_logits,
+    check_long_generations,
+    check_prefill_on_torch,
+    max_rel_err,
+    small_tokenizer,
+)
 
 TOL = 1e-4  # fp32 in the interpreter and on the GPU, as for GPT-2 (test_model)
 
@@ -61,6 +67,12 @@ def test_logits_match_transformers(checkpoint, backend, device):
     model, _ = load_model(folder, backend=backend, device=device)
     ids = torch.randint(0, hf.config.vocab_size, (2, 45))
     assert max_rel_err(model(ids.to(device)).cpu(), hf(ids).logits) <= TOL
+
+
+def test_a_prefill_on_the_torch_backend_feeds_our_decode_steps(checkpoint, device):
+    """The profiling pass's rebuilt cache (test_model's check): rotary keys and grouped heads written by PyTorch's
+    prefill, read by our decode steps."""
+    check_prefill_on_torch(*checkpoint, hf_greedy, device)
 
 
 def test_an_untied_head_is_its_own_matrix(tmp_path, device):

@@ -122,13 +122,16 @@ def test_greedy_generation_matches_transformers(checkpoint, backend, fusion, cac
 
 
 def test_a_prefill_on_the_torch_backend_feeds_our_decode_steps(checkpoint, device):
+    check_prefill_on_torch(*checkpoint, hf_greedy, device)
+
+
+def check_prefill_on_torch(folder, hf, greedy, device):
     """The profiling pass rebuilds a cache with PyTorch's prefill (it compiles nothing) and times our decode step
     on it: the prefill's operations are the torch backend's, the steps' ours, and the tokens still transformers'."""
-    folder, hf = checkpoint
     model, _ = load_model(folder, backend="triton", device=device)
     prompt = torch.randint(0, hf.config.vocab_size, (9,)).tolist()
     steps = list(generate(model, prompt, max_new_tokens=4, eos_token_id=-1, prefill_backend="torch", graph=False))
-    assert [s.token_id for s in steps] == hf_greedy(hf, prompt, 4)
+    assert [s.token_id for s in steps] == greedy(hf, prompt, 4)
     assert {op.backend for op in steps[0].ops} == {"torch"}
     assert all({op.backend for op in s.ops} == {"triton"} for s in steps[1:])
 
