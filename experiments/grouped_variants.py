@@ -5,8 +5,11 @@ SDPA (enable_gqa) and a read-only kernel over the same bytes, at SmolLM2's 9 que
 
 Knobs: splits of any count (not only powers of two), warps, pipeline stages, K and V of a tile requested
 together at the top of the loop (BOTH), the first tile requested before the length arrives (SPEC, masked by the
-cache's size). Diagnostics that give wrong answers, to split the time: NOLEN (the cache size as the length: no
-wait for the length), NOMERGE (partials stored, no arrival and no merge).
+cache's size), and the merge three ways: today's (an acquire-release arrival; the last split merges), a merge
+kernel launched under PDL behind the splits, and a relaxed arrival before the partials' stores (the last split
+then waits on a second counter for the others' stores, not for its own). Diagnostics that give wrong answers, to
+split the time: NOLEN (the cache size as the length: no wait for the length), merge="none" (partials stored, no
+arrival and no merge).
 """
 
 import itertools
@@ -17,10 +20,11 @@ import triton
 import triton.language as tl
 
 from experiments.read_floor import read
-from kernels import arrival, grouped_decode_attention
+from kernels import arrival, grouped_decode_attention, pdl
 from kernels.attn.decode import _partials
 from kernels.attn.grouped import _merge_group
 from kernels.attn.softmax import online_step
+from kernels.config import overlaps_launches
 from kernels.timing import device_time, rotated_inputs
 
 HEADS, KV_HEADS, D = 9, 3, 64
@@ -30,7 +34,9 @@ HEADS, KV_HEADS, D = 9, 3, 64
 def _variant(Q, K, V, Out, Lengths, Part, Counters, SPLITS, kv_heads, group, CHUNK, positions, scale_log2,
              BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
              BLOCK_GM: tl.constexpr, BOTH: tl.constexpr, SPEC: tl.constexpr, NOLEN: tl.constexpr,
-             NOMERGE: tl.constexpr):  # fmt: skip
+             MERGE: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    if MERGE == 2:  # the merge kernel behind this one may start now and wait there
+        pdl.launch_dependents(PDL)
     pid = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     b, kv = pid // kv_heads, pid % kv_heads
@@ -79,23 +85,60 @@ def _variant(Q, K, V, Out, Lengths, Part, Counters, SPLITS, kv_heads, group, CHU
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     live = queries < group
     first = b * kv_heads * group + kv * group
+    if MERGE == 3:  # arrive first (relaxed): the last to arrive need not wait for its own stores to land
+        arrived = tl.atomic_add(Counters + pid, 1, sem="relaxed", scope="gpu")
     PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0) * group, BLOCK_D)
     part = (first + queries) * SPLITS + split
     tl.store(PartO + part[:, None] * BLOCK_D + dims[None, :], acc, mask=live[:, None])
     tl.store(PartM + part, m_i, mask=live)
     tl.store(PartL + part, l_i, mask=live)
-    if not NOMERGE:
+    if MERGE == 0:
         tl.debug_barrier()
         arrived = tl.atomic_add(Counters + pid, 1, sem="acq_rel", scope="gpu")
         if arrived == SPLITS - 1:
-            o = _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
-            g = tl.arange(0, BLOCK_GM)
-            rows = Out + (b * kv_heads * group + kv * group + g)[:, None] * BLOCK_D + dims[None, :]
-            tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None])
-            tl.store(Counters + pid, 0)
+            _merged(Out, PartO, PartM, PartL, Counters + pid, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
+    if MERGE == 3:
+        tl.debug_barrier()
+        Stored = Counters + tl.num_programs(0) + pid
+        if arrived != SPLITS - 1:
+            tl.atomic_add(Stored, 1, sem="release", scope="gpu")
+        else:  # every other split has arrived, so it is running and will store: wait for those stores
+            stored = tl.atomic_add(Stored, 0, sem="acquire", scope="gpu")
+            while stored < SPLITS - 1:
+                stored = tl.atomic_add(Stored, 0, sem="acquire", scope="gpu")
+            tl.store(Stored, 0)
+            _merged(Out, PartO, PartM, PartL, Counters + pid, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
 
 
-def variant(q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=False, nolen=False, nomerge=False):
+@triton.jit
+def _merged(Out, PartO, PartM, PartL, Counter, first, group, SPLITS, BLOCK_GM: tl.constexpr, BLOCK_S: tl.constexpr,
+            BLOCK_D: tl.constexpr):  # fmt: skip
+    """The last split's merge of its group's partials into their outputs; its counter set back to 0."""
+    o = _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
+    g, dims = tl.arange(0, BLOCK_GM), tl.arange(0, BLOCK_D)
+    rows = Out + (first + g)[:, None] * BLOCK_D + dims[None, :]
+    tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None])
+    tl.store(Counter, 0)
+
+
+@triton.jit
+def _merge_kernel(Out, Part, SPLITS, group, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_GM: tl.constexpr,
+                  PDL: tl.constexpr):  # fmt: skip
+    """MERGE == 2: one program per (sequence, key/value head) merges its group's partials, launched under PDL
+    behind the split kernel (its wait returns once every split has finished and its stores are visible)."""
+    pdl.wait(PDL)
+    first = tl.program_id(0).to(tl.int64) * group
+    PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0) * group, BLOCK_D)
+    o = _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
+    g, dims = tl.arange(0, BLOCK_GM), tl.arange(0, BLOCK_D)
+    rows = Out + (first + g)[:, None] * BLOCK_D + dims[None, :]
+    tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None])
+
+
+MERGES = {"arrival": 0, "none": 1, "pdl": 2, "relaxed": 3}  # "none": partials stored, no output (a diagnostic)
+
+
+def variant(q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=False, nolen=False, merge="arrival"):
     batch, heads, _, d = q.shape
     kv_heads, positions = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -103,13 +146,16 @@ def variant(q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=F
     splits = triton.cdiv(positions, chunk)
     o = torch.empty_like(q)
     part = torch.empty(batch * heads * splits * (d + 2), device=q.device, dtype=torch.float32)
-    counters = arrival.counters(q.device, batch * kv_heads)
+    counters = arrival.counters(q.device, 2 * batch * kv_heads)
+    pdl_on = overlaps_launches(q.device)
+    sizes = dict(BLOCK_D=d, BLOCK_S=triton.next_power_of_2(splits), BLOCK_GM=triton.next_power_of_2(group))
     _variant[(batch * kv_heads, splits)](
         q, k, v, o, lens, part, counters, splits, kv_heads, group, chunk, positions, 1.4426950408889634 / d**0.5,
-        BLOCK_G=16, BLOCK_N=block_n, BLOCK_D=d, BLOCK_S=triton.next_power_of_2(splits),
-        BLOCK_GM=triton.next_power_of_2(group), BOTH=both, SPEC=spec, NOLEN=nolen, NOMERGE=nomerge,
+        BLOCK_G=16, BLOCK_N=block_n, **sizes, BOTH=both, SPEC=spec, NOLEN=nolen, MERGE=MERGES[merge], PDL=pdl_on,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
+    if merge == "pdl":
+        _merge_kernel[(batch * kv_heads,)](o, part, splits, group, **sizes, PDL=pdl_on, launch_pdl=pdl_on)
     return o
 
 
@@ -161,11 +207,16 @@ def run(batch, n):
     for t, kw in rows[:12]:
         print(f"  {t:7.2f} us  {sdpa / t:5.2f}x SDPA  {kw}")
     best = rows[0][1]
-    for diag in ("nolen", "nomerge"):
-        t = time(lambda q, k, v, m, d=diag: variant(q, k, v, m, **best, **{d: True}))
-        print(f"  best with {diag}: {t:.2f} us (diagnostic)")
-    t = time(lambda q, k, v, m: variant(q, k, v, m, **best, nolen=True, nomerge=True))
-    print(f"  best with nolen and nomerge: {t:.2f} us (diagnostic)")
+    for merge in ("pdl", "relaxed"):  # other merges, checked against SDPA first
+        err = (variant(q, k, v, lens, **best, merge=merge).float() - want).abs().max().item()
+        t = time(lambda q, k, v, m, g=merge: variant(q, k, v, m, **best, merge=g))
+        print(f"  best with the {merge} merge: {t:.2f} us, {sdpa / t:.2f}x SDPA (max error {err:.3g})")
+    t = time(lambda q, k, v, m: variant(q, k, v, m, **best, nolen=True))
+    print(f"  best with nolen: {t:.2f} us (diagnostic)")
+    t = time(lambda q, k, v, m: variant(q, k, v, m, **best, merge="none"))
+    print(f"  best with no merge: {t:.2f} us (diagnostic)")
+    t = time(lambda q, k, v, m: variant(q, k, v, m, **best, nolen=True, merge="none"))
+    print(f"  best with nolen and no merge: {t:.2f} us (diagnostic)")
 
 
 if __name__ == "__main__":
