@@ -219,11 +219,15 @@ def estimated(logged: list[str]) -> float | None:
 
 
 def shown_holds(guess: float, done: float) -> bool:
-    """Whether the job's time fits the estimate as the page showed it, within 1.5x: "under a second" is a bound
-    (done within 1.5 s), "about 7 s" a value (done within 4.7-10.5 s)."""
-    if guess < 1:
+    """Whether the job's time fits the estimate as the page showed it (estimate.shown), within 1.5x: "under a
+    second" is a bound (done within 1.5 s), "about 7 s" a value (done within 4.7-10.5 s)."""
+    from explorer.app.estimate import shown
+
+    said = shown(guess)
+    if said == "under a second":
         return done <= 1.5
-    value = round(guess, 1) if guess < 10 else round(guess) if guess < 120 else round(guess / 60) * 60
+    number, unit = said.split()
+    value = float(number) * (60 if unit == "min" else 1)
     return value / 1.5 <= done <= 1.5 * value
 
 
@@ -237,9 +241,11 @@ def table(rows: list[dict]) -> str:
     heads += ["done / estimate", "shown", "updates", "longest gap"]
     heads += ["handler: first text", "all text", "done", "gap at done"]
     lines = ["| " + " | ".join(heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
+    guesses = []  # (estimate, done) of each row with an estimate
     for r in rows:
         gap = r["done_s"] - r["handler_done_s"] if "handler_done_s" in r else None
         guess = estimated(r.get("server") or [])
+        guesses += [(guess, r["done_s"])] if guess else []
         ratio = r["done_s"] / guess if guess else None
         said = f"{shown(guess)} {'(holds)' if shown_holds(guess, r['done_s']) else '(off)'}" if guess else ""
         asked, began = (logged_at(r.get("server") or [], what) for what in ("asked", "began"))
@@ -252,8 +258,6 @@ def table(rows: list[dict]) -> str:
             f"| {s(r['longest_gap_s'])} | {s(r.get('handler_first_text_s'))} | {s(r.get('handler_all_text_s'))} "
             f"| {s(r.get('handler_done_s'))} | {s(gap)} |"
         )
-    guesses = [(estimated(r.get("server") or []), r["done_s"]) for r in rows]
-    guesses = [(g, d) for g, d in guesses if g]
     near = sum(1 / 1.5 <= d / g <= 1.5 for g, d in guesses)
     held = sum(shown_holds(g, d) for g, d in guesses)
     lines.append(f"\nwithin 1.5x of the estimate: {near} of {len(guesses)}; of the estimate as shown: {held}")

@@ -177,8 +177,9 @@ def generate(
         penalty=repetition_penalty,
         seed=seed,
     )
-    run = _Run(model, batch, max_new_tokens, cache, tiles, backend, graph, observer, sampler.greedy, clock)
-    run.prefill_backend = prefill_backend or backend  # the prefill's alone (profiling: a cache rebuilt cheaply)
+    run = _Run(
+        model, batch, max_new_tokens, cache, tiles, backend, graph, observer, sampler.greedy, clock, prefill_backend
+    )
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
     steps = run.n_steps
@@ -260,9 +261,11 @@ class _Launched:
 class _Run:
     """The state of one generation: the cache (or the growing token buffer when it is off)."""
 
-    def __init__(self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy, clock):
+    def __init__(
+        self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy, clock, prefill_backend=None
+    ):
         self.model, self.tiles, self.backend, self.use_graph, self.greedy = model, tiles, backend, graph, greedy
-        self.prefill_backend = backend
+        self.prefill_backend = prefill_backend or backend  # the cached prefill's alone (profiling rebuilds cheaply)
         self.observer, self.clock = observer, clock
         self.graph = None
         self.lengths = [len(p) for p in batch]
