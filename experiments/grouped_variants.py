@@ -2,12 +2,14 @@
 SDPA (enable_gqa) and a read-only kernel over the same bytes, at SmolLM2's 9 query heads over 3 key/value heads.
 
     python -m experiments.grouped_variants [8x4096 1x4096]   (batch x keys)
+    python -m experiments.grouped_variants --config 64,16,4,3 8x4096   (no sweep: that tiling, each merge)
 
 Knobs: splits of any count (not only powers of two), warps, pipeline stages, K and V of a tile requested
 together at the top of the loop (BOTH), the first tile requested before the length arrives (SPEC, masked by the
-cache's size), and the merge three ways: today's (an acquire-release arrival; the last split merges), a merge
-kernel launched under PDL behind the splits, and a relaxed arrival before the partials' stores (the last split
-then waits on a second counter for the others' stores, not for its own). Diagnostics that give wrong answers, to
+cache's size), and the merge four ways: today's (an acquire-release arrival; the last split merges), a merge
+kernel launched under PDL behind the splits, a relaxed arrival before the partials' stores (the last split
+then waits on a second counter for the others' stores, not for its own), and no counter at all (the last split
+polls the partials, each slot its own flag). Diagnostics that give wrong answers, to
 split the time: NOLEN (the cache size as the length: no wait for the length), merge="none" (partials stored, no
 arrival and no merge).
 """
@@ -108,6 +110,50 @@ def _variant(Q, K, V, Out, Lengths, Part, Counters, SPLITS, kv_heads, group, CHU
                 stored = tl.atomic_add(Stored, 0, sem="acquire", scope="gpu")
             tl.store(Stored, 0)
             _merged(Out, PartO, PartM, PartL, Counters + pid, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
+    if MERGE == 4 and split == SPLITS - 1:
+        _polled(Out, PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
+
+
+EMPTY = tl.constexpr(0x7FBADBAD)  # a NaN no arithmetic makes: a partial's slot not yet written
+
+
+@triton.jit
+def _polled(Out, PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM: tl.constexpr, BLOCK_S: tl.constexpr,
+            BLOCK_D: tl.constexpr):  # fmt: skip
+    """MERGE == 4: the last split (the last to start) reads its group's partials until no slot holds EMPTY
+    (each element is its own flag, so no counter and no fence: the last store to land is seen one round trip
+    later), merges them and marks every slot EMPTY again for the next launch."""
+    g, splits, dims = tl.arange(0, BLOCK_GM), tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_D)
+    at = (first + g)[:, None] * SPLITS + splits[None, :]
+    ok = (g < group)[:, None] & (splits < SPLITS)[None, :]
+    at3, ok3 = at[:, :, None] * BLOCK_D + dims[None, None, :], ok[:, :, None]
+    Mi = PartM.to(tl.pointer_type(tl.int32), bitcast=True)
+    Li = PartL.to(tl.pointer_type(tl.int32), bitcast=True)
+    Oi = PartO.to(tl.pointer_type(tl.int32), bitcast=True)
+    mb = tl.load(Mi + at, mask=ok, other=0, volatile=True)
+    lb = tl.load(Li + at, mask=ok, other=0, volatile=True)
+    ob = tl.load(Oi + at3, mask=ok3, other=0, volatile=True)
+    pending = tl.sum((mb == EMPTY).to(tl.int32)) + tl.sum((lb == EMPTY).to(tl.int32))
+    pending += tl.sum(tl.sum((ob == EMPTY).to(tl.int32), axis=2))
+    while pending > 0:
+        mb = tl.load(Mi + at, mask=ok, other=0, volatile=True)
+        lb = tl.load(Li + at, mask=ok, other=0, volatile=True)
+        ob = tl.load(Oi + at3, mask=ok3, other=0, volatile=True)
+        pending = tl.sum((mb == EMPTY).to(tl.int32)) + tl.sum((lb == EMPTY).to(tl.int32))
+        pending += tl.sum(tl.sum((ob == EMPTY).to(tl.int32), axis=2))
+    m = tl.where(ok, mb.to(tl.float32, bitcast=True), float("-inf"))
+    sums = lb.to(tl.float32, bitcast=True)
+    part = ob.to(tl.float32, bitcast=True)
+    m_max = tl.max(m, axis=1)
+    w = tl.where(m > float("-inf"), tl.exp2(m - m_max[:, None]), 0.0)
+    l_sum = tl.sum(w * sums, axis=1)
+    o = tl.sum(w[:, :, None] * part, axis=1) / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
+    rows = Out + (first + g)[:, None] * BLOCK_D + dims[None, :]
+    tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None])
+    empty = tl.full((BLOCK_GM, BLOCK_S), EMPTY, tl.int32)
+    tl.store(Mi + at, empty, mask=ok)
+    tl.store(Li + at, empty, mask=ok)
+    tl.store(Oi + at3, tl.full((BLOCK_GM, BLOCK_S, BLOCK_D), EMPTY, tl.int32), mask=ok3)
 
 
 @triton.jit
@@ -135,7 +181,10 @@ def _merge_kernel(Out, Part, SPLITS, group, BLOCK_D: tl.constexpr, BLOCK_S: tl.c
     tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None])
 
 
-MERGES = {"arrival": 0, "none": 1, "pdl": 2, "relaxed": 3}  # "none": partials stored, no output (a diagnostic)
+MERGES = {"arrival": 0, "none": 1, "pdl": 2, "relaxed": 3, "polled": 4}  # "none": no output (a diagnostic)
+
+
+_empty = {}  # the polled merge's partials, by size
 
 
 def variant(q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=False, nolen=False, merge="arrival"):
@@ -145,7 +194,13 @@ def variant(q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=F
     chunk = triton.cdiv(triton.cdiv(positions, block_n), splits) * block_n
     splits = triton.cdiv(positions, chunk)
     o = torch.empty_like(q)
-    part = torch.empty(batch * heads * splits * (d + 2), device=q.device, dtype=torch.float32)
+    size = batch * heads * splits * (d + 2)
+    if merge == "polled":  # slots EMPTY before the first launch; each launch's merge leaves them so
+        if _empty.get(size) is None:
+            _empty[size] = torch.full((size,), EMPTY.value, device=q.device, dtype=torch.int32).view(torch.float32)
+        part = _empty[size]
+    else:
+        part = torch.empty(size, device=q.device, dtype=torch.float32)
     counters = arrival.counters(q.device, 2 * batch * kv_heads)
     pdl_on = overlaps_launches(q.device)
     sizes = dict(BLOCK_D=d, BLOCK_S=triton.next_power_of_2(splits), BLOCK_GM=triton.next_power_of_2(group))
@@ -159,7 +214,7 @@ def variant(q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=F
     return o
 
 
-def run(batch, n):
+def run(batch, n, config=None):
     def make():
         q = torch.randn(batch, HEADS, 1, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(batch, KV_HEADS, n, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -197,20 +252,24 @@ def run(batch, n):
         for b, s, w in itertools.product((32, 64, 128), split_choices, (4, 8))
         if n // s >= b
     ]
-    rows = sweep(shapes)
-    more = [
-        dict(r[1], stages=st, both=both, spec=spec)
-        for r in rows[:4]
-        for st, both, spec in itertools.product((2, 3, 4), (False, True), (False, True))
-    ]
-    rows = sweep([m for m in more if not (m["block_n"] == 128 and m["stages"] == 4)] + [r[1] for r in rows[:8]])
+    if config:  # the merges of a given tiling (block_n, splits, warps, stages) and its neighbours' splits
+        block_n, splits, warps, stages = config
+        near = (splits // 2, splits, 2 * splits)
+        rows = sweep([dict(block_n=block_n, splits=s, warps=warps, stages=stages) for s in near])
+    else:
+        rows = sweep(shapes)
+    neighbours = list(itertools.product((2, 3, 4), (False, True), (False, True)))
+    more = [] if config else [dict(r[1], stages=st, both=b, spec=sp) for r in rows[:4] for st, b, sp in neighbours]
+    if more:
+        rows = sweep([m for m in more if not (m["block_n"] == 128 and m["stages"] == 4)] + [r[1] for r in rows[:8]])
     for t, kw in rows[:12]:
         print(f"  {t:7.2f} us  {sdpa / t:5.2f}x SDPA  {kw}")
     best = rows[0][1]
-    for merge in ("pdl", "relaxed"):  # other merges, checked against SDPA first
-        err = (variant(q, k, v, lens, **best, merge=merge).float() - want).abs().max().item()
-        t = time(lambda q, k, v, m, g=merge: variant(q, k, v, m, **best, merge=g))
-        print(f"  best with the {merge} merge: {t:.2f} us, {sdpa / t:.2f}x SDPA (max error {err:.3g})")
+    for kw in [r[1] for r in rows[:3]] if config else [best]:
+        for merge in ("pdl", "relaxed", "polled"):  # other merges, checked against SDPA first
+            err = (variant(q, k, v, lens, **kw, merge=merge).float() - want).abs().max().item()
+            t = time(lambda q, k, v, m, g=merge, kw=kw: variant(q, k, v, m, **kw, merge=g))
+            print(f"  {kw} with the {merge} merge: {t:.2f} us, {sdpa / t:.2f}x SDPA (max error {err:.3g})")
     t = time(lambda q, k, v, m: variant(q, k, v, m, **best, nolen=True))
     print(f"  best with nolen: {t:.2f} us (diagnostic)")
     t = time(lambda q, k, v, m: variant(q, k, v, m, **best, merge="none"))
@@ -226,5 +285,8 @@ if __name__ == "__main__":
 
     require_cuda("experiments/grouped_variants.py")
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
-    for shape in sys.argv[1:] or ["8x4096", "1x4096"]:
-        run(*map(int, shape.split("x")))
+    args, config = sys.argv[1:], None
+    if args[:1] == ["--config"]:
+        config, args = tuple(map(int, args[1].split(","))), args[2:]
+    for shape in args or ["8x4096", "1x4096"]:
+        run(*map(int, shape.split("x")), config=config)
