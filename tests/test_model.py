@@ -136,6 +136,29 @@ def check_prefill_on_torch(folder, hf, greedy, device):
     assert all({op.backend for op in s.ops} == {"triton"} for s in steps[1:])
 
 
+def test_the_profiling_pass_rebuilds_every_step_on_a_cache_of_the_runs_size(checkpoint, device, monkeypatch):
+    """Triton specialises a kernel on the cache's size: a rebuilt step on a cache of its own length would compile
+    anew at many of the positions sampled. A larger cache than a run needs gives the same tokens (the lengths
+    mask the rest), and the warm-up and every rebuilt step, prefill and decode, run on a cache of the run's size."""
+    from explorer.measure.profile import profile_run
+
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend="triton", device=device)
+    prompt = torch.randint(0, hf.config.vocab_size, (5,)).tolist()
+    roomy = list(generate(model, prompt, max_new_tokens=6, eos_token_id=-1, positions=hf.config.n_positions))
+    assert [s.token_id for s in roomy] == hf_greedy(hf, prompt, 6)
+    sizes, made = [], KVCache.for_model
+    monkeypatch.setattr(KVCache, "for_model", lambda m, b, n: sizes.append(n) or made(m, b, n))
+    steps = list(generate(model, prompt, max_new_tokens=7, eos_token_id=-1, graph=False, warmup=True))
+    assert sizes == [5 + 7, 5 + 7]  # the warm-up's two steps compile what the run's steps launch
+    sizes.clear()  # (on a GPU the pass runs each step once more first, untimed)
+    profiled = profile_run(model, [prompt], steps, cache=True, samples=3)
+    assert profiled.step.nunique() == 4 and len(sizes) >= 4 and set(sizes) == {12}  # the prefill, 3 decode steps
+    sizes.clear()
+    profile_run(model, [prompt], steps[:4], cache=True, samples=2, positions=12)  # a run that ended early
+    assert len(sizes) >= 3 and set(sizes) == {12}
+
+
 @pytest.mark.parametrize("cache,fusion", [(True, "decode"), (True, "none"), (False, "decode")])
 def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache, fusion, device):
     folder, hf = checkpoint

@@ -178,19 +178,25 @@ def profile_run(
     samples: int = 5,
     progress=None,
     stop: Callable[[], bool] | None = None,
+    positions: int | None = None,
 ) -> pd.DataFrame:
     """Device time per operation at decode positions spread over a finished run (`steps`, its Steps;
     `prompts`, its prompt ids), and at its prefill. Each sampled decode step is rebuilt exactly:
     the prompt and the tokens generated before it, fed as a prompt, then that step profiled.
 
     One row per (profiled step, operation): step (the run's step index), phase, position, op, kind,
-    kernel_ms, launch_ms, calls. `stop()` true ends the pass early, with the steps profiled so far.
+    kernel_ms, launch_ms, calls. `stop()` true ends the pass early, with the steps profiled so far. positions:
+    the run's cache size, where it was larger than the prompt and the steps taken (a run that ended early).
     Raises NoKernelTime when a step's operations read no device time at all."""
     generated = [[s.token_ids[b] for s in steps] for b in range(len(prompts))]
     picks = [0, *sample_positions([s.index for s in steps if s.phase == "decode"], samples)]
     rows = []
     profiler = Profiler()
+    # Every rebuilt step runs on a cache of the run's size (`positions`; by default the prompt and the steps it
+    # took), so the kernels the run compiled serve it: Triton specialises them on the cache's size.
+    positions = positions or max(map(len, prompts)) + len(steps)
     kw = dict(cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False, eos_token_id=-1)
+    kw |= dict(positions=positions)
     for n, index in enumerate(picks):
         if stop is not None and stop():
             break

@@ -122,6 +122,7 @@ def generate(
     warmup: bool | None = None,
     graph: bool | None = None,
     clock=None,
+    positions: int | None = None,
 ) -> Iterator[Step]:
     """Yield one Step per generated token (per batch step). Stops at max_new_tokens, at end-of-text
     (every sequence), or at the model's position limit; the last Step says which.
@@ -140,6 +141,10 @@ def generate(
     prefill_backend: the backend of the prefill with the cache on, where it differs from the decode steps'
     (None: backend). A profiling pass rebuilds a cache with the torch backend's prefill, which compiles nothing,
     to time one of our decode steps on it.
+
+    positions: the cache's positions, where more than the longest prompt and max_new_tokens need (at most the
+    model's): a step rebuilt from a longer run (a profiling pass) then runs on a cache of that run's size, so the
+    kernels compiled for the run serve it (Triton specialises a kernel on its sizes) and its graph is reused.
 
     clock: marked around each step and what ran before it (see the module's text): `mark()` where a span
     starts or ends, `begin()` once the warm-up is done and the timed run starts.
@@ -164,7 +169,7 @@ def generate(
         warmup = device.type == "cuda"
     before = clock.mark() if clock and warmup else None
     if warmup:
-        _warm_up(model, batch, cache, tiles, backend)
+        _warm_up(model, batch, cache, tiles, backend, max(max(map(len, batch)) + max_new_tokens, positions or 0))
     started = clock.begin() if clock else None
     setup = (before, started) if before else ()
     sampler = Sampler(
@@ -178,8 +183,9 @@ def generate(
         seed=seed,
     )
     run = _Run(
-        model, batch, max_new_tokens, cache, tiles, backend, graph, observer, sampler.greedy, clock, prefill_backend
-    )
+        model, batch, max_new_tokens, cache, tiles, backend, graph, observer, sampler.greedy, clock, prefill_backend,
+        positions,
+    )  # fmt: skip
     texts = _Texts(tokenizer, len(batch))
     finished = [False] * len(batch)
     steps = run.n_steps
@@ -262,8 +268,9 @@ class _Run:
     """The state of one generation: the cache (or the growing token buffer when it is off)."""
 
     def __init__(
-        self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy, clock, prefill_backend=None
-    ):
+        self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy, clock, prefill_backend=None,
+        positions=None,
+    ):  # fmt: skip
         self.model, self.tiles, self.backend, self.use_graph, self.greedy = model, tiles, backend, graph, greedy
         self.prefill_backend = prefill_backend or backend  # the cached prefill's alone (profiling rebuilds cheaply)
         self.observer, self.clock = observer, clock
@@ -272,7 +279,7 @@ class _Run:
         n_pos = model.config.n_positions
         # Steps the run can take: each feeds the token before it, and the last token may sit at n_pos.
         self.n_steps = min(max_new_tokens, n_pos - max(self.lengths) + 1)
-        total = min(max(self.lengths) + max_new_tokens, n_pos)
+        total = min(max(max(self.lengths) + max_new_tokens, positions or 0), n_pos)
         device = model.device
         self.tokens = torch.zeros(len(batch), total, dtype=torch.long, device=device)  # right-padded
         for b, p in enumerate(batch):
@@ -356,12 +363,14 @@ def _use_graph(graph: bool | None, device: torch.device, cache: bool, observer) 
     return bool(graph)
 
 
-def _warm_up(model, batch, cache, tiles, backend) -> None:
-    """Run the first two steps once, unobserved, so Triton's compilation (and autotuning) is spent here, apart
-    from the steps (a clock marks it as the setup of step 0), and wait for the device to finish them."""
+def _warm_up(model, batch, cache, tiles, backend, positions) -> None:
+    """Run the first two steps once, unobserved, on a cache of the run's positions (the kernels are specialised
+    on its size), so Triton's compilation (and autotuning) is spent here, apart from the steps (a clock marks it
+    as the setup of step 0), and wait for the device to finish them."""
     steps = generate(
-        model, batch, max_new_tokens=2, cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False
-    )
+        model, batch, max_new_tokens=2, cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False,
+        positions=positions,
+    )  # fmt: skip
     for _ in steps:
         pass
     if model.device.type == "cuda":

@@ -166,8 +166,9 @@ def run(payload: dict, control: Control):
     samples = PROFILED[device]
     yield {"summary": summary(after_run=f"profiling the kernels at {samples + 1} steps…")[0], "status": "Profiling…"}
     graph = None if s.cuda_graph else False
+    positions = len(ids) + s.new_tokens  # the run's cache: its kernels (and graph) serve the steps rebuilt below
     counted = launches.decode_step_launches(
-        model, [ids] * s.batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend
+        model, [ids] * s.batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend, positions=positions
     )
     try:
         profiled = profile_run(
@@ -179,6 +180,7 @@ def run(payload: dict, control: Control):
             backend=s.backend,
             samples=samples,
             stop=control.stopped,
+            positions=positions,
         )
         where = metrics.profiled_note(profiled)
     except NoKernelTime as e:
