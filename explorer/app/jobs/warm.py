@@ -86,4 +86,20 @@ def warm_up(settings: dict):
         for _ in compare.ladder({"settings": s}, never):
             pass
         yield f"default ladder in {time.monotonic() - t2:.1f} s"
+        t3 = time.monotonic()
+        torch_first_calls()
+        yield f"PyTorch's first prefills at GPT-2 small's shape in {time.monotonic() - t3:.1f} s"
     yield f"warm in {time.monotonic() - t0:.1f} s"
+
+
+def torch_first_calls(rows=(128, 143, 159)) -> None:
+    """PyTorch's prefill at GPT-2 small's shape in bfloat16 (the lessons' model), at a few row counts: its first
+    calls there load the library's kernels for those matrices (0.7 s on an H200, no Triton compile), which every
+    profiling pass's prefills on that shape, and so the first run of each lesson on it, would otherwise pay."""
+    from ...model.generate import generate
+    from ..lessons import base
+
+    model = base.model(dict(model=base.GPT2_SHAPE, dtype="bfloat16", backend="torch"))
+    for n in rows:
+        list(generate(model, base.prompt(model, n), max_new_tokens=1, warmup=False, graph=False, eos_token_id=-1))
+    torch.cuda.synchronize()
