@@ -203,6 +203,68 @@ def test_profiler_times_calls_on_cpu_and_returns_their_result():
     assert prof.take() == []  # taken once
 
 
+class _SimulatedGPU:
+    """Enough of torch.cuda for the Profiler's GPU branch: one stream on a GPU whose clock is low for its first three
+    spins (each takes 4x as long as once it has risen), and a host clock that only a kernel's launch advances."""
+
+    def __init__(self, launch_ms: float, kernel_ms: float):
+        self.launch_ms, self.kernel_ms = launch_ms, kernel_ms
+        self.host = self.free_at = 0.0  # ms: the host's clock; when the stream finishes what it was given
+        self.spins = 0
+
+    def sleep(self, cycles: int) -> None:
+        self.spins += 1
+        self.free_at = max(self.free_at, self.host) + cycles * (2e-6 if self.spins <= 3 else 0.5e-6)
+
+    def kernel(self) -> None:
+        self.host += self.launch_ms
+        self.free_at = max(self.free_at, self.host) + self.kernel_ms
+
+    def event_type(self) -> type:
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                self.t = None
+
+            def record(self):  # done when the stream reaches it
+                self.t = gpu.free_at = max(gpu.free_at, gpu.host)
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+            def synchronize(self):  # the host waits for the stream to reach it
+                gpu.host = max(gpu.host, self.t)
+
+        return Event
+
+
+def test_the_profiler_times_a_slow_launch_behind_a_spin_as_long_as_the_gpu_ran_it(monkeypatch):
+    """A launch that takes longer than the spin before it leaves the GPU idle between the events: the profiler must
+    spin longer and time it again. The spin's length is read as the GPU ran it, at the clock it then had: a rate
+    measured once, while the clock was low, would take a spin of 0.2 ms for one of 0.8 and count the 0.3 ms the
+    host was still launching as the kernel's."""
+    import types
+
+    from explorer.measure import profile
+
+    gpu = _SimulatedGPU(launch_ms=0.5, kernel_ms=0.01)
+    monkeypatch.setattr(torch.cuda, "Event", gpu.event_type())
+    monkeypatch.setattr(torch.cuda, "_sleep", gpu.sleep)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: setattr(gpu, "host", max(gpu.host, gpu.free_at)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(profile, "time", types.SimpleNamespace(perf_counter=lambda: gpu.host / 1e3))
+    monkeypatch.setattr(profile, "_spin", profile._Spin())
+    op = types.SimpleNamespace(name="attn", category="decode attention", device=torch.device("cuda", 0))
+    prof = Profiler()
+    for _ in range(4):
+        prof(op, gpu.kernel)
+    assert gpu.spins > 3  # the clock rose while the profiler ran
+    (row,) = prof.take()
+    assert row["calls"] == 4 and row["kernel_ms"] == pytest.approx(4 * 0.01)
+    assert row["launch_ms"] == pytest.approx(4 * 0.5)  # the launches that counted, not those run again
+
+
 def test_roofline_marks_memory_and_compute_bound():
     prof = profile(
         [(1, "decode", 6, "attn", "decode attention", 1e-4, 0.0), (1, "decode", 6, "mlp.c_fc", "ffn", 1e-6, 0)]

@@ -4,10 +4,11 @@ A Profiler is an observer (explorer.model.ops) that times every operation it see
 is measured as device time: a spin kernel is queued first and the call's kernels are launched while
 the device is still spinning, so the events around them see the kernels back to back, without the
 Python launch overhead in between. That holds only if the whole call was launched before the spin
-ended; the launch's host time is checked against the spin's measured length, and a call launched too
-slowly is run again behind a longer spin (the operations are pure, or idempotent like the cache
-write). The host time of each launch is kept too (`launch_ms`): it is the overhead a CUDA graph
-removes. On CPU a call is timed by perf_counter in the Triton interpreter.
+ended; the launch's host time is checked against that spin's length as the GPU ran it (events around
+the spin, read once the call is done), and a call launched too slowly is run again behind a longer spin
+(the operations are pure, or idempotent like the cache write). The host time of each launch is kept too
+(`launch_ms`): it is the overhead a CUDA graph removes. On CPU a call is timed by perf_counter in the Triton
+interpreter.
 
 profile_run() places such measurements at decode positions spread over a finished run (its first and
 last decode step among them), so a chart that divides a step's bytes by a kernel's time uses a time
@@ -48,14 +49,16 @@ class Profiler:
             return out
         for _ in range(_MAX_RESPINS):
             cycles = _spin.cycles
+            before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             host0 = time.perf_counter()
+            before.record()
             torch.cuda._sleep(cycles)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             out = run()
             end.record()
             host = (time.perf_counter() - host0) * 1e3
-            spin_ms = _spin.ms(cycles, op.device)
+            end.synchronize()
+            spin_ms = before.elapsed_time(start)  # this spin as the GPU ran it, at whatever clock it ran
             if host < _SPIN_MARGIN * spin_ms:
                 if host < _SHRINK_BELOW * spin_ms:  # far shorter than the spin: wait less next time
                     _spin.cycles = max(cycles // 2, _MIN_SPIN_CYCLES)
@@ -107,12 +110,13 @@ class NoKernelTime(RuntimeError):
 
 
 class _Spin:
-    """GPU cycles to spin before a timed call, grown whenever a launch outlasts the spin; the spin's
-    length in ms is measured once per device with events."""
+    """GPU cycles to spin before a timed call, grown whenever a launch outlasts the spin. Each spin's length in ms
+    is read from events around it, not from a rate measured once: the GPU's clock moves, and a spin timed at a
+    low clock looks longer than it later is, so a launch that outlasted it would pass for one that did not, and
+    the gap while the host launched would count as device time."""
 
     def __init__(self, cycles: int = 400_000):
         self.cycles = cycles
-        self._ms_per_cycle: dict[int, float] = {}
         self._floor: dict[int, float] = {}
 
     def floor_ms(self, device: torch.device) -> float:
@@ -134,19 +138,6 @@ class _Spin:
                 return floor
             self._floor[index] = floor
         return self._floor[index]
-
-    def ms(self, cycles: int, device: torch.device) -> float:
-        index = _index(device)
-        if index not in self._ms_per_cycle:
-            probe = 1_000_000
-            torch.cuda._sleep(probe)  # first call: a warm-up
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.cuda._sleep(probe)
-            end.record()
-            end.synchronize()
-            self._ms_per_cycle[index] = start.elapsed_time(end) / probe
-        return cycles * self._ms_per_cycle[index]
 
 
 def _index(device: torch.device) -> int:
