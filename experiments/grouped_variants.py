@@ -2,16 +2,17 @@
 SDPA (enable_gqa) and a read-only kernel over the same bytes, at SmolLM2's 9 query heads over 3 key/value heads.
 
     python -m experiments.grouped_variants [8x4096 1x4096]   (batch x keys)
-    python -m experiments.grouped_variants --config 64,16,4,3 8x4096   (no sweep: that tiling, each merge)
+    python -m experiments.grouped_variants --config 64,16,4,3 8x4096   (no sweep: that tiling and its neighbours)
 
 Knobs: splits of any count (not only powers of two), warps, pipeline stages, K and V of a tile requested
 together at the top of the loop (BOTH), the first tile requested before the length arrives (SPEC, masked by the
 cache's size), and the merge four ways: today's (an acquire-release arrival; the last split merges), a merge
 kernel launched under PDL behind the splits, a relaxed arrival before the partials' stores (the last split
 then waits on a second counter for the others' stores, not for its own), and no counter at all (the last split
-polls the partials, each slot its own flag). Diagnostics that give wrong answers, to
-split the time: NOLEN (the cache size as the length: no wait for the length), merge="none" (partials stored, no
-arrival and no merge).
+polls the partials, each slot its own flag); and FMA (the group's few query rows scored on the vector units, no
+shared-memory staging for the tensor cores' dot). --config also tries one tile a split. Diagnostics that give
+wrong answers, to split the time: NOLEN (the cache size as the length: no wait for the length), merge="none"
+(partials stored, no arrival and no merge).
 """
 
 import itertools
@@ -36,7 +37,7 @@ HEADS, KV_HEADS, D = 9, 3, 64
 def _variant(Q, K, V, Out, Lengths, Part, Counters, SPLITS, kv_heads, group, CHUNK, positions, scale_log2,
              BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
              BLOCK_GM: tl.constexpr, BOTH: tl.constexpr, SPEC: tl.constexpr, NOLEN: tl.constexpr,
-             MERGE: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+             MERGE: tl.constexpr, PDL: tl.constexpr, FMA: tl.constexpr = False):  # fmt: skip
     if MERGE == 2:  # the merge kernel behind this one may start now and wait there
         pdl.launch_dependents(PDL)
     pid = tl.program_id(0).to(tl.int64)
@@ -79,12 +80,18 @@ def _variant(Q, K, V, Out, Lengths, Part, Counters, SPLITS, kv_heads, group, CHU
         k = tl.load(k_base + pos[:, None] * BLOCK_D, mask=kv_mask, other=0.0)
         if BOTH:
             v = tl.load(v_base + pos[:, None] * BLOCK_D, mask=kv_mask, other=0.0)
-        scores = tl.dot(q, tl.trans(k)) * scale_log2
+        if FMA:  # the group's few rows on the vector units: no shared-memory staging for the tensor cores
+            scores = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2) * scale_log2
+        else:
+            scores = tl.dot(q, tl.trans(k)) * scale_log2
         scores = tl.where((pos < hi)[None, :], scores, float("-inf"))
         m_i, alpha, p, l_i = online_step(m_i, l_i, scores, 1)
         if not BOTH:
             v = tl.load(v_base + pos[:, None] * BLOCK_D, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        if FMA:
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     live = queries < group
     first = b * kv_heads * group + kv * group
     if MERGE == 3:  # arrive first (relaxed): the last to arrive need not wait for its own stores to land
@@ -187,7 +194,9 @@ MERGES = {"arrival": 0, "none": 1, "pdl": 2, "relaxed": 3, "polled": 4}  # "none
 _empty = {}  # the polled merge's partials, by size
 
 
-def variant(q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=False, nolen=False, merge="arrival"):
+def variant(
+    q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=False, nolen=False, merge="arrival", fma=False
+):
     batch, heads, _, d = q.shape
     kv_heads, positions = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -206,8 +215,8 @@ def variant(q, k, v, lens, *, block_n, splits, warps, stages, both=False, spec=F
     sizes = dict(BLOCK_D=d, BLOCK_S=triton.next_power_of_2(splits), BLOCK_GM=triton.next_power_of_2(group))
     _variant[(batch * kv_heads, splits)](
         q, k, v, o, lens, part, counters, splits, kv_heads, group, chunk, positions, 1.4426950408889634 / d**0.5,
-        BLOCK_G=16, BLOCK_N=block_n, **sizes, BOTH=both, SPEC=spec, NOLEN=nolen, MERGE=MERGES[merge], PDL=pdl_on,
-        num_warps=warps, num_stages=stages,
+        BLOCK_G=sizes["BLOCK_GM"] if fma else 16, BLOCK_N=block_n, **sizes, BOTH=both, SPEC=spec and not fma,
+        NOLEN=nolen, MERGE=MERGES[merge], PDL=pdl_on, FMA=fma, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     if merge == "pdl":
         _merge_kernel[(batch * kv_heads,)](o, part, splits, group, **sizes, PDL=pdl_on, launch_pdl=pdl_on)
@@ -254,8 +263,11 @@ def run(batch, n, config=None):
     ]
     if config:  # the merges of a given tiling (block_n, splits, warps, stages) and its neighbours' splits
         block_n, splits, warps, stages = config
-        near = (splits // 2, splits, 2 * splits)
-        rows = sweep([dict(block_n=block_n, splits=s, warps=warps, stages=stages) for s in near])
+        tiling = dict(block_n=block_n, splits=splits, warps=warps, stages=stages)
+        near = [dict(tiling, splits=s) for s in (splits // 2, splits, 2 * splits)]
+        near += [dict(tiling, warps=w, fma=True) for w in (4, 8)]  # the group's rows on the vector units
+        near += [dict(tiling, block_n=n // splits, warps=w, stages=2) for w in (4, 8)]  # each split one tile
+        rows = sweep(near)
     else:
         rows = sweep(shapes)
     neighbours = list(itertools.product((2, 3, 4), (False, True), (False, True)))
