@@ -21,7 +21,9 @@ def test_cost_grows_with_the_job():
     steps = lambda **kw: estimate.layer_steps(**{"model": "bundled", "prompt": 8, "new_tokens": 8, "cache": True} | kw)
     assert steps(new_tokens=64) > 4 * steps(new_tokens=8)
     assert steps(cache=False, new_tokens=64) > steps(new_tokens=64)  # every cache-off step runs the whole sequence
-    assert steps(model="gpt2") == pytest.approx(6 * steps())  # twice the layers, three times the width
+    # twice the layers, three times the width: in the interpreter a layer's matrices cost as the width squared
+    wider = estimate.interpreter_width(768) / estimate.interpreter_width(256)
+    assert 3 < wider < 9 and steps(model="gpt2") == pytest.approx(2 * wider * steps())
     assert steps(model="gpt2", device="cuda") == pytest.approx(2 * steps(device="cuda"))  # a GPU: the layers
     assert steps(profiled=3) > steps(device="cuda") > steps()  # a GPU compiles in a warm-up run first
 
@@ -201,3 +203,20 @@ def test_compiled_kernels_are_named_alike_in_any_process_and_none_under_the_inte
     fake._kernel = Kernel()
     first = compiled([fake])
     assert len(first) == 2 and compiled([fake]) == first  # stable names, one per specialization
+
+
+def test_costs_counted_in_the_reference_machines_seconds_follow_this_cpus_speed():
+    """A sweep's programs and the lessons priced in seconds (tiling's configs, blocks' passes) were timed on the
+    2-core machine RATES names: a CPU whose last Generate ran at twice that rate doubles them too."""
+    from explorer.app import lessons
+
+    shape = {"M": 64, "C": 256}
+    fixed = estimate.FIXED_S["cpu"]
+    sweep = lambda: estimate.sweep_s("layer_norm", shape, "cpu") - fixed
+    lesson = lambda name: lessons.LESSONS[name].estimate(lessons.LESSONS[name].settings("cpu"))
+    before = sweep(), lesson("tiling"), lesson("blocks") - fixed
+    units = 500
+    estimate.record("cpu", "triton", units, wall_s=fixed + units * 2 * estimate.RATES[("cpu", "triton")])
+    assert estimate.cpu_speed() == pytest.approx(2)
+    after = sweep(), lesson("tiling"), lesson("blocks") - fixed
+    assert after == pytest.approx(tuple(2 * b for b in before))

@@ -3,7 +3,8 @@
 Generations are counted in layer-steps: one layer of one decode step of a model 256 wide. A pass over T
 tokens (a prefill; every step with the cache off) counts PASS_BASE + T / TOKENS_PER_UNIT of them: it
 runs the tiled matmul and prefill attention, which cost more than a decode step even for a few tokens,
-and grows with T. A wider model counts width / 256 times as many. Seconds per layer-step come from the
+and grows with T. A wider model counts more: on a GPU by its layers alone, in the interpreter faster than its
+width (interpreter_width). Seconds per layer-step come from the
 last generation on this device and backend when there was one, else from RATES, measured on the
 machines named there; each job also costs FIXED_S whatever its size (the last figures, the hierarchy
 table, on a GPU the profiling pass). A sweep is counted in interpreter programs on CPU (every program of
@@ -21,10 +22,11 @@ from ..measure.sweeps import DEFAULT_SHAPES, GRIDS
 from .errors import UserError
 
 # Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (a decode step of the
-# bundled model, 6 layers, in about 0.8 s); PyTorch on that CPU; an H200, eager launches included. And
+# bundled model, 6 layers, in about 0.8 s); PyTorch on that CPU (the KV-cache lesson's two runs there, 2026-12-02:
+# 2.1-2.7 s for 2406 layer-steps); an H200, eager launches included. And
 # seconds a job costs whatever its size, per device: on the H200 a warm default Generate timed through the
 # server took 0.45 s, its first after start 0.40 (benchmarks/page.py, 2026-12-02).
-RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0005, ("cuda", "triton"): 0.0001, ("cuda", "torch"): 0.0003}
+RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0008, ("cuda", "triton"): 0.0001, ("cuda", "torch"): 0.0003}
 FIXED_S = {"cpu": 0.4, "cuda": 0.45}
 # Triton's compilation on a GPU, the first time a kind of work meets its key, in seconds on the H200
 # (benchmarks/page.py and a probe of prefills, 2026-12-02): a model's decode kernels at a dtype and fusion level
@@ -49,7 +51,12 @@ SHAPES |= {"bundled-llama": (6, 192), "HuggingFaceTB/SmolLM2-135M": (30, 576)}  
 # third matrix, and every launch's programs run in Python (the bundled Llama's default Generate on the 2-core
 # machine, 2026-12-02: 75 s against 35 s for the bundled GPT-2, 6 x 192 against 6 x 256). On a GPU its layers
 # cost as GPT-2's (launches set a step's time: 15.6 us a layer at SmolLM2's shape, 20.7 at GPT-2 small's).
-INTERPRETER_COST = {"bundled-llama": 2.0, "HuggingFaceTB/SmolLM2-135M": 2.0}
+INTERPRETER_COST = {"bundled-llama": 1.84, "HuggingFaceTB/SmolLM2-135M": 1.84}
+# The interpreter's time for a layer grows faster than its width: each of a matrix's programs loops over its
+# inputs, so that part goes as the width squared, beside a part per launch that does not (2-core machine,
+# 2026-12-02: the bundled 6 x 256 model's Generate at 0.110 s per layer-step counted linearly in the width,
+# GPT-2 small's shape, 12 x 768, at 0.160-0.175; a 768-wide layer costs 4.4 times a 256-wide one, not 3).
+WIDTH_FIXED = 1.35
 POSITIONS = {"bundled": 1024}  # positions of each model; GPT-2's 1024 for the others
 # A tile sweep: seconds per interpreter program on CPU, per config on a GPU (graph capture and replays).
 SWEEP_PROGRAM_S = 0.002
@@ -57,9 +64,10 @@ SWEEP_CONFIG_S = {"cpu": 0.05, "cuda": 0.05}
 # One input set of a sweep may hold at most this many bytes: the interpreter runs every program in Python,
 # and on a GPU the sweep makes up to 64 rotated copies.
 SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
-# Decode steps' worth one rung of the ladder costs: on CPU the step traced (which, eager and observed, costs a
-# little more than a step); on a GPU that step, its graph's capture and the replays.
-LADDER_STEPS = {"cpu": 1.3, "cuda": 3}
+# Decode steps' worth one rung of the ladder costs: on CPU the step traced, eager and observed (the bundled model's
+# five rungs through the server on the 2-core machine, 2026-12-02: 5.7 and 7.2 s in two runs, 1.8 of its Generate's
+# steps a rung); on a GPU that step, its graph's capture and the replays.
+LADDER_STEPS = {"cpu": 1.8, "cuda": 3}
 # Seconds a rung of the ladder costs beside its steps: on a GPU its graph captured and its kernels profiled, which
 # for a small model outweigh the steps (the bundled model's five rungs: 0.43-0.71 s through the server).
 LADDER_RUNG_S = {"cpu": 0.0, "cuda": 0.02}
@@ -114,7 +122,10 @@ def layer_steps(
 
     decode = [1.0 if cache else full(prompt + i) for i in range(1, new_tokens)]
     steps = full(prompt) + sum(decode)
-    if profiled:  # the prefill again, then each decode position rebuilt: a pass over what came before, a step
+    if profiled and device == "cpu":  # the prefill again, then each decode position rebuilt: with the cache,
+        # PyTorch's prefill (next to nothing beside the interpreter) and our step; without it, our whole pass
+        steps += full(prompt) + (profiled - 1) * (1.0 if cache else full(prompt + new_tokens // 2))
+    elif profiled:  # on a GPU each rebuilt step is launched twice (compiled first, then timed): a pass and a step
         steps += full(prompt) + (profiled - 1) * (full(prompt + new_tokens // 2) + 1)
     if device == "cuda":
         steps += full(prompt) + 1
@@ -126,8 +137,20 @@ def model_scale(model: str, device: str) -> float:
     interpreter (times INTERPRETER_COST for a Llama), the layers alone on a GPU (see layer_steps)."""
     layers, width = SHAPES.get(model, SHAPES["gpt2"])
     if device == "cpu":
-        return layers * width / 256 * INTERPRETER_COST.get(model, 1.0)
+        return layers * interpreter_width(width) * INTERPRETER_COST.get(model, 1.0)
     return layers
+
+
+def interpreter_width(width: int) -> float:
+    """A layer's cost in the interpreter at this width, per layer 256 wide (WIDTH_FIXED: the part per launch)."""
+    return (WIDTH_FIXED + (width / 256) ** 2) / (WIDTH_FIXED + 1)
+
+
+def cpu_speed() -> float:
+    """How much slower this CPU runs the interpreter than the machine RATES were measured on (below 1: faster),
+    from the last Generate here: what a cost counted in that machine's seconds is multiplied by."""
+    reference = RATES[("cpu", "triton")]
+    return _measured.get(("cpu", "triton"), reference) / reference
 
 
 def seconds(device: str, backend: str, units: float) -> float:
@@ -348,9 +371,9 @@ def sweep_compiles(kernel: str, shape: dict, dtype: str) -> list:
 
 def sweep_s(kernel: str, shape: dict, device: str, dtype: str = "float32") -> float:
     configs = sweep_configs(kernel)
-    run = fixed_s(device) + len(configs) * SWEEP_CONFIG_S[device]
+    run = fixed_s(device) + len(configs) * SWEEP_CONFIG_S[device] * (cpu_speed() if device == "cpu" else 1.0)
     if device == "cpu":
-        run += sum(sweep_programs(kernel, shape, c) for c in configs) * SWEEP_PROGRAM_S
+        run += sum(sweep_programs(kernel, shape, c) for c in configs) * SWEEP_PROGRAM_S * cpu_speed()
     return run + compile_s(device, sweep_compiles(kernel, shape, dtype))
 
 

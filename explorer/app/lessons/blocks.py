@@ -177,15 +177,17 @@ def figure(r) -> go.Figure:
 
 
 # In the interpreter a pass of either small model costs about the same, whatever it computes: the LM head and the
-# programs of a dozen kernels set its time, not its two layers (0.85-0.95 s a pass on a 2-core machine, 2026-12-02).
-CPU_PASS_S = 0.9
+# programs of a dozen kernels set its time, not its two layers (the lesson's 8 passes in 3.9 s on a 2-core machine,
+# 2026-12-02; the profiling pass rebuilds its decode step on PyTorch's prefill, which costs next to nothing there).
+CPU_PASS_S = 0.44
 
 
 def estimate(s: dict) -> float:
     """Seconds for both families' runs and profiling passes: on CPU by passes, on a GPU by layer-steps."""
     if models.device().type == "cpu":
-        passes = 2 * (s["new_tokens"] + 2 * s["samples"] + 1)  # each: prefill and decode, then the profiling
-        return CPU_PASS_S * passes + cost.FIXED_S["cpu"]
+        # each family: its prefill and decode steps, then the profiling pass's prefill and one step per sample
+        passes = 2 * (s["new_tokens"] + 2 * s["samples"])
+        return CPU_PASS_S * passes * cost.cpu_speed() + cost.FIXED_S["cpu"]
     return base.generation_estimate(s, runs=(True, True), profiled=s["samples"] + 1)
 
 

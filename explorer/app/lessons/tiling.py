@@ -11,7 +11,7 @@ from kernels.config import TileConfig
 from kernels.matmul.kernel import traffic as linear_traffic
 
 from ...measure import metrics, sweeps
-from .. import models, units
+from .. import estimate, models, units
 from . import base
 
 
@@ -125,8 +125,9 @@ def figure(r) -> go.Figure:
 
 def estimated(s: dict) -> float:
     configs = len(sweeps.grid_configs("linear", s["grid"]))
-    per_config = 0.2 if base.size() == "cpu" else 0.3  # the interpreter's call; a GPU's capture and replays
-    return configs * per_config
+    if base.size() == "cpu":  # the interpreter's call, at this CPU's speed
+        return configs * 0.2 * estimate.cpu_speed()
+    return configs * 0.3  # a GPU's capture and replays
 
 
 LESSON = base.Lesson(
