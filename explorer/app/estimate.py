@@ -371,9 +371,10 @@ def sweep_compiles(kernel: str, shape: dict, dtype: str) -> list:
 
 def sweep_s(kernel: str, shape: dict, device: str, dtype: str = "float32") -> float:
     configs = sweep_configs(kernel)
-    run = fixed_s(device) + len(configs) * SWEEP_CONFIG_S[device] * (cpu_speed() if device == "cpu" else 1.0)
+    speed = cpu_speed() if device == "cpu" else 1.0  # the CPU's costs are the reference machine's seconds
+    run = fixed_s(device) + len(configs) * SWEEP_CONFIG_S[device] * speed
     if device == "cpu":
-        run += sum(sweep_programs(kernel, shape, c) for c in configs) * SWEEP_PROGRAM_S * cpu_speed()
+        run += sum(sweep_programs(kernel, shape, c) for c in configs) * SWEEP_PROGRAM_S * speed
     return run + compile_s(device, sweep_compiles(kernel, shape, dtype))
 
 

@@ -186,8 +186,9 @@ def profile_run(
     # Every rebuilt step runs on a cache of the run's size (`positions`; by default the prompt and the steps it
     # took), so the kernels the run compiled serve it: Triton specialises them on the cache's size.
     positions = positions or max(map(len, prompts)) + len(steps)
-    kw = dict(cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False, eos_token_id=-1)
-    kw |= dict(positions=positions)
+    kw = dict(
+        cache=cache, tiles=tiles, backend=backend, warmup=False, graph=False, eos_token_id=-1, positions=positions
+    )
     for n, index in enumerate(picks):
         if stop is not None and stop():
             break

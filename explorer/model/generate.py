@@ -167,9 +167,10 @@ def generate(
     graph = _use_graph(graph, device, cache, observer)
     if warmup is None:  # the interpreter compiles nothing: a warm-up there only doubles the first step
         warmup = device.type == "cuda"
+    positions = max(max(map(len, batch)) + max_new_tokens, positions or 0)  # the cache's, before the model's limit
     before = clock.mark() if clock and warmup else None
     if warmup:
-        _warm_up(model, batch, cache, tiles, backend, max(max(map(len, batch)) + max_new_tokens, positions or 0))
+        _warm_up(model, batch, cache, tiles, backend, positions)
     started = clock.begin() if clock else None
     setup = (before, started) if before else ()
     sampler = Sampler(
@@ -268,8 +269,8 @@ class _Run:
     """The state of one generation: the cache (or the growing token buffer when it is off)."""
 
     def __init__(
-        self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy, clock, prefill_backend=None,
-        positions=None,
+        self, model, batch, max_new_tokens, cache, tiles, backend, graph, observer, greedy, clock, prefill_backend,
+        positions,
     ):  # fmt: skip
         self.model, self.tiles, self.backend, self.use_graph, self.greedy = model, tiles, backend, graph, greedy
         self.prefill_backend = prefill_backend or backend  # the cached prefill's alone (profiling rebuilds cheaply)
@@ -279,7 +280,7 @@ class _Run:
         n_pos = model.config.n_positions
         # Steps the run can take: each feeds the token before it, and the last token may sit at n_pos.
         self.n_steps = min(max_new_tokens, n_pos - max(self.lengths) + 1)
-        total = min(max(max(self.lengths) + max_new_tokens, positions or 0), n_pos)
+        total = min(positions, n_pos)
         device = model.device
         self.tokens = torch.zeros(len(batch), total, dtype=torch.long, device=device)  # right-padded
         for b, p in enumerate(batch):
