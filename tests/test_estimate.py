@@ -2,7 +2,9 @@
 this device once there is one, and the measure by which a job is admitted or refused."""
 
 import pytest
+import torch
 
+import kernels.attn.decode_tiles
 from explorer.app import estimate, settings
 
 
@@ -44,6 +46,9 @@ def test_every_offered_model_is_counted_at_its_own_shape():
     for name, label in models.HUB_SHAPES.items():
         layers, width = estimate.SHAPES[name]
         assert f"{layers} × {width}" in label, name
+    cfg = json.loads((Path(resolve_name("bundled-llama")) / "config.json").read_text())  # the decode kernel's key
+    heads = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"] // cfg["num_attention_heads"])
+    assert estimate.ATTENTION_HEADS["bundled-llama"] == heads
 
 
 def test_the_note_says_it_is_an_estimate_and_where_its_rate_comes_from():
@@ -105,23 +110,31 @@ def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
     estimate.compiled("cuda", estimate.generation_keys(bundled))
     model_and_length = compile_s["model"] + compile_s["prefill"] + compile_s["generate"]
     assert first - estimate.generation_seconds(bundled, "cuda") == pytest.approx(model_and_length)
-    # Another model compiles its decoder, its prefill and its lengths anew; another dtype or fusion level its
-    # decoder and its prefill; a longer run its decode steps' lengths only, a longer prompt (past 128 rows) its
-    # prefill too; a run of a length in the same buckets compiles nothing.
+    # Another model compiles its decoder and its prefill anew, and its decode attention where its plan differs
+    # (GPT-2 small's 12 heads split the bundled model's 11 positions as the bundled model's 4 heads do);
+    # another dtype or fusion level its decoder, its prefill and its decode attention; a run whose cache takes
+    # another tile plan its decode attention only, a longer prompt (past 128 rows) its prefill too; a run of
+    # a length with the same plan compiles nothing.
+    model_and_prefill = compile_s["model"] + compile_s["prefill"]
     for other, cost in (
-        (dict(model="gpt2"), model_and_length),
-        (dict(dtype="float16"), compile_s["model"] + compile_s["prefill"]),
-        (dict(fusion="none"), compile_s["model"] + compile_s["prefill"]),
+        (dict(model="gpt2"), model_and_prefill),
+        (dict(model="HuggingFaceTB/SmolLM2-135M"), model_and_length),  # grouped heads: a kernel of their own
+        (dict(dtype="float16"), model_and_length),
+        (dict(fusion="none"), model_and_length),
         (dict(new_tokens=200), compile_s["generate"]),
         (dict(prompt_tokens=200), compile_s["prefill"] + compile_s["generate"]),
     ):
         s = settings.RunSettings(**{"prompt": "def f(x):", "new_tokens": 8} | other)
         assert estimate.compile_s("cuda", estimate.generation_keys(s)) == pytest.approx(cost), other
-    shorter = settings.RunSettings(prompt="def f(x):", new_tokens=12)  # 3 + 12 tokens, in 3 + 8's bucket of 16
+    shorter = settings.RunSettings(prompt="def f(x):", new_tokens=12)  # 3 + 12 positions: one 32-key tile, as 3 + 8
     assert estimate.compile_s("cuda", estimate.generation_keys(shorter)) == 0
-    # Compare: each bucket of its lengths once for the cached run and once for the cache-off runs, and the
-    # prefill of each bucket of its prompts' rows.
-    keys = estimate.compare_keys(bundled, [4, 7, 200])  # buckets of 16, 16 (compiled above) and 256
+    # The key is the kernel's plan, computed by the kernels' own tile rules for the H200: a cache of 11 and one
+    # of 15 positions plan alike; one of 203 splits into several 32-key tiles.
+    plan = lambda n: kernels.attn.decode_tiles.launch_plan(None, 4, n, 64, torch.bfloat16, estimate.PLANNED_ON)
+    assert plan(11)[:2] == plan(15)[:2] and plan(11)[2] == 1 and plan(203)[2] > 1
+    # Compare: each of its lengths' plans once for the cached run, each bucket once for the cache-off runs, and
+    # the prefill of each bucket of its prompts' rows.
+    keys = estimate.compare_keys(bundled, [4, 7, 200])  # 11 and 15 positions (planned as above) and 208
     want = compile_s["generate"] + 2 * compile_s["cache off"] + compile_s["prefill"]  # 200 rows: past 128
     assert estimate.compile_s("cuda", keys) == pytest.approx(want)
     assert estimate.ladder_seconds(bundled, "cuda") > compile_s["ladder"]

@@ -18,7 +18,10 @@ import math
 import os
 import threading
 
+from kernels.config import DeviceLimits, next_pow2
+
 from ..measure.sweeps import DEFAULT_SHAPES, GRIDS
+from ..model.ops import DECODE_RUNGS
 from .errors import UserError
 
 # Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (a decode step of the
@@ -31,11 +34,11 @@ FIXED_S = {"cpu": 0.4, "cuda": 0.45}
 # Triton's compilation on a GPU, the first time a kind of work meets its key, in seconds on the H200
 # (benchmarks/page.py and a probe of prefills, 2026-12-02): a model's decode kernels at a dtype and fusion level
 # ("model"); its prefill at a new bucket of rows ("prefill": the tile constants follow the rows; 1.9-2.7 s a
-# bucket); its decode steps at a new bucket of lengths ("generate": the cache's splits follow its size; 0.45-0.9
-# s); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": Compare's defaults took 28
-# and 45 s on two days, nearly all of it this). GPT-2 small's shape at 64 tokens, new to a server, took 3.1 s
-# more than warm: a model, a prefill and a generate key. A sweep compiles each config once per kernel, dtype and
-# shape: about 0.45 s each (a layer_norm sweep of 20 configs took 9.9 s the first time, 1.1 s again).
+# bucket); its decode attention at a new tile plan ("generate", decode_key: the cache's splits follow its
+# size; 0.45-0.9 s); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": Compare's
+# defaults took 28 and 45 s on two days, nearly all of it this). GPT-2 small's shape at 64 tokens, new to a
+# server, took 3.1 s more than warm: a model, a prefill and a generate key. A sweep compiles each config once per
+# kernel, dtype and shape: about 0.45 s each (a layer_norm sweep of 20 configs took 9.9 s the first time, 1.1 s again).
 COMPILE_S = {
     "cpu": {"model": 0.0, "prefill": 0.0, "generate": 0.0, "cache off": 0.0, "ladder": 0.0, "sweep": 0.0},
     "cuda": {"model": 0.5, "prefill": 2.2, "generate": 0.7, "cache off": 16.0, "ladder": 12.0, "sweep": 0.45},
@@ -245,7 +248,43 @@ def generation_keys(s) -> list:
     if s.backend != "triton":
         return []
     tokens = prompt_tokens(s)
-    return [model_key(s), prefill_key(s, tokens), ("generate", s.model, bucket(tokens + s.new_tokens))]
+    return [model_key(s), prefill_key(s, tokens), decode_key(s, tokens + s.new_tokens)]
+
+
+# Heads, key/value heads and head width of the Llama-family models; a GPT-2 model's heads are 64 wide.
+ATTENTION_HEADS = {"bundled-llama": (6, 2, 32), "HuggingFaceTB/SmolLM2-135M": (9, 3, 64)}
+# The GPU whose tile rules an estimate follows: the H200, where COMPILE_S was timed (the server's own process
+# does not touch the GPU; a GPU of another size may plan a few lengths differently).
+PLANNED_ON = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True, 60 << 20)
+
+
+def decode_key(s, positions: int) -> tuple:
+    """The decode attention kernel a run's steps compile, as Triton tells its variants apart: the cache's size
+    reaches it only through the tile plan (key tiles, warps, splits), so runs whose plans agree share one,
+    whatever the model or the length (on the H200, 2026-12-02: the bundled model's 256-token Generate compiled
+    one kernel, GPT-2 small's shape at the same length after it none). The fusion level picks the kernels."""
+    import torch
+
+    from kernels.attn import decode_tiles, grouped
+
+    dtype = {"float32": torch.float32, "float16": torch.float16}.get(s.dtype, torch.bfloat16)
+    fused = s.fusion in DECODE_RUNGS
+    heads, kv_heads, head_dim = ATTENTION_HEADS.get(s.model, (None, None, 64))
+    if heads is None:
+        heads = kv_heads = SHAPES.get(s.model, SHAPES["gpt2"])[1] // 64
+        tiles = s.tiles.fixed("decode_attention")
+        try:
+            plan = decode_tiles.launch_plan(tiles, s.batch * heads, positions, head_dim, dtype, PLANNED_ON)
+        except ValueError:  # tiles this GPU could not run: the run says so; the estimate counts a compile
+            return ("generate", head_dim, str(dtype), fused, tiles)
+        cfg, _, splits, _, block_s, prefetch, dot = plan[:7]
+        varies = (cfg.block_n, cfg.num_warps, cfg.num_stages, block_s, prefetch, dot, splits == 1)
+    else:  # grouped heads: the cache's length is an argument of its own (specialised on its multiples of 16)
+        block_n, splits, chunk = grouped.plan(
+            s.batch * kv_heads, positions, PLANNED_ON, group=heads // kv_heads, head_dim=head_dim
+        )
+        varies = (heads // kv_heads, block_n, next_pow2(splits), chunk == block_n, splits == 1, positions % 16 == 0)
+    return ("generate", head_dim, str(dtype), fused, *varies)
 
 
 def generation_seconds(s, device: str) -> float:
@@ -264,9 +303,9 @@ def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
 
 
 def compare_keys(s, lengths: list[int]) -> list:
-    tokens = [bucket(n + s.new_tokens) for n in lengths]
     prefills = [prefill_key(s, n) for n in lengths]
-    return [model_key(s), *prefills] + [(kind, s.model, b) for b in tokens for kind in ("generate", "cache off")]
+    cache_off = [("cache off", s.model, bucket(n + s.new_tokens)) for n in lengths]
+    return [model_key(s), *prefills, *[decode_key(s, n + s.new_tokens) for n in lengths], *cache_off]
 
 
 def compare_seconds(s, lengths: list[int], device: str) -> float:
