@@ -159,6 +159,34 @@ def test_the_profiling_pass_rebuilds_every_step_on_a_cache_of_the_runs_size(chec
     assert len(sizes) >= 3 and set(sizes) == {12}
 
 
+def test_the_profiling_pass_rebuilds_a_cache_without_cudnn_attention(checkpoint, device, monkeypatch):
+    """The PyTorch prefill that rebuilds a profiled step's cache is untimed, and each one has a new length: on
+    Hopper cuDNN's attention would build a plan for each (61 ms a length on an H200). It runs with cuDNN's
+    attention off; a PyTorch run's own profiled steps keep PyTorch's choice."""
+    import torch.nn.functional as F
+
+    from explorer.measure.profile import profile_run
+
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend="triton", device=device)
+    prompt = torch.randint(0, hf.config.vocab_size, (5,)).tolist()
+    steps = list(generate(model, prompt, max_new_tokens=4, eos_token_id=-1, graph=False))
+    seen, sdpa = [], F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        F,
+        "scaled_dot_product_attention",
+        lambda *a, **k: seen.append((a[0].shape[2], torch.backends.cuda.cudnn_sdp_enabled())) or sdpa(*a, **k),
+    )
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    profile_run(model, [prompt], steps, cache=True, samples=2)
+    prefills = [on for rows, on in seen if rows > 1]
+    assert prefills and not any(prefills)  # every rebuilding prefill, with cuDNN's attention off
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # and back on after
+    seen.clear()
+    profile_run(model, [prompt], steps, cache=True, samples=2, backend="torch")
+    assert seen and all(on for _, on in seen)
+
+
 @pytest.mark.parametrize("cache,fusion", [(True, "decode"), (True, "none"), (False, "decode")])
 def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache, fusion, device):
     folder, hf = checkpoint
