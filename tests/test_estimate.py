@@ -28,6 +28,12 @@ def test_cost_grows_with_the_job():
     assert 3 < wider < 9 and steps(model="gpt2") == pytest.approx(2 * wider * steps())
     assert steps(model="gpt2", device="cuda") == pytest.approx(2 * steps(device="cuda"))  # a GPU: the layers
     assert steps(profiled=3) > steps(device="cuda") > steps()  # a GPU compiles in a warm-up run first
+    # A GPU's profiling pass: each profiled step, with the cache, costs the same per layer at any length (its
+    # rebuilt prefill is PyTorch's, its step runs operation by operation at the host's pace).
+    profiling = lambda **kw: steps(profiled=6, device="cuda", **kw) - steps(device="cuda", **kw)
+    assert profiling() == pytest.approx(6 * estimate.PROFILED_STEP * 6)  # 6 steps of the bundled model's 6 layers
+    assert profiling(model="gpt2") == pytest.approx(2 * profiling()) == pytest.approx(2 * profiling(new_tokens=500))
+    assert profiling(new_tokens=3) == pytest.approx(3 / 6 * profiling())  # a 3-token run profiles 3 steps
 
 
 def test_every_offered_model_is_counted_at_its_own_shape():
@@ -233,3 +239,22 @@ def test_costs_counted_in_the_reference_machines_seconds_follow_this_cpus_speed(
     assert estimate.cpu_speed() == pytest.approx(2)
     after = sweep(), lesson("tiling"), lesson("blocks") - fixed
     assert after == pytest.approx(tuple(2 * b for b in before))
+
+
+def test_a_generate_that_overlays_the_last_run_counts_its_charts_in_the_note_and_the_admission():
+    """On a GPU a Generate whose charts overlay the previous run's takes longer: the note under the button and
+    the estimate the job is admitted by count it when the overlay is on and there is a run to overlay."""
+    from explorer.app import handlers, models
+
+    ctx = handlers.Context(runner=None, device="cuda")
+    values = settings.defaults("cpu", {"dtype": models.default_dtype()}) | dict(new_tokens=900)
+    notes = {
+        (overlay, ran): handlers.generate_estimate(ctx, values | dict(overlay=overlay, state={"steps": ran}))
+        for overlay in (True, False)
+        for ran in ("a previous run's steps", None)
+    }
+    assert notes[True, None] == notes[False, None] == notes[False, "a previous run's steps"]
+    assert notes[True, "a previous run's steps"] != notes[True, None]
+    s = settings.RunSettings(prompt="def f(x):", new_tokens=900)
+    added = estimate.generation_seconds(s, "cuda", overlaid=True) - estimate.generation_seconds(s, "cuda")
+    assert added == pytest.approx(estimate.OVERLAY_S["cuda"]) and estimate.OVERLAY_S["cpu"] == 0

@@ -27,10 +27,10 @@ from .errors import UserError
 # Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (a decode step of the
 # bundled model, 6 layers, in about 0.8 s); PyTorch on that CPU (the KV-cache lesson's two runs there, 2026-12-02:
 # 2.1-2.7 s for 2406 layer-steps); an H200, eager launches included. And
-# seconds a job costs whatever its size, per device: on the H200 a warm default Generate timed through the
-# server took 0.45 s, its first after start 0.40 (benchmarks/page.py, 2026-12-02).
+# seconds a job costs whatever its size, per device: on the H200 the default Generate timed through the
+# server took 0.48-0.78 s, of which its steps and profiling pass count about 0.26 (benchmarks/page.py, 2026-12-02).
 RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0008, ("cuda", "triton"): 0.0001, ("cuda", "torch"): 0.0003}
-FIXED_S = {"cpu": 0.4, "cuda": 0.45}
+FIXED_S = {"cpu": 0.4, "cuda": 0.25}
 # Triton's compilation on a GPU, the first time a kind of work meets its key, in seconds on the H200
 # (benchmarks/page.py and a probe of prefills, 2026-12-02): a model's decode kernels at a dtype and fusion level
 # ("model"); its prefill at a new bucket of rows ("prefill": the tile constants follow the rows; 1.9-2.7 s a
@@ -72,9 +72,18 @@ SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
 # steps a rung); on a GPU that step, its graph's capture and the replays.
 LADDER_STEPS = {"cpu": 1.8, "cuda": 3}
 # Seconds a rung of the ladder costs beside its steps: on a GPU its graph captured and its kernels profiled, which
-# for a small model outweigh the steps (the bundled model's five rungs: 0.43-0.71 s through the server).
-LADDER_RUNG_S = {"cpu": 0.0, "cuda": 0.02}
+# for a small model outweigh the steps (the bundled model's five rungs: 0.43-0.71 s through the server, the
+# job's fixed part included).
+LADDER_RUNG_S = {"cpu": 0.0, "cuda": 0.06}
+# A Generate whose charts overlay the previous run's draws each with both runs' lines: on the H200 the default
+# Generate took 0.26-0.30 s more with the first run's lines overlaid than that first run had (benchmarks/page.py,
+# 2026-12-02, two calls). On CPU, where the charts are drawn as the run goes, that falls within the learned rate.
+OVERLAY_S = {"cpu": 0.0, "cuda": 0.28}
 PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
+# Decode steps' worth of one profiled step on a GPU, per layer: 6 ms at the GPU's reference rate (an H200,
+# 2026-12-02, each step's two runs and its PyTorch prefill: 40-60 ms for the bundled model's 6 layers, 55-95 ms
+# for GPT-2 small's 12, once cuDNN's attention planned no new length there).
+PROFILED_STEP = 60
 
 _measured: dict[tuple[str, str], float] = {}  # the device's speed, not a visitor's data: shared
 _fixed: dict[str, float] = {}  # a job's fixed seconds on this device, learned from the short jobs run here
@@ -128,8 +137,9 @@ def layer_steps(
     if profiled and device == "cpu":  # the prefill again, then each decode position rebuilt: with the cache,
         # PyTorch's prefill (next to nothing beside the interpreter) and our step; without it, our whole pass
         steps += full(prompt) + (profiled - 1) * (1.0 if cache else full(prompt + new_tokens // 2))
-    elif profiled:  # on a GPU each rebuilt step is launched twice (compiled first, then timed): a pass and a step
-        steps += full(prompt) + (profiled - 1) * (full(prompt + new_tokens // 2) + 1)
+    elif profiled:  # on a GPU each rebuilt step runs twice (untimed, then op by op behind spins) after PyTorch's
+        # prefill of its cache (without the cache, our whole pass): work the host's pace sets, PROFILED_STEP each
+        steps += min(profiled, new_tokens) * (PROFILED_STEP + (0 if cache else full(prompt + new_tokens // 2)))
     if device == "cuda":
         steps += full(prompt) + 1
     return steps * model_scale(model, device)
@@ -287,8 +297,10 @@ def decode_key(s, positions: int) -> tuple:
     return ("generate", head_dim, str(dtype), fused, *varies)
 
 
-def generation_seconds(s, device: str) -> float:
-    return seconds(device, s.backend, generation_units(s, device)) + compile_s(device, generation_keys(s))
+def generation_seconds(s, device: str, overlaid: bool = False) -> float:
+    """A Generate's seconds; `overlaid`: its charts draw the previous run's lines beside its own."""
+    overlay = OVERLAY_S[device] if overlaid else 0.0
+    return seconds(device, s.backend, generation_units(s, device)) + compile_s(device, generation_keys(s)) + overlay
 
 
 def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
@@ -417,8 +429,8 @@ def sweep_s(kernel: str, shape: dict, device: str, dtype: str = "float32") -> fl
     return run + compile_s(device, sweep_compiles(kernel, shape, dtype))
 
 
-def generation_note(s, device: str) -> str:
-    return note(generation_seconds(s, device), device, [s.backend])
+def generation_note(s, device: str, overlaid: bool = False) -> str:
+    return note(generation_seconds(s, device, overlaid), device, [s.backend])
 
 
 def compare_note(s, lengths: list[int], device: str) -> str:

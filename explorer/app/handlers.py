@@ -122,10 +122,11 @@ def make(ctx: Context) -> dict:
             overlay = settings.check("overlay", values["overlay"])
             ctx.policy.check(s.model)
             units = estimate.generation_units(s, ctx.device)
-            seconds = estimate.generation_seconds(s, ctx.device)
+            state = dict(state or NEW_STATE)
+            overlaid = overlay and state.get("steps") is not None
+            seconds = estimate.generation_seconds(s, ctx.device, overlaid)
             keys = estimate.generation_keys(s)
             compiling = estimate.compile_s(ctx.device, keys) > 0
-            state = dict(state or NEW_STATE)
             payload = dict(settings=s, previous=state.get("steps") if overlay else None, started=time.time())
             ran = None
             async for view in run_job(ctx, "generate", payload, seconds, keys):
@@ -136,7 +137,7 @@ def make(ctx: Context) -> dict:
             # The run's own seconds, a model's first load left out, are the next estimate's rate; a run that
             # compiled kernels along the way (new lengths, a new model) would make that rate seconds too slow.
             if ran is not None and not compiling:
-                estimate.record(ctx.device, s.backend, units, ran)
+                estimate.record(ctx.device, s.backend, units, ran - (estimate.OVERLAY_S[ctx.device] if overlaid else 0))
         except UserError as e:
             raise fail(e) from None
 
@@ -283,7 +284,8 @@ def generate_estimate(ctx: Context, values: dict) -> str:
         s = settings.parse(values, ctx.dynamic())
     except UserError:
         return ""
-    return estimate.generation_note(s, ctx.device)
+    overlaid = bool(values.get("overlay")) and (values.get("state") or {}).get("steps") is not None
+    return estimate.generation_note(s, ctx.device, overlaid)
 
 
 def compare_estimate(ctx: Context, values: dict) -> str:

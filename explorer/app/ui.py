@@ -272,7 +272,13 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     # The estimates under Generate and Compare follow their controls, from the page's first load on.
     # and again once a job has run, whose time is the next estimate's rate.
     for fn, inputs, names_, note, event in (
-        (handlers.generate_estimate, [*run, *tiles], [*RUN, *TILES], g["note"], generating),
+        (
+            handlers.generate_estimate,
+            [*run, *tiles, g["overlay"], state],
+            [*RUN, *TILES, "overlay", "state"],
+            g["note"],
+            generating,
+        ),
         (handlers.compare_estimate, [*run, co["lengths"], *tiles], [*RUN, "lengths", *TILES], co["note"], comparing),
     ):
         estimate_note = _note(ctx, fn, names_)
