@@ -199,8 +199,11 @@ def on_what(settings: dict, device: str) -> str:
 
 def timed_alone(r: Result) -> str:
     """How the operations were timed one by one, as a sentence's opening."""
+    if r.device == "CPU":
+        return "Timed operation by operation"
     return (
-        "Timed kernel by kernel with launch overhead kept out" if r.device != "CPU" else "Timed operation by operation"
+        "Timed kernel by kernel with launch overhead kept out (each alone, its start-up and drain counted in full, "
+        "where a CUDA graph overlaps them with its neighbours': the sum can exceed a graph's step)"
     )
 
 

@@ -84,7 +84,7 @@ def explain(r) -> str:
         f"step ran the whole sequence again, {f['off_last_context']} tokens by the end: its work grew from "
         f"{base.num(f['off_first_gflop'] * 1e3)} to {base.num(f['off_last_gflop'] * 1e3)} MFLOP a step, and its "
         f"time from **{base.ms(f['off_early_ms'])}** to **{base.ms(f['off_late_ms'])}**.\n\n"
-        f"{base.timed_alone(r)} (positions {f['profiled_first']} to {f['profiled_last']}), a step's "
+        f"{base.timed_alone(r)} at positions {f['profiled_first']} to {f['profiled_last']}, a step's "
         f"{base.clock(r)} went from {base.ms(f['off_first_kernel_ms'])} to "
         f"**{base.ms(f['off_last_kernel_ms'])}** without the cache, and from {base.ms(f['on_first_kernel_ms'])} to "
         f"**{base.ms(f['on_last_kernel_ms'])}** with it: O(n) work per token against O(1), plus a read of the cache "
