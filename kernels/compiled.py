@@ -14,9 +14,28 @@ def compiled(modules=None) -> set[str]:
     """Every specialization of a kernel in `modules` (by default the kernels package's, as imported) compiled in
     this process, each as a short stable name (the same kernel, arguments and options give the same name in any
     process on the same GPU type)."""
+    return {name for _, _, name in _specializations(modules)}
+
+
+def forget(keep=frozenset(), modules=None) -> int:
+    """Drop every compiled specialization not named in `keep` from this process's kernel caches, and the launches
+    kernels.launch keeps bound, so that the next launch of each compiles it again, as in a fresh process (from
+    Triton's cache directory, unless that is new and empty). Returns how many were dropped."""
+    from . import launch
+
+    dropped = 0
+    for cache, key, name in _specializations(modules):
+        if name not in keep:
+            del cache[key]
+            dropped += 1
+    launch.forget_bound()
+    return dropped
+
+
+def _specializations(modules):
+    """(the kernel cache, its key, the key's name) for every compiled specialization of a kernel in `modules`."""
     if modules is None:
         modules = [m for name, m in list(sys.modules.items()) if name == "kernels" or name.startswith("kernels.")]
-    names = set()
     for module in modules:
         if module is None:
             continue
@@ -25,7 +44,7 @@ def compiled(modules=None) -> set[str]:
             if not caches:
                 continue
             for entry in list(caches.values()):
-                for key in list(entry[0]):  # the kernel cache: specialization key -> compiled kernel
+                cache = entry[0]  # the kernel cache: specialization key -> compiled kernel
+                for key in list(cache):
                     text = f"{obj.__module__}.{obj.__name__}:{key}"
-                    names.add(hashlib.sha1(text.encode()).hexdigest()[:16])
-    return names
+                    yield cache, key, hashlib.sha1(text.encode()).hexdigest()[:16]

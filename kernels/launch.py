@@ -277,6 +277,13 @@ def plain(fn) -> _Plain:
     return _Plain(fn)
 
 
+def forget_bound() -> None:
+    """Every kernel's bound launches dropped: the next launch of each goes through its JITFunction again (which
+    compiles a specialization kernels.compiled.forget dropped)."""
+    for wrapper in list(_wrappers.values()):
+        wrapper.bound = {}
+
+
 def fast(fn) -> _Fast:
     """fn (a triton.jit function) launched as fn[grid](...) is, with the binding kept per signature."""
     wrapper = _wrappers.get(fn)

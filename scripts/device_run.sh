@@ -38,7 +38,7 @@ for PART in "${@:-page}"; do
     tail -n 24 "$OUT/page.log" | tee -a "$LOG" ;;
   record)
     say "lessons and the CPU's default jobs, recorded"
-    TRITON_CACHE_DIR=$(mktemp -d) timeout 330 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
+    TRITON_CACHE_DIR=$(mktemp -d) timeout 420 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
     cp assets/recorded/lessons_h200.json assets/recorded/jobs_h200.json "$OUT/" 2>/dev/null ;;
   tests:*)
     for i in $(seq 1 "${PART#tests:}"); do

@@ -3,7 +3,11 @@
     python scripts/record_lessons.py [--out assets/recorded/lessons_h200.json] [--lessons kv-cache tiling]
 
 On a GPU each lesson runs twice after the app's own warm-up: the recording keeps the second run, and the
-first run's seconds, compilation included, for the app's estimate of a lesson's first run in a server.
+first run's seconds, compilation included, for the app's estimate of a lesson's first run in a server. Each
+first run meets its kernels as a server fresh from its warm-up would, whichever lessons ran before it: every
+kernel compiled since the warm-up is forgotten (kernels.compiled.forget) and Triton's cache directory is a new,
+empty one. So the kernels it names are all it compiles there, and the app counts those not yet compiled in its
+own server, in any order.
 It also writes assets/recorded/jobs_<gpu>.json: the CPU's default Generate, Compare and fusion
 ladder run on this GPU with exactly the CPU's settings (the bundled model in float32, the same prompt,
 tokens, lengths and context), which the app shows beside a CPU run of the same job (counterpart.py).
@@ -22,6 +26,7 @@ import importlib.metadata
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +54,7 @@ def main():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
     from explorer.app import lessons
     from explorer.app.lessons import recorded
-    from kernels.compiled import compiled
+    from kernels.compiled import compiled, forget
 
     size = args.size or lessons.size()
     if size == "gpu" and not cuda:
@@ -70,9 +75,13 @@ def main():
 
         for line in warm_up(default_job("cuda")):
             print(f"warm-up: {line}", flush=True)
+    warm = compiled()
     results = {}
     for name in names:
         print(f"{name}: {lessons.describe(lessons.LESSONS[name].settings(size))}", flush=True)
+        if cuda:  # as a server fresh from its warm-up meets the lesson
+            os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"record-{name}-")
+            forget(warm)
         before = compiled()
         first = lessons.run(name, size).seconds if cuda else None  # compiles the lesson's own kernels
         new = sorted(compiled() - before)

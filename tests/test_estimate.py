@@ -224,6 +224,34 @@ def test_compiled_kernels_are_named_alike_in_any_process_and_none_under_the_inte
     assert len(first) == 2 and compiled([fake]) == first  # stable names, one per specialization
 
 
+def test_forget_drops_every_compiled_specialization_but_those_kept_and_every_bound_launch():
+    """A recording meets each lesson's kernels as a server fresh from its warm-up would: kernels.compiled.forget
+    drops what was compiled since (the warm-up's kept) and the launches kernels.launch bound to them."""
+    import types
+
+    from kernels import launch
+    from kernels.compiled import compiled, forget
+
+    fake = types.ModuleType("kernels.fake")
+
+    class Kernel:
+        __module__, __name__ = "kernels.fake", "_kernel"
+        device_caches = {0: ({"key-1": object(), "key-2": object(), "key-3": object()}, None, None, None)}
+
+    fake._kernel = Kernel()
+    names = compiled([fake])
+    keep = set(sorted(names)[:1])
+    wrapper = launch.fast(fake._kernel)
+    wrapper.bound = {("a signature",): "a bound launch"}
+    try:
+        assert forget(keep, [fake]) == 2
+        assert compiled([fake]) == keep and len(Kernel.device_caches[0][0]) == 1
+        assert wrapper.bound == {}  # its next launch goes through the kernel, which compiles what was dropped
+        assert forget(keep, [fake]) == 0
+    finally:
+        launch._wrappers.pop(fake._kernel, None)
+
+
 def test_costs_counted_in_the_reference_machines_seconds_follow_this_cpus_speed():
     """A sweep's programs and the lessons priced in seconds (tiling's configs, blocks' passes) were timed on the
     2-core machine RATES names: a CPU whose last Generate ran at twice that rate doubles them too."""
