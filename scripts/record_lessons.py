@@ -4,10 +4,10 @@
 
 On a GPU each lesson runs twice after the app's own warm-up: the recording keeps the second run, and the
 first run's seconds, compilation included, for the app's estimate of a lesson's first run in a server. Each
-first run meets its kernels as a server fresh from its warm-up would, whichever lessons ran before it: every
-kernel compiled since the warm-up is forgotten (kernels.compiled.forget) and Triton's cache directory is a new,
-empty one. So the kernels it names are all it compiles there, and the app counts those not yet compiled in its
-own server, in any order.
+first run meets its kernels as a server fresh from its warm-up would, whichever lessons ran before it: the
+models the lessons built (with their captured graphs) are dropped, every kernel compiled since the warm-up is
+forgotten (kernels.compiled.forget) and Triton's cache directory is a new, empty one. So the kernels it names
+are all it compiles there, and the app counts those not yet compiled in its own server, in any order.
 It also writes assets/recorded/jobs_<gpu>.json: the CPU's default Generate, Compare and fusion
 ladder run on this GPU with exactly the CPU's settings (the bundled model in float32, the same prompt,
 tokens, lengths and context), which the app shows beside a CPU run of the same job (counterpart.py).
@@ -79,8 +79,9 @@ def main():
     results = {}
     for name in names:
         print(f"{name}: {lessons.describe(lessons.LESSONS[name].settings(size))}", flush=True)
-        if cuda:  # as a server fresh from its warm-up meets the lesson
+        if cuda:  # as a server fresh from its warm-up meets the lesson: no model, graph or kernel of a lesson before
             os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"record-{name}-")
+            lessons.forget_models()
             forget(warm)
         before = compiled()
         first = lessons.run(name, size).seconds if cuda else None  # compiles the lesson's own kernels

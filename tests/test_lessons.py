@@ -306,3 +306,17 @@ def test_the_recording_script_on_cpu(tmp_path):
             [sys.executable, "scripts/record_lessons.py"], cwd=ROOT, capture_output=True, text=True
         )
         assert refused.returncode != 0 and "pass --out" in refused.stderr
+
+
+def test_forget_models_drops_the_models_the_lessons_built_for_themselves():
+    """The recording's way to meet a lesson as a fresh server would: the lessons' own models (and the graphs they
+    keep) are built again after forget_models."""
+    from explorer.app.lessons import base, blocks, forget_models
+
+    shape = (("width", 64), ("vocab", 128), ("layers", 1), ("heads", 2), ("kv_heads", 1))
+    first = blocks.pair(shape, "cpu", torch.float32)
+    assert blocks.pair(shape, "cpu", torch.float32) is first
+    forget_models()
+    assert blocks.pair(shape, "cpu", torch.float32) is not first
+    assert base._gpt2_shape.cache_info().currsize == 0
+    forget_models()

@@ -36,6 +36,14 @@ def run(name: str, size_: str | None = None) -> Result:
         raise friendly(e) from None
 
 
+def forget_models() -> None:
+    """Drop the models the lessons build for themselves (GPT-2 small's shape, the blocks lesson's pair) and the
+    decode graphs each keeps: the next lesson builds and captures them again, as a fresh server's first would
+    (scripts/record_lessons.py, before each lesson's first run)."""
+    base._gpt2_shape.cache_clear()
+    blocks.pair.cache_clear()
+
+
 # A lesson's compilation on a GPU when no recording says how long it took.
 COMPILE_S = 20.0
 # A recorded lesson's time is its job's; through the server its figures take about this much more to reach the
@@ -49,8 +57,9 @@ def estimate(
     """Seconds the lesson's job should take on this device, before it runs. On a GPU, the recorded run
     (scripts/record_lessons.py) when there is one: its time once compiled, plus its first run's compilation
     (each lesson compiles kernels of its own: the cache-off runs' lengths, the ladder's rungs, the tile
-    sweep's configs). Where the recording names the kernel specializations its first run compiled, only
-    those not yet in `compiled` (the worker's, kernels.compiled) count, each an equal share; otherwise all,
+    sweep's configs). Where the recording names the kernel specializations its first run compiled (in a process
+    fresh from the worker's warm-up, whichever lessons ran before), only those not yet in `compiled` (the
+    worker's, kernels.compiled) count, each an equal share; otherwise all,
     until the lesson has run in this server. size_: "cpu" | "gpu" (this device's by default); folder: where
     the recordings are (recorded.FOLDER by default)."""
     lesson, size_ = LESSONS[name], size_ or size()
