@@ -3,7 +3,8 @@
 # own time limit so a slow one cannot starve the rest; logs and tables go to $OUT.
 #   bash scripts/device_run.sh PART...  the parts in order:
 #     page      what a visitor waits for through the server, and the estimates shown (benchmarks/page.py;
-#               PAGE_ARGS=--no-handler leaves out the same jobs timed in-process)
+#               PAGE_ARGS=--no-handler leaves out the same jobs timed in-process; PAGE_ONLY=lesson,ladder only
+#               the rows whose names hold one of those words)
 #     stream    when each streamed update leaves the server (experiments/stream_check.py)
 #     record    the lessons and the CPU's default jobs recorded for visitors without a GPU
 #     tests:N   the whole test suite under pytest -n 16, N times in a row (Triton's cache kept in .triton-cache,
@@ -34,7 +35,7 @@ for PART in "${@:-page}"; do
     timeout 150 python3 -m experiments.stream_check --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG" ;;
   page)
     say "the page, timed through the server"
-    TRITON_CACHE_DIR=$(mktemp -d) timeout 480 python3 benchmarks/page.py ${PAGE_ARGS:-} --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
+    TRITON_CACHE_DIR=$(mktemp -d) timeout 480 python3 benchmarks/page.py ${PAGE_ARGS:-} ${PAGE_ONLY:+--only "$PAGE_ONLY"} --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
     tail -n 24 "$OUT/page.log" | tee -a "$LOG" ;;
   record)
     say "lessons and the CPU's default jobs, recorded"
