@@ -98,6 +98,11 @@ class DeviceLimits:
         return self.capability == (0, 0)
 
 
+# An H200 as the tile rules see it, for code that plans for one with no GPU to ask (the app's estimates, whose
+# compile times were timed there; kernels.ncu_check --model-only on CPU).
+H200 = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True)
+
+
 @functools.cache
 def _cuda_limits(index: int) -> DeviceLimits:
     props = torch.cuda.get_device_properties(index)

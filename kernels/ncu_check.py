@@ -105,9 +105,11 @@ def _l2_flush_kernel(X, Out, n, BLOCK: tl.constexpr):
 
 def h200_limits():
     """What the models assume when there is no GPU to ask (--model-only on CPU): an H200."""
-    from .config import DeviceLimits
+    import dataclasses
 
-    return DeviceLimits("NVIDIA H200 (assumed)", 232448, 132, (9, 0), True, 50 * 1024 * 1024)
+    from .config import H200
+
+    return dataclasses.replace(H200, name="NVIDIA H200 (assumed)")
 
 
 def model(case: Case, dtype, device):

@@ -18,7 +18,7 @@ import math
 import os
 import threading
 
-from kernels.config import DeviceLimits, next_pow2
+from kernels.config import H200, next_pow2
 
 from ..measure.sweeps import DEFAULT_SHAPES, GRIDS
 from ..model.ops import DECODE_RUNGS
@@ -265,7 +265,7 @@ def generation_keys(s) -> list:
 ATTENTION_HEADS = {"bundled-llama": (6, 2, 32), "HuggingFaceTB/SmolLM2-135M": (9, 3, 64)}
 # The GPU whose tile rules an estimate follows: the H200, where COMPILE_S was timed (the server's own process
 # does not touch the GPU; a GPU of another size may plan a few lengths differently).
-PLANNED_ON = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True, 60 << 20)
+PLANNED_ON = H200
 
 
 def decode_key(s, positions: int) -> tuple:
@@ -277,11 +277,13 @@ def decode_key(s, positions: int) -> tuple:
 
     from kernels.attn import decode_tiles, grouped
 
-    dtype = {"float32": torch.float32, "float16": torch.float16}.get(s.dtype, torch.bfloat16)
+    from .models import DTYPES
+
+    dtype = DTYPES.get(s.dtype, torch.bfloat16)  # "" is the device's default: an H200's
     fused = s.fusion in DECODE_RUNGS
     heads, kv_heads, head_dim = ATTENTION_HEADS.get(s.model, (None, None, 64))
     if heads is None:
-        heads = kv_heads = SHAPES.get(s.model, SHAPES["gpt2"])[1] // 64
+        heads = SHAPES.get(s.model, SHAPES["gpt2"])[1] // 64
         tiles = s.tiles.fixed("decode_attention")
         try:
             plan = decode_tiles.launch_plan(tiles, s.batch * heads, positions, head_dim, dtype, PLANNED_ON)

@@ -123,7 +123,7 @@ def make(ctx: Context) -> dict:
             ctx.policy.check(s.model)
             units = estimate.generation_units(s, ctx.device)
             state = dict(state or NEW_STATE)
-            overlaid = overlay and state.get("steps") is not None
+            overlaid = overlays(overlay, state)
             seconds = estimate.generation_seconds(s, ctx.device, overlaid)
             keys = estimate.generation_keys(s)
             compiling = estimate.compile_s(ctx.device, keys) > 0
@@ -284,8 +284,13 @@ def generate_estimate(ctx: Context, values: dict) -> str:
         s = settings.parse(values, ctx.dynamic())
     except UserError:
         return ""
-    overlaid = bool(values.get("overlay")) and (values.get("state") or {}).get("steps") is not None
-    return estimate.generation_note(s, ctx.device, overlaid)
+    return estimate.generation_note(s, ctx.device, overlays(values.get("overlay"), values.get("state")))
+
+
+def overlays(overlay, state) -> bool:
+    """Whether a Generate's charts will draw the previous run's lines: the overlay box ticked and a run in the
+    page's state."""
+    return bool(overlay) and (state or {}).get("steps") is not None
 
 
 def compare_estimate(ctx: Context, values: dict) -> str:
