@@ -6,8 +6,10 @@ only specializations compiled already runs at its warm speed; one that meets new
 compilation, about a second each on a GPU. An estimate tells the two apart by these names. Under the
 interpreter nothing compiles, and the set is empty."""
 
+import contextlib
 import hashlib
 import sys
+import time
 
 
 def compiled(modules=None) -> set[str]:
@@ -46,5 +48,35 @@ def _specializations(modules):
             for entry in list(caches.values()):
                 cache = entry[0]  # the kernel cache: specialization key -> compiled kernel
                 for key in list(cache):
-                    text = f"{obj.__module__}.{obj.__name__}:{key}"
-                    yield cache, key, hashlib.sha1(text.encode()).hexdigest()[:16]
+                    yield cache, key, _name(obj, key)
+
+
+def _name(kernel, key) -> str:
+    return hashlib.sha1(f"{kernel.__module__}.{kernel.__name__}:{key}".encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def compile_times():
+    """Within the block, the seconds each specialization's compilation took, by its name as compiled() gives it:
+    they differ by kernel (a matmul's tiles against an elementwise kernel's) far more than by run. Empty under
+    the interpreter (nothing compiles) and with a Triton whose JIT has no _do_compile to time."""
+    from triton.runtime.jit import JITFunction
+
+    times: dict[str, float] = {}
+    original = getattr(JITFunction, "_do_compile", None)
+    if original is None:
+        yield times
+        return
+
+    def timed(self, key, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(self, key, *args, **kwargs)
+        finally:
+            times[_name(self, key)] = time.perf_counter() - start
+
+    JITFunction._do_compile = timed
+    try:
+        yield times
+    finally:
+        JITFunction._do_compile = original

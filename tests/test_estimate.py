@@ -194,13 +194,77 @@ def test_a_lesson_counts_only_the_kernels_its_recording_compiled_that_are_not_co
     from explorer.app.lessons import recorded
 
     rec = recorded.latest()
-    result = dataclasses.replace(rec.results["memory"], seconds=1.0, first_s=21.0, kernels=("a", "b", "c", "d"))
+    result = dataclasses.replace(
+        rec.results["memory"], seconds=1.0, first_s=21.0, kernels=("a", "b", "c", "d"), rebuilt_s=None, compile_s={}
+    )  # a recording without the kernels' compile times or the run with its models built anew
     recorded.save(tmp_path / "lessons_h200.json", rec.meta, {"memory": result})
     on_gpu = dict(size_="gpu", folder=tmp_path)
     served = lessons.SERVED_S  # the figures' way through the server, on top of the recorded job
     assert lessons.estimate("memory", **on_gpu) == pytest.approx(21.0 + served)
     assert lessons.estimate("memory", {"a", "b", "x"}, **on_gpu) == pytest.approx(11.0 + served)
     assert lessons.estimate("memory", {"a", "b", "c", "d"}, **on_gpu) == pytest.approx(1.0 + served)
+
+
+def test_a_lesson_counts_its_setup_until_it_has_run_and_each_missing_kernel_by_its_compile_time(tmp_path):
+    """A recording with the lesson's run with its models built anew (rebuilt_s) and each kernel's compilation
+    timed (compile_s): the setup counts until the lesson has run in this server, whatever is compiled; each kernel
+    not yet compiled adds its own seconds, not an equal share of the first run (which also built launchers into
+    an empty cache, as a server's warm-up does once)."""
+    import dataclasses
+
+    from explorer.app import lessons
+    from explorer.app.lessons import recorded
+
+    rec = recorded.latest()
+    times = {"a": 0.5, "b": 3.0, "c": 0.25}
+    result = dataclasses.replace(
+        rec.results["memory"], seconds=1.0, first_s=9.0, rebuilt_s=1.5, kernels=tuple(times), compile_s=times
+    )
+    recorded.save(tmp_path / "lessons_h200.json", rec.meta, {"memory": result})
+    on_gpu = dict(size_="gpu", folder=tmp_path)
+    served = lessons.SERVED_S
+    assert lessons.estimate("memory", **on_gpu) == pytest.approx(served + 1.5 + 3.75)
+    assert lessons.estimate("memory", {"b", "x"}, **on_gpu) == pytest.approx(served + 1.5 + 0.75)
+    assert lessons.estimate("memory", set(times), **on_gpu) == pytest.approx(served + 1.5)
+    estimate.compiled("cuda", lessons.compiles("memory"))  # the lesson has run here: its models are built
+    assert lessons.estimate("memory", {"b"}, **on_gpu) == pytest.approx(served + 1.0 + 0.75)
+    untimed = dataclasses.replace(result, compile_s={})  # an equal share of what the first run added
+    recorded.save(tmp_path / "lessons_h200.json", rec.meta, {"memory": untimed})
+    assert lessons.estimate("memory", {"b"}, **on_gpu) == pytest.approx(served + 1.0 + (9.0 - 1.5) * 2 / 3)
+
+
+def test_compile_times_names_each_compiled_specialization_as_compiled_does(monkeypatch):
+    """kernels.compiled.compile_times times each call of Triton's JIT compile inside the block, by the name
+    kernels.compiled gives the specialization it makes; outside the block, compiles go untimed."""
+    import time
+    import types
+
+    from triton.runtime.jit import JITFunction
+
+    from kernels.compiled import compile_times, compiled
+
+    caches = {0: ({}, None, None, None)}
+
+    def fake_compile(self, key, *args, **kwargs):  # what Triton's compile leaves: the specialization cached
+        time.sleep(0.02 if key == "slow" else 0.0)
+        self.device_caches[0][0][key] = object()
+
+    monkeypatch.setattr(JITFunction, "_do_compile", fake_compile, raising=False)
+    fake = types.ModuleType("kernels.fake")
+
+    class Kernel:
+        __module__, __name__ = "kernels.fake", "_kernel"
+        device_caches = caches
+
+    fake._kernel = Kernel()
+    with compile_times() as took:
+        JITFunction._do_compile(fake._kernel, "slow", "signature", 0)
+        JITFunction._do_compile(fake._kernel, "quick", "signature", 0)
+    JITFunction._do_compile(fake._kernel, "after", "signature", 0)
+    assert JITFunction._do_compile is fake_compile  # put back
+    assert len(took) == 2 and set(took) < compiled([fake])
+    slow = [name for name, s in took.items() if s >= 0.02]
+    assert len(slow) == 1 and min(took.values()) < 0.02
 
 
 def test_compiled_kernels_are_named_alike_in_any_process_and_none_under_the_interpreter():

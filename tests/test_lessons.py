@@ -242,7 +242,11 @@ def test_a_link_with_a_lesson_opens_the_lessons_tab_with_it_picked():
 def test_a_recording_round_trips_and_is_labelled_with_its_gpu_and_date(runs, tmp_path):
     names = ["tiling", "kv-cache", "prefill-decode"]
     # As a GPU recording has them: the first run's seconds and the kernel specializations it compiled.
-    results = {name: dataclasses.replace(runs(name), first_s=9.5, kernels=("3f2a", "9c01")) for name in names}
+    compiling = {"3f2a": 1.25, "9c01": 0.5}
+    results = {
+        name: dataclasses.replace(runs(name), first_s=9.5, kernels=("3f2a", "9c01"), rebuilt_s=1.5, compile_s=compiling)
+        for name in names
+    }
     path = recorded.save(tmp_path / "lessons_h200.json", H200, results)
     assert path.stat().st_size < 200_000
     json.loads(path.read_text())  # plain JSON: no NaN
@@ -252,6 +256,7 @@ def test_a_recording_round_trips_and_is_labelled_with_its_gpu_and_date(runs, tmp
         original, loaded = results[name], rec.results[name]
         assert loaded.facts == json.loads(json.dumps(recorded._plain(original.facts)))
         assert (loaded.first_s, tuple(loaded.kernels)) == (9.5, ("3f2a", "9c01"))
+        assert (loaded.rebuilt_s, loaded.compile_s) == (1.5, compiling)
         assert lessons.LESSONS[name].explain(loaded) == lessons.LESSONS[name].explain(original)
         for key, table in original.tables.items():
             assert list(loaded.tables[key].columns) == list(table.columns) and len(loaded.tables[key]) == len(table)

@@ -55,13 +55,17 @@ def estimate(
     name: str, compiled: set[str] | frozenset[str] = frozenset(), size_: str | None = None, folder=None
 ) -> float:
     """Seconds the lesson's job should take on this device, before it runs. On a GPU, the recorded run
-    (scripts/record_lessons.py) when there is one: its time once compiled, plus its first run's compilation
-    (each lesson compiles kernels of its own: the cache-off runs' lengths, the ladder's rungs, the tile
-    sweep's configs). Where the recording names the kernel specializations its first run compiled (in a process
-    fresh from the worker's warm-up, whichever lessons ran before), only those not yet in `compiled` (the
-    worker's, kernels.compiled) count, each an equal share; otherwise all,
-    until the lesson has run in this server. size_: "cpu" | "gpu" (this device's by default); folder: where
-    the recordings are (recorded.FOLDER by default)."""
+    (scripts/record_lessons.py) when there is one: its time once compiled, plus what its first run in a server
+    adds. That is its own setup (its models built, its CUDA graphs captured: the recording's run with every
+    kernel compiled but the models built anew), until the lesson has run in this server, and its compilation
+    (each lesson compiles kernels of its own: the cache-off runs' lengths, the ladder's rungs, the tile sweep's
+    configs). Where the recording names the kernel specializations its first run compiled (in a process fresh
+    from the worker's warm-up, whichever lessons ran before), only those not yet in `compiled` (the worker's,
+    kernels.compiled) count: each by the seconds its compilation took there, or, in a recording that did not
+    time them, an equal share of the first run's extra seconds. (That first run also paid for what a server
+    does once, in its warm-up: Triton's launchers built into an empty cache. Only the compilations are
+    counted.) Otherwise all, until the lesson has run in this server. size_: "cpu" | "gpu" (this device's by
+    default); folder: where the recordings are (recorded.FOLDER by default)."""
     lesson, size_ = LESSONS[name], size_ or size()
     modeled = lesson.estimate(lesson.settings(size_))
     if size_ != "gpu":
@@ -70,9 +74,15 @@ def estimate(
     r = rec.results.get(name) if rec else None
     warm = r.seconds if r else modeled
     first = r.first_s if r and r.first_s else warm + COMPILE_S
+    rebuilt = min(max(r.rebuilt_s or warm, warm), first) if r else warm
+    setup = cost.compile_s("cuda", compiles(name), lambda key: rebuilt - warm)  # none once the lesson has run here
     if r and r.kernels:
-        missing = len(set(r.kernels) - set(compiled))
-        return SERVED_S + warm + max(first - warm, 0.0) * missing / len(r.kernels)
+        missing = [k for k in r.kernels if k not in compiled]
+        if r.compile_s:
+            compiling = sum(r.compile_s.get(k, 0.0) for k in missing)
+        else:
+            compiling = (first - rebuilt) * len(missing) / len(r.kernels)
+        return SERVED_S + warm + setup + compiling
     return SERVED_S + warm + cost.compile_s("cuda", compiles(name), lambda key: max(first - warm, 0.0))
 
 

@@ -53,6 +53,8 @@ class Result:
     source: str = "measured just now"  # or "recorded on NVIDIA H200, 2026-11-30"
     first_s: float | None = None  # a recording's: the lesson's first run in a warmed-up worker, compiling
     kernels: tuple[str, ...] = ()  # a recording's: the kernel specializations that first run compiled
+    rebuilt_s: float | None = None  # a recording's: a run with every kernel compiled but its models built anew
+    compile_s: dict[str, float] = field(default_factory=dict)  # a recording's: each of those kernels' compilation
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,8 @@ def to_json(meta: dict, results: dict[str, Result]) -> dict:
             seconds=round(r.seconds, 2),
             first_s=None if r.first_s is None else round(r.first_s, 2),
             kernels=list(r.kernels),
+            rebuilt_s=None if r.rebuilt_s is None else round(r.rebuilt_s, 2),
+            compile_s={k: round(v, 3) for k, v in r.compile_s.items()},
             tables={k: _table(v) for k, v in r.tables.items()},
         )
         for name, r in results.items()
@@ -114,9 +116,19 @@ def _load(path: str, mtime: float) -> Recording:
     recording = Recording(meta, {})
     for name, d in data["lessons"].items():
         tables = {k: _frame(v) for k, v in d["tables"].items()}
-        first_s, kernels = d.get("first_s"), tuple(d.get("kernels", ()))
+        first_s, kernels, rebuilt_s = d.get("first_s"), tuple(d.get("kernels", ())), d.get("rebuilt_s")
         recording.results[name] = Result(
-            name, d["settings"], d["facts"], tables, d["device"], d["seconds"], recording.label, first_s, kernels
+            name,
+            d["settings"],
+            d["facts"],
+            tables,
+            d["device"],
+            d["seconds"],
+            recording.label,
+            first_s,
+            kernels,
+            rebuilt_s,
+            d.get("compile_s", {}),
         )
     return recording
 
