@@ -102,6 +102,27 @@ def merge(updates: list[dict]) -> dict:
     return out
 
 
+async def next_message(queue: asyncio.Queue, seconds: float):
+    """The queue's next message; TimeoutError if none comes within `seconds`. Not asyncio.wait_for: before
+    Python 3.12 it drops a cancel that comes as the message does (it returns the message and the task runs on),
+    so a Stop or a closed tab during a stream of updates waited for the whole job to end."""
+    if hasattr(asyncio, "timeout"):  # Python 3.11 on
+        async with asyncio.timeout(seconds):
+            return await queue.get()
+    getter = asyncio.ensure_future(queue.get())
+    try:
+        await asyncio.wait({getter}, timeout=seconds)
+    except asyncio.CancelledError:
+        if getter.done():  # taken as the cancel came: put back, for the halt that follows
+            queue.put_nowait(getter.result())
+        raise
+    finally:
+        getter.cancel()  # a no-op once done
+    if not getter.done() or getter.cancelled():
+        raise TimeoutError
+    return getter.result()
+
+
 class ProcessRunner:
     """Jobs run in one worker process at a time; see the module docstring."""
 
@@ -222,7 +243,7 @@ class ProcessRunner:
                 while True:
                     left = deadline - time.monotonic()
                     try:
-                        first = await asyncio.wait_for(queue.get(), max(0.0, min(KEEPALIVE_S, left)))
+                        first = await next_message(queue, max(0.0, min(KEEPALIVE_S, left)))
                     except TimeoutError:
                         if left > KEEPALIVE_S:
                             yield {}  # nothing new: the page's stream carries a message, so a closed tab is seen
@@ -275,7 +296,7 @@ class ProcessRunner:
         end = time.monotonic() + GRACE_S
         while time.monotonic() < end:
             try:
-                msg = await asyncio.wait_for(queue.get(), end - time.monotonic())
+                msg = await next_message(queue, end - time.monotonic())
             except TimeoutError:
                 break
             if msg[0] in ("done", "error"):
