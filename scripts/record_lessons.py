@@ -5,11 +5,11 @@
 On a GPU each lesson runs three times after the app's own warm-up: the recording keeps the second run, the
 first run's seconds, compilation included, and the third's, with its models (and their CUDA graphs) built anew
 but every kernel compiled, for the app's estimate of a lesson's first run in a server, and how long each
-kernel specialization took to compile. Each
-first run meets its kernels as a server fresh from its warm-up would, whichever lessons ran before it: the
-models the lessons built (with their captured graphs) are dropped, every kernel compiled since the warm-up is
-forgotten (kernels.compiled.forget) and Triton's cache directory is a new, empty one. So the kernels it names
-are all it compiles there, and the app counts those not yet compiled in its own server, in any order.
+kernel specialization took to compile. Each first run meets its kernels as a server fresh from its warm-up
+would, whichever lessons ran before it: the models the lessons built (with their captured graphs) are
+dropped, every kernel compiled since the warm-up is forgotten (kernels.compiled.forget) and Triton's cache
+directory is a new, empty one. So the kernels it names are all it compiles there, and the app counts those not
+yet compiled in its own server, in any order.
 It also writes assets/recorded/jobs_<gpu>.json: the CPU's default Generate, Compare and fusion
 ladder run on this GPU with exactly the CPU's settings (the bundled model in float32, the same prompt,
 tokens, lengths and context), which the app shows beside a CPU run of the same job (counterpart.py).
