@@ -231,6 +231,10 @@ def test_a_lesson_counts_its_setup_until_it_has_run_and_each_missing_kernel_by_i
     untimed = dataclasses.replace(result, compile_s={})  # an equal share of what the first run added
     recorded.save(tmp_path / "lessons_h200.json", rec.meta, {"memory": untimed})
     assert lessons.estimate("memory", {"b"}, **on_gpu) == pytest.approx(served + 1.0 + (9.0 - 1.5) * 2 / 3)
+    quick = dataclasses.replace(result, first_s=0.5, rebuilt_s=0.75)  # a first run read faster than the warm one
+    recorded.save(tmp_path / "lessons_h200.json", rec.meta, {"memory": quick})
+    estimate._compiled.clear()  # the lesson not yet run here: its setup, none, is never below the warm run
+    assert lessons.estimate("memory", set(times), **on_gpu) == pytest.approx(served + 1.0)
 
 
 def test_compile_times_names_each_compiled_specialization_as_compiled_does(monkeypatch):

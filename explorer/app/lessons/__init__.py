@@ -73,17 +73,18 @@ def estimate(
     rec = recorded.latest(folder)
     r = rec.results.get(name) if rec else None
     warm = r.seconds if r else modeled
-    first = r.first_s if r and r.first_s else warm + COMPILE_S
+    first = max(r.first_s if r and r.first_s else warm + COMPILE_S, warm)  # warm <= rebuilt <= first
     rebuilt = min(max(r.rebuilt_s or warm, warm), first) if r else warm
-    setup = cost.compile_s("cuda", compiles(name), lambda key: rebuilt - warm)  # none once the lesson has run here
+    fresh = cost.compile_s("cuda", compiles(name), lambda key: 1.0) > 0  # the lesson has not run in this server
     if r and r.kernels:
         missing = [k for k in r.kernels if k not in compiled]
         if r.compile_s:
             compiling = sum(r.compile_s.get(k, 0.0) for k in missing)
         else:
             compiling = (first - rebuilt) * len(missing) / len(r.kernels)
-        return SERVED_S + warm + setup + compiling
-    return SERVED_S + warm + cost.compile_s("cuda", compiles(name), lambda key: max(first - warm, 0.0))
+    else:
+        compiling = first - rebuilt if fresh else 0.0
+    return SERVED_S + warm + (rebuilt - warm if fresh else 0.0) + compiling
 
 
 def compiles(name: str) -> list:
