@@ -6,17 +6,13 @@ import torch
 
 import kernels.attn.decode_tiles
 from explorer.app import estimate, settings
+from tests.serve import fresh_estimates
 
 
 @pytest.fixture(autouse=True)
 def fresh():
-    saved = dict(estimate._measured), set(estimate._compiled), dict(estimate._fixed)
-    for kept in (estimate._measured, estimate._compiled, estimate._fixed):
-        kept.clear()
-    yield
-    for kept, was in zip((estimate._measured, estimate._compiled, estimate._fixed), saved, strict=True):
-        kept.clear()
-        kept.update(was)
+    with fresh_estimates():
+        yield
 
 
 def test_cost_grows_with_the_job():
