@@ -201,11 +201,11 @@ def test_a_lesson_counts_only_the_kernels_its_recording_compiled_that_are_not_co
     assert lessons.estimate("memory", {"a", "b", "c", "d"}, **on_gpu) == pytest.approx(1.0 + served)
 
 
-def test_a_lesson_counts_its_setup_until_it_has_run_and_each_missing_kernel_by_its_compile_time(tmp_path):
+def test_a_lesson_counts_its_setup_until_its_model_is_built_and_each_missing_kernel_by_its_compile_time(tmp_path):
     """A recording with the lesson's run with its models built anew (rebuilt_s) and each kernel's compilation
-    timed (compile_s): the setup counts until the lesson has run in this server, whatever is compiled; each kernel
-    not yet compiled adds its own seconds, not an equal share of the first run (which also built launchers into
-    an empty cache, as a server's warm-up does once)."""
+    timed (compile_s): the setup counts until a lesson on the same model has run in this server, whatever is
+    compiled; each kernel not yet compiled adds its own seconds, not an equal share of the first run (which also
+    built launchers into an empty cache, as a server's warm-up does once)."""
     import dataclasses
 
     from explorer.app import lessons
@@ -222,7 +222,10 @@ def test_a_lesson_counts_its_setup_until_it_has_run_and_each_missing_kernel_by_i
     assert lessons.estimate("memory", **on_gpu) == pytest.approx(served + 1.5 + 3.75)
     assert lessons.estimate("memory", {"b", "x"}, **on_gpu) == pytest.approx(served + 1.5 + 0.75)
     assert lessons.estimate("memory", set(times), **on_gpu) == pytest.approx(served + 1.5)
-    estimate.compiled("cuda", lessons.compiles("memory"))  # the lesson has run here: its models are built
+    estimate.compiled("cuda", lessons.compiles("blocks", "gpu"))  # a lesson on another model has run here
+    assert lessons.estimate("memory", set(times), **on_gpu) == pytest.approx(served + 1.5)
+    estimate.compiled("cuda", lessons.compiles("decode-step", "gpu"))  # one on memory's model: it is built
+    assert lessons.estimate("memory", set(times), **on_gpu) == pytest.approx(served + 1.0)
     assert lessons.estimate("memory", {"b"}, **on_gpu) == pytest.approx(served + 1.0 + 0.75)
     untimed = dataclasses.replace(result, compile_s={})  # an equal share of what the first run added
     recorded.save(tmp_path / "lessons_h200.json", rec.meta, {"memory": untimed})
@@ -235,10 +238,13 @@ def test_a_lesson_counts_its_setup_until_it_has_run_and_each_missing_kernel_by_i
 
 def test_compile_times_names_each_compiled_specialization_as_compiled_does(monkeypatch):
     """kernels.compiled.compile_times times each call of Triton's JIT compile inside the block, by the name
-    kernels.compiled gives the specialization it makes; outside the block, compiles go untimed."""
+    kernels.compiled gives the specialization it makes, and adds its first launch's setup (the launcher built,
+    the binary loaded); outside the block, compiles go untimed."""
+    import sys
     import time
     import types
 
+    from triton.compiler.compiler import CompiledKernel
     from triton.runtime.jit import JITFunction
 
     from kernels.compiled import compile_times, compiled
@@ -247,10 +253,15 @@ def test_compile_times_names_each_compiled_specialization_as_compiled_does(monke
 
     def fake_compile(self, key, *args, **kwargs):  # what Triton's compile leaves: the specialization cached
         time.sleep(0.02 if key == "slow" else 0.0)
-        self.device_caches[0][0][key] = object()
+        self.device_caches[0][0][key] = types.SimpleNamespace(key=key)
+
+    def fake_handles(kernel):  # a first launch: a new signature's launcher takes long to build
+        time.sleep(0.05 if kernel.key == "new launcher" else 0.0)
 
     monkeypatch.setattr(JITFunction, "_do_compile", fake_compile, raising=False)
+    monkeypatch.setattr(CompiledKernel, "_init_handles", fake_handles)
     fake = types.ModuleType("kernels.fake")
+    monkeypatch.setitem(sys.modules, "kernels.fake", fake)
 
     class Kernel:
         __module__, __name__ = "kernels.fake", "_kernel"
@@ -258,13 +269,13 @@ def test_compile_times_names_each_compiled_specialization_as_compiled_does(monke
 
     fake._kernel = Kernel()
     with compile_times() as took:
-        JITFunction._do_compile(fake._kernel, "slow", "signature", 0)
-        JITFunction._do_compile(fake._kernel, "quick", "signature", 0)
+        for key in ("slow", "quick", "new launcher"):
+            JITFunction._do_compile(fake._kernel, key, "signature", 0)
+            CompiledKernel._init_handles(caches[0][0][key])
     JITFunction._do_compile(fake._kernel, "after", "signature", 0)
-    assert JITFunction._do_compile is fake_compile  # put back
-    assert len(took) == 2 and set(took) < compiled([fake])
-    slow = [name for name, s in took.items() if s >= 0.02]
-    assert len(slow) == 1 and min(took.values()) < 0.02
+    assert JITFunction._do_compile is fake_compile and CompiledKernel._init_handles is fake_handles  # put back
+    assert len(took) == 3 and set(took) < compiled([fake])
+    assert sorted(took.values())[0] < 0.02 <= sorted(took.values())[1] < 0.05 <= sorted(took.values())[2]
 
 
 def test_compiled_kernels_are_named_alike_in_any_process_and_none_under_the_interpreter():

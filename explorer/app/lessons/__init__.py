@@ -56,16 +56,16 @@ def estimate(
 ) -> float:
     """Seconds the lesson's job should take on this device, before it runs. On a GPU, the recorded run
     (scripts/record_lessons.py) when there is one: its time once compiled, plus what its first run in a server
-    adds. That is its own setup (its models built, its CUDA graphs captured: the recording's run with every
-    kernel compiled but the models built anew), until the lesson has run in this server, and its compilation
-    (each lesson compiles kernels of its own: the cache-off runs' lengths, the ladder's rungs, the tile sweep's
-    configs). Where the recording names the kernel specializations its first run compiled (in a process fresh
-    from the worker's warm-up, whichever lessons ran before), only those not yet in `compiled` (the worker's,
-    kernels.compiled) count: each by the seconds its compilation took there, or, in a recording that did not
-    time them, an equal share of the first run's extra seconds. (That first run also paid for what a server
-    does once, in its warm-up: Triton's launchers built into an empty cache. Only the compilations are
-    counted.) Otherwise all, until the lesson has run in this server. size_: "cpu" | "gpu" (this device's by
-    default); folder: where the recordings are (recorded.FOLDER by default)."""
+    adds. That is its setup (its model built, its CUDA graphs captured: the recording's run with every kernel
+    compiled but the models built anew), until a lesson on the same model has run in this server, and its
+    compilation (each lesson compiles kernels of its own: the cache-off runs' lengths, the ladder's rungs, the
+    tile sweep's configs). Where the recording names the kernel specializations its first run compiled (in a
+    process fresh from the worker's warm-up, whichever lessons ran before), only those not yet in `compiled`
+    (the worker's, kernels.compiled) count: each by the seconds its compilation and first launch took there (a
+    launcher of a signature the warm-up did not meet is built then), or, in a recording that did not time them,
+    an equal share of the first run's extra seconds. Otherwise all, until the lesson has run in this server.
+    size_: "cpu" | "gpu" (this device's by default); folder: where the recordings are (recorded.FOLDER by
+    default)."""
     lesson, size_ = LESSONS[name], size_ or size()
     modeled = lesson.estimate(lesson.settings(size_))
     if size_ != "gpu":
@@ -75,7 +75,9 @@ def estimate(
     warm = r.seconds if r else modeled
     first = max(r.first_s if r and r.first_s else warm + COMPILE_S, warm)  # warm <= rebuilt <= first
     rebuilt = min(max(r.rebuilt_s or warm, warm), first) if r else warm
-    fresh = cost.compile_s("cuda", compiles(name), lambda key: 1.0) > 0  # the lesson has not run in this server
+    own, *built = compiles(name, size_)
+    fresh = cost.compile_s("cuda", [own], lambda key: 1.0) > 0  # the lesson has not run in this server
+    unbuilt = cost.compile_s("cuda", built, lambda key: 1.0) > 0  # nor another lesson on its model
     if r and r.kernels:
         missing = [k for k in r.kernels if k not in compiled]
         if r.compile_s:
@@ -84,12 +86,14 @@ def estimate(
             compiling = (first - rebuilt) * len(missing) / len(r.kernels)
     else:
         compiling = first - rebuilt if fresh else 0.0
-    return SERVED_S + warm + (rebuilt - warm if fresh else 0.0) + compiling
+    return SERVED_S + warm + (rebuilt - warm if unbuilt else 0.0) + compiling
 
 
-def compiles(name: str) -> list:
-    """The lesson's own kernels, compiled by its first run in a server (estimate.compiled)."""
-    return [("lesson", name)]
+def compiles(name: str, size_: str | None = None) -> list:
+    """What the lesson's first run in a server leaves behind (estimate.compiled): its own kernels, and the
+    model it builds, which later lessons on the same model find built (GPT-2 small's shape serves six)."""
+    s = LESSONS[name].settings(size_ or size())
+    return [("lesson", name)] + ([("lesson model", str(s["model"]), s["dtype"])] if "model" in s else [])
 
 
 def describe(s: dict) -> str:
