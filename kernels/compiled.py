@@ -58,8 +58,11 @@ def _name(kernel, key) -> str:
 @contextlib.contextmanager
 def compile_times():
     """Within the block, the seconds each specialization's compilation took, by its name as compiled() gives it:
-    they differ by kernel (a matmul's tiles against an elementwise kernel's) far more than by run. Empty under
-    the interpreter (nothing compiles) and with a Triton whose JIT has no _do_compile to time."""
+    they differ by kernel (a matmul's tiles against an elementwise kernel's) far more than by run. Each one's
+    first launch counts too: it loads the binary and builds a launcher, which Triton compiles from C source
+    (about a second) unless its cache holds one of the same signature. Empty under the interpreter (nothing
+    compiles) and with a Triton whose JIT has no _do_compile to time."""
+    from triton.compiler.compiler import CompiledKernel
     from triton.runtime.jit import JITFunction
 
     times: dict[str, float] = {}
@@ -67,16 +70,36 @@ def compile_times():
     if original is None:
         yield times
         return
+    handles = getattr(CompiledKernel, "_init_handles", None)
+    loads: dict[int, tuple] = {}  # id -> (the compiled kernel, seconds its first launch's setup took)
+    compiling = []  # nonempty while a compile runs: a launcher built inside it is in its time already
 
     def timed(self, key, *args, **kwargs):
         start = time.perf_counter()
+        compiling.append(key)
         try:
             return original(self, key, *args, **kwargs)
         finally:
+            compiling.pop()
             times[_name(self, key)] = time.perf_counter() - start
 
+    def timed_handles(kernel):
+        start = time.perf_counter()
+        try:
+            return handles(kernel)
+        finally:
+            if not compiling:
+                loads[id(kernel)] = (kernel, loads.get(id(kernel), (kernel, 0.0))[1] + time.perf_counter() - start)
+
     JITFunction._do_compile = timed
+    if handles is not None:
+        CompiledKernel._init_handles = timed_handles
     try:
         yield times
     finally:
         JITFunction._do_compile = original
+        if handles is not None:
+            CompiledKernel._init_handles = handles
+        for cache, key, name in _specializations(None):
+            if id(cache[key]) in loads and name in times:
+                times[name] += loads[id(cache[key])][1]

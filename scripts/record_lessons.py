@@ -8,8 +8,9 @@ but every kernel compiled, for the app's estimate of a lesson's first run in a s
 kernel specialization took to compile. Each first run meets its kernels as a server fresh from its warm-up
 would, whichever lessons ran before it: the models the lessons built (with their captured graphs) are
 dropped, every kernel compiled since the warm-up is forgotten (kernels.compiled.forget) and Triton's cache
-directory is a new, empty one. So the kernels it names are all it compiles there, and the app counts those not
-yet compiled in its own server, in any order.
+directory is a new one holding only what the warm-up wrote (the warm-up itself starts from an empty one). So
+the kernels it names are all it compiles there, each timed with its launcher, which Triton builds only for a
+signature the warm-up did not meet, and the app counts those not yet compiled in its own server, in any order.
 It also writes assets/recorded/jobs_<gpu>.json: the CPU's default Generate, Compare and fusion
 ladder run on this GPU with exactly the CPU's settings (the bundled model in float32, the same prompt,
 tokens, lengths and context), which the app shows beside a CPU run of the same job (counterpart.py).
@@ -27,6 +28,7 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -71,8 +73,10 @@ def main():
         raise SystemExit(f"unknown lessons {', '.join(unknown)}; the lessons are {', '.join(lessons.names())}")
 
     t0 = time.perf_counter()
-    if cuda:  # as the app's worker starts: its warm-up compiles the default Generate and ladder
+    if cuda:  # as the app's worker starts on a new machine: its warm-up compiles the default Generate and ladder
         from explorer.app.jobs.warm import warm_up
+
+        warmed = os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="record-warm-up-")
         from explorer.app.serve import default_job
 
         for line in warm_up(default_job("cuda")):
@@ -83,6 +87,7 @@ def main():
         print(f"{name}: {lessons.describe(lessons.LESSONS[name].settings(size))}", flush=True)
         if cuda:  # as a server fresh from its warm-up meets the lesson: no model, graph or kernel of a lesson before
             os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"record-{name}-")
+            shutil.copytree(warmed, os.environ["TRITON_CACHE_DIR"], dirs_exist_ok=True)
             lessons.forget_models()
             forget(warm)
         before = compiled()
