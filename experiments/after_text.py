@@ -14,9 +14,11 @@ from explorer.app.lessons.base import _gpt2_shape
 from explorer.measure.clock import timed
 from explorer.measure.launches import decode_step_launches
 from explorer.measure.profile import profile_run
+from kernels.timing import require_cuda
 
 
 def main() -> None:
+    require_cuda("experiments/after_text.py")
     model = _gpt2_shape("cuda", torch.bfloat16).with_backend("triton").with_fusion("overlap")
     ids = torch.randint(0, 50257, (17,), generator=torch.Generator().manual_seed(0)).tolist()
     for n in (64, 256, 256, 256):
