@@ -89,7 +89,7 @@ def compile_times():
             return handles(kernel)
         finally:
             if not compiling:
-                loads[id(kernel)] = (kernel, loads.get(id(kernel), (kernel, 0.0))[1] + time.perf_counter() - start)
+                loads[id(kernel)] = (kernel, time.perf_counter() - start)  # Triton calls it once per kernel
 
     JITFunction._do_compile = timed
     if handles is not None:

@@ -75,10 +75,9 @@ def main():
     t0 = time.perf_counter()
     if cuda:  # as the app's worker starts on a new machine: its warm-up compiles the default Generate and ladder
         from explorer.app.jobs.warm import warm_up
-
-        warmed = os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="record-warm-up-")
         from explorer.app.serve import default_job
 
+        warmed = os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="record-warm-up-")
         for line in warm_up(default_job("cuda")):
             print(f"warm-up: {line}", flush=True)
     warm = compiled()
