@@ -186,7 +186,12 @@ def compile_s(device: str, keys, cost=None) -> float:
     """Triton's compilation for the kinds of work in `keys` not yet compiled here (none on CPU): each key's
     COMPILE_S by its kind, or `cost(key)` seconds."""
     cost = cost or (lambda key: COMPILE_S[device][key[0]])
-    return sum(cost(key) for key in set(keys) if (device, key) not in _compiled)
+    return sum(cost(key) for key in missing(device, keys))
+
+
+def missing(device: str, keys) -> set:
+    """The kinds of work in `keys` that no job or warm-up has yet run here."""
+    return {key for key in keys if (device, key) not in _compiled}
 
 
 def compiled(device: str, keys) -> None:

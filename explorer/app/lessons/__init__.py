@@ -76,8 +76,8 @@ def estimate(
     first = max(r.first_s if r and r.first_s else warm + COMPILE_S, warm)  # warm <= rebuilt <= first
     rebuilt = min(max(r.rebuilt_s or warm, warm), first) if r else warm
     own, *built = compiles(name, size_)
-    fresh = cost.compile_s("cuda", [own], lambda key: 1.0) > 0  # the lesson has not run in this server
-    unbuilt = cost.compile_s("cuda", built, lambda key: 1.0) > 0  # nor another lesson on its model
+    fresh = bool(cost.missing("cuda", [own]))  # the lesson has not run in this server
+    unbuilt = bool(cost.missing("cuda", built))  # nor another lesson on its model
     if r and r.kernels:
         missing = [k for k in r.kernels if k not in compiled]
         if r.compile_s:

@@ -116,7 +116,6 @@ def _load(path: str, mtime: float) -> Recording:
     recording = Recording(meta, {})
     for name, d in data["lessons"].items():
         tables = {k: _frame(v) for k, v in d["tables"].items()}
-        first_s, kernels, rebuilt_s = d.get("first_s"), tuple(d.get("kernels", ())), d.get("rebuilt_s")
         recording.results[name] = Result(
             name,
             d["settings"],
@@ -125,10 +124,10 @@ def _load(path: str, mtime: float) -> Recording:
             d["device"],
             d["seconds"],
             recording.label,
-            first_s,
-            kernels,
-            rebuilt_s,
-            d.get("compile_s", {}),
+            first_s=d.get("first_s"),
+            kernels=tuple(d.get("kernels", ())),
+            rebuilt_s=d.get("rebuilt_s"),
+            compile_s=d.get("compile_s", {}),
         )
     return recording
 
