@@ -337,3 +337,26 @@ def test_next_message_waits_for_a_message_and_times_out_without_one():
 
     got, waited = asyncio.run(go())
     assert got == "update" and waited >= 0.09
+
+
+def test_the_worker_settles_collecting_its_garbage_before_freezing_what_lives():
+    """A worker's warm-up ends with its objects out of the collector's sight; garbage made before that (a cycle
+    no one refers to) is collected first, not frozen for the worker's life."""
+    import gc
+    import weakref
+
+    from explorer.app import worker
+
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    del a, b
+    try:
+        line = worker.settle()
+        assert gone() is None and gc.get_freeze_count() > 0
+        assert line.startswith("a full garbage collection ") and "frozen" in line
+    finally:
+        gc.unfreeze()
