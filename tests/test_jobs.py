@@ -63,6 +63,25 @@ def test_generate_sends_text_first_then_charts_then_the_profiled_run():
     assert "time to first token (waited, from the click)" in last["summary"]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="kernel launches are counted on a GPU")
+def test_a_generate_run_again_with_the_same_settings_is_not_counted_again(monkeypatch):
+    from explorer.app.jobs import generate
+
+    calls = []
+    count = generate.launches.decode_step_launches
+    monkeypatch.setattr(generate.launches, "decode_step_launches", lambda *a, **kw: calls.append(kw) or count(*a, **kw))
+    monkeypatch.setattr(generate, "_counted", {})
+    runs = [dict(new_tokens=3), dict(new_tokens=3), dict(new_tokens=3, batch=2), dict(new_tokens=4)]
+    summaries = []
+    for change in runs:
+        s = settings.RunSettings(prompt="import os", dtype=models.default_dtype(), **change)
+        summaries.append(list(jobs.JOBS["generate"]({"settings": s}, NEVER))[-1]["summary"])
+    first = calls[0]["positions"]
+    assert [kw["positions"] for kw in calls] == [first, first, first + 1]  # the first, the batch of 2, the longer
+    counted = [cell(summary, "decode step launches") for summary in summaries]
+    assert counted[0] == counted[1] and "counted by torch.profiler" in counted[0]
+
+
 def test_a_generation_asked_to_stop_stops_at_the_next_token_and_says_so():
     s = settings.RunSettings(prompt="x = 1", new_tokens=50, backend="torch")
     asked = {"n": 0}
