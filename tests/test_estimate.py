@@ -105,13 +105,15 @@ def test_compare_lengths_must_fit_the_models_positions():
 
 def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
     """Triton compiles for each kind of work, model and bucket of lengths the first time it meets them: the
-    estimate counts that once, and the worker's warm-up or a finished job marks it done."""
+    estimate counts that once, and the worker's warm-up or a finished job marks it done. So with the steps after
+    a GPU Generate's text: the first run at its settings and length counts its launches and meets new prefills."""
     bundled = settings.RunSettings(prompt="def f(x):", new_tokens=8)
     compile_s = estimate.COMPILE_S["cuda"]
+    profile = compile_s["profile"]
     first = estimate.generation_seconds(bundled, "cuda")
     estimate.compiled("cuda", estimate.generation_keys(bundled))
     model_and_length = compile_s["model"] + compile_s["prefill"] + compile_s["generate"]
-    assert first - estimate.generation_seconds(bundled, "cuda") == pytest.approx(model_and_length)
+    assert first - estimate.generation_seconds(bundled, "cuda") == pytest.approx(model_and_length + profile)
     # Another model compiles its decoder and its prefill anew, and its decode attention where its plan differs
     # (GPT-2 small's 12 heads split the bundled model's 11 positions as the bundled model's 4 heads do);
     # another dtype or fusion level its decoder, its prefill and its decode attention; a run whose cache takes
@@ -127,9 +129,11 @@ def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
         (dict(prompt_tokens=200), compile_s["prefill"] + compile_s["generate"]),
     ):
         s = settings.RunSettings(**{"prompt": "def f(x):", "new_tokens": 8} | other)
-        assert estimate.compile_s("cuda", estimate.generation_keys(s)) == pytest.approx(cost), other
+        assert estimate.compile_s("cuda", estimate.generation_keys(s)) == pytest.approx(cost + profile), other
     shorter = settings.RunSettings(prompt="def f(x):", new_tokens=12)  # 3 + 12 positions: one 32-key tile, as 3 + 8
-    assert estimate.compile_s("cuda", estimate.generation_keys(shorter)) == 0
+    assert estimate.compile_s("cuda", estimate.generation_keys(shorter)) == pytest.approx(profile)
+    estimate.compiled("cuda", estimate.generation_keys(shorter))
+    assert estimate.compile_s("cuda", estimate.generation_keys(shorter)) == 0  # the same run again
     # The key is the kernel's plan, computed by the kernels' own tile rules for the H200: a cache of 11 and one
     # of 15 positions plan alike; one of 203 splits into several 32-key tiles.
     plan = lambda n: kernels.attn.decode_tiles.launch_plan(None, 4, n, 64, torch.bfloat16, estimate.PLANNED_ON)
@@ -140,10 +144,10 @@ def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
     want = compile_s["generate"] + 2 * compile_s["cache off"] + compile_s["prefill"]  # 200 rows: past 128
     assert estimate.compile_s("cuda", keys) == pytest.approx(want)
     assert estimate.ladder_seconds(bundled, "cuda") > compile_s["ladder"]
-    # PyTorch compiles nothing of ours, and the interpreter compiles nothing.
+    # PyTorch compiles nothing of ours (its run is still counted and profiled), and the interpreter compiles nothing.
     torch_run = settings.RunSettings(prompt="def f(x):", new_tokens=500, backend="torch")
-    assert estimate.compile_s("cuda", estimate.generation_keys(torch_run)) == 0
-    assert estimate.compile_s("cpu", keys) == 0
+    assert estimate.compile_s("cuda", estimate.generation_keys(torch_run)) == pytest.approx(profile)
+    assert estimate.compile_s("cpu", keys) == 0 == estimate.compile_s("cpu", estimate.generation_keys(torch_run))
 
 
 def test_a_sweep_compiles_each_config_once_on_a_gpu():

@@ -39,10 +39,16 @@ FIXED_S = {"cpu": 0.4, "cuda": 0.25}
 # defaults took 28 and 45 s on two days, nearly all of it this). GPT-2 small's shape at 64 tokens, new to a
 # server, took 3.1 s more than warm: a model, a prefill and a generate key. A sweep compiles each config once per
 # kernel, dtype and shape: about 0.45 s each (a layer_norm sweep of 20 configs took 9.9 s the first time, 1.1 s again).
+# Beside compilation, a GPU Generate's steps after its text cost more the first time they meet their settings and
+# length ("profile", nothing compiled): the decode step's launches are counted anew (the count is kept by settings
+# and cache size), and the profiling pass's PyTorch prefills meet new row counts. GPT-2 small's shape at 256 tokens
+# on the H200, 2026-12-02 (experiments/job_parts.py, benchmarks/page.py): 0.20-0.29 s more after the text than
+# the same run again.
 COMPILE_S = {
     "cpu": {"model": 0.0, "prefill": 0.0, "generate": 0.0, "cache off": 0.0, "ladder": 0.0, "sweep": 0.0},
     "cuda": {"model": 0.5, "prefill": 2.2, "generate": 0.7, "cache off": 16.0, "ladder": 12.0, "sweep": 0.45},
 }
+COMPILE_S["cpu"]["profile"], COMPILE_S["cuda"]["profile"] = 0.0, 0.25
 PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
 TOKENS_PER_UNIT = 96
 # (layers, width) of the models the app offers; others count as GPT-2 small.
@@ -260,10 +266,19 @@ def prefill_key(s, tokens: int) -> tuple:
 
 
 def generation_keys(s) -> list:
-    if s.backend != "triton":
-        return []
+    """The kinds of work a Generate meets for the first time or not: its kernels' compilation (ours only), and on
+    a GPU its steps after the text at these settings and this length (profile_key)."""
     tokens = prompt_tokens(s)
-    return [model_key(s), prefill_key(s, tokens), decode_key(s, tokens + s.new_tokens)]
+    after = profile_key(s, tokens + s.new_tokens)
+    if s.backend != "triton":
+        return [after]
+    return [model_key(s), prefill_key(s, tokens), decode_key(s, tokens + s.new_tokens), after]
+
+
+def profile_key(s, positions: int) -> tuple:
+    """A Generate's launch count and profiling pass, at its settings and cache size (jobs.generate keeps the count
+    by these)."""
+    return ("profile", s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache, s.cuda_graph, positions)
 
 
 # Heads, key/value heads and head width of the Llama-family models; a GPT-2 model's heads are 64 wide.
