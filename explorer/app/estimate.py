@@ -36,9 +36,11 @@ FIXED_S = {"cpu": 0.4, "cuda": 0.25}
 # ("model"); its prefill at a new bucket of rows ("prefill": the tile constants follow the rows; 1.9-2.7 s a
 # bucket); its decode attention at a new tile plan ("generate", decode_key: the cache's splits follow its
 # size; 0.45-0.9 s); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": Compare's
-# defaults took 28 and 45 s on two days, nearly all of it this). GPT-2 small's shape at 64 tokens, new to a
-# server, took 3.1 s more than warm: a model, a prefill and a generate key. A sweep compiles each config once per
-# kernel, dtype and shape: about 0.45 s each (a layer_norm sweep of 20 configs took 9.9 s the first time, 1.1 s again).
+# defaults, nearly all of it this, took 22.9-44.7 s in ten runs through the server on the machines lent,
+# benchmarks/RESULTS.md from the eighteenth run on; 13.3 s a bucket puts the estimate at their geometric mean,
+# 31 s). GPT-2 small's shape at 64 tokens, new to a server, took 3.1 s more than warm: a model, a prefill and a
+# generate key. A sweep compiles each config once per kernel, dtype and shape: about 0.45 s each (a layer_norm
+# sweep of 20 configs took 9.9 s the first time, 1.1 s again).
 # Beside compilation, a GPU Generate's steps after its text cost more the first time they meet their settings and
 # length ("profile", nothing compiled): the decode step's launches are counted anew (the count is kept by settings
 # and cache size), and the profiling pass's PyTorch prefills meet new row counts. GPT-2 small's shape at 256 tokens
@@ -46,7 +48,7 @@ FIXED_S = {"cpu": 0.4, "cuda": 0.25}
 # the same run again.
 COMPILE_S = {
     "cpu": {"model": 0.0, "prefill": 0.0, "generate": 0.0, "cache off": 0.0, "ladder": 0.0, "sweep": 0.0},
-    "cuda": {"model": 0.5, "prefill": 2.2, "generate": 0.7, "cache off": 16.0, "ladder": 12.0, "sweep": 0.45},
+    "cuda": {"model": 0.5, "prefill": 2.2, "generate": 0.7, "cache off": 13.3, "ladder": 12.0, "sweep": 0.45},
 }
 COMPILE_S["cpu"]["profile"], COMPILE_S["cuda"]["profile"] = 0.0, 0.25
 PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
