@@ -47,10 +47,17 @@ FIXED_S = {"cpu": 0.4, "cuda": 0.25}
 # on the H200, 2026-12-02 (experiments/job_parts.py, benchmarks/page.py): 0.20-0.29 s more after the text than
 # the same run again.
 COMPILE_S = {
-    "cpu": {"model": 0.0, "prefill": 0.0, "generate": 0.0, "cache off": 0.0, "ladder": 0.0, "sweep": 0.0},
-    "cuda": {"model": 0.5, "prefill": 2.2, "generate": 0.7, "cache off": 13.3, "ladder": 12.0, "sweep": 0.45},
+    "cuda": {
+        "model": 0.5,
+        "prefill": 2.2,
+        "generate": 0.7,
+        "cache off": 13.3,
+        "ladder": 12.0,
+        "sweep": 0.45,
+        "profile": 0.25,
+    },
 }
-COMPILE_S["cpu"]["profile"], COMPILE_S["cuda"]["profile"] = 0.0, 0.25
+COMPILE_S["cpu"] = dict.fromkeys(COMPILE_S["cuda"], 0.0)  # the interpreter compiles nothing, and times in the run
 PASS_BASE = 2.0  # a pass over a few tokens, in decode steps: the tiled path's programs and prefill attention
 TOKENS_PER_UNIT = 96
 # (layers, width) of the models the app offers; others count as GPT-2 small.
@@ -278,8 +285,8 @@ def generation_keys(s) -> list:
 
 
 def profile_key(s, positions: int) -> tuple:
-    """A Generate's launch count and profiling pass, at its settings and cache size (jobs.generate keeps the count
-    by these)."""
+    """A Generate's launch count and profiling pass, at its settings and cache size: jobs.generate keeps the count
+    by this key, with the run's exact size; an estimate counts the prompt's tokens roughly (prompt_tokens)."""
     return ("profile", s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache, s.cuda_graph, positions)
 
 

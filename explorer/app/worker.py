@@ -32,7 +32,7 @@ def settle() -> str:
     of the garbage collector's sight (gc.freeze), so that a full collection during a job walks only what jobs
     made, not the millions of objects of torch, triton, pandas and plotly. In the Generate job on the H200
     (experiments/job_parts.py, 2026-12-02) one full collection took 0.32 s of a 1.4 s GPT-2 small Generate,
-    whose runs otherwise took 1.08-1.11 s. Returns what the collections took, for the log."""
+    whose runs otherwise took 1.08-1.16 s. Returns what the collections took, for the log."""
     t0 = time.perf_counter()
     gc.collect()
     full = time.perf_counter() - t0

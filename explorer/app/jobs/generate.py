@@ -19,7 +19,7 @@ from ...measure.clock import timed
 from ...measure.profile import NoKernelTime, Profiler, profile_run
 from ...model.ops import Tiles
 from ...model.weights import load_model
-from .. import counterpart, models, views
+from .. import counterpart, estimate, models, views
 from ..settings import RunSettings
 from .base import Control
 from .warm import compile_note, peaks, remember_warm
@@ -171,14 +171,15 @@ def run(payload: dict, control: Control):
     yield {"summary": summary(after_run=f"profiling the kernels at {samples + 1} steps…")[0], "status": "Profiling…"}
     graph = None if s.cuda_graph else False
     positions = len(ids) + s.new_tokens  # the run's cache: its kernels (and graph) serve the steps rebuilt below
-    counted = _counted.get((key, positions))
+    counted_key = estimate.profile_key(s, positions)
+    counted = _counted.get(counted_key)
     if counted is None:
         counted = launches.decode_step_launches(
             model, [ids] * s.batch, cache=s.cache, graph=graph, tiles=s.tiles, backend=s.backend, positions=positions
         )
         if len(_counted) >= 256:
             _counted.clear()
-        _counted[(key, positions)] = counted
+        _counted[counted_key] = counted
     try:
         profiled = profile_run(
             model,
