@@ -16,20 +16,15 @@ nothing in the softmax. That is right only for a cache whose unused rows hold fi
 """
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from experiments.grouped_variants import _merge_kernel, _merged
-from experiments.read_floor import read
-from kernels import arrival, grouped_decode_attention, pdl
+from experiments.grouped_variants import _merge_kernel, _merged, baseline
+from kernels import arrival, pdl
 from kernels.attn.decode import _partials
 from kernels.attn.kernel import LOG2E
 from kernels.attn.softmax import online_step
 from kernels.config import overlaps_launches
-from kernels.timing import device_time, rotated_inputs
-
-HEADS, KV_HEADS, D = 9, 3, 64
 
 
 @triton.jit
@@ -124,21 +119,7 @@ def layout(q, k, v, lens, *, block_n, splits, warps, stages, keys_first, tma, me
 
 
 def run(batch, n):
-    def make():
-        q = torch.randn(batch, HEADS, 1, D, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(batch, KV_HEADS, n, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        return q, k, v, torch.full((batch,), n, device="cuda", dtype=torch.int32)
-
-    kv_bytes = 4 * batch * KV_HEADS * n * D
-    sets = rotated_inputs(make, bytes_per_set=kv_bytes)
-    q, k, v, lens = sets[0]
-    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-    time = lambda fn: device_time(fn, sets, bytes_per_set=kv_bytes).ms * 1e3
-    sdpa = time(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
-    ours = time(lambda q, k, v, m: grouped_decode_attention(q, k, v, m))
-    floor = min(time(lambda q, k, v, m, c=c: read(k, v, *c)) for c in ((2048, 2, 4), (4096, 2, 8), (8192, 1, 8)))
-    print(f"\nB={batch} keys={n}: SDPA {sdpa:.2f} us, ours today {ours:.2f} us ({sdpa / ours:.2f}x)", end="")
-    print(f", read only {floor:.2f}")
+    (q, k, v, lens), want, time, sdpa = baseline(batch, n)
     tilings = (
         [(64, 16, 4, 3), (64, 16, 4, 4), (128, 8, 4, 3), (64, 8, 4, 3)]
         if batch >= 4

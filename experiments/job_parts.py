@@ -19,7 +19,7 @@ from kernels.timing import require_cuda
 def main() -> None:
     require_cuda("experiments/job_parts.py")
     from benchmarks.page import gpt2_shaped
-    from explorer.app import jobs, models, settings, views
+    from explorer.app import jobs, models, settings, views, worker
     from explorer.app.jobs import generate as job
     from explorer.measure import metrics
 
@@ -61,15 +61,8 @@ def main() -> None:
         never = jobs.Control(lambda: False, float("inf"))
         previous = None
         for i in range(8):
-            if i == 5:  # what the worker's warm-up could do: every object so far out of the collector's sight
-                t0 = time.perf_counter()
-                gc.collect()
-                full = time.perf_counter() - t0
-                gc.freeze()
-                t0 = time.perf_counter()
-                gc.collect()
-                after = time.perf_counter() - t0
-                print(f"a full collection: {full:.3f} s; gc.freeze(); a full collection after it: {after:.3f} s")
+            if i == 5:  # as the worker does after its warm-up: every object so far out of the collector's sight
+                print(worker.settle())
             p = {"prompt": "def fibonacci(n):", "cache": True, "model": model, "new_tokens": 256}
             s = settings.RunSettings(**{k: p.get(k, d[k]) for k in settings.RUN if k != "tiles"})
             spent.clear()
