@@ -40,14 +40,30 @@ def test_grouped_decode_attention_matches_reference(
 
 
 def test_split_keys_leave_the_arrival_counters_at_zero(device):
-    """Two calls in a row over 8 splits: the second finds its counters reset by the first's last arrivals."""
+    """Two calls in a row over 8 splits merged by the last to arrive: the second finds its counters reset by
+    the first's last arrivals."""
     q = torch.randn(2, 9, 1, 64, device=device)
     k, v = (torch.randn(2, 3, 128, 64, device=device) for _ in range(2))
     n = torch.tensor([128, 50], device=device)
+    assert not grouped.plan(6, 128, device, block_n=16, split_k=8).apart
     for _ in range(2):
         o = grouped_decode_attention(q, k, v, n, block_n=16, split_k=8)
         assert_close("attention", o, reference.grouped_decode_attention(*f64(q, k, v), n.cpu()), torch.float32)
     assert not arrival.counters(torch.device(device), 6)[:6].any()
+
+
+def test_the_most_splits_are_merged_by_a_second_launch(device):
+    """128 splits of one 16-key tile each (the most; their keys requested before the length arrives), those
+    past a short length empty, merged apart; a head of 40 dimensions merged in slices of 16. Twice in a row:
+    the second merge reads only its own partials."""
+    q = torch.randn(2, 8, 1, 40, device=device)
+    n = torch.tensor([2048, 3], device=device)
+    p = grouped.plan(4, 2048, device, block_n=16, split_k=1000)
+    assert p.apart and p.splits == grouped.MAX_SPLITS and p.chunk == p.block_n
+    for _ in range(2):
+        k, v = (torch.randn(2, 2, 2048, 40, device=device) for _ in range(2))
+        o = grouped_decode_attention(q, k, v, n, block_n=16, split_k=1000)
+        assert_close("attention", o, reference.grouped_decode_attention(*f64(q, k, v), n.cpu()), torch.float32)
 
 
 def test_under_pdl_the_newest_rows_come_from_the_kernel_just_before(device):

@@ -321,10 +321,9 @@ def decode_key(s, positions: int) -> tuple:
         cfg, _, splits, _, block_s, prefetch, dot = plan[:7]
         varies = (cfg.block_n, cfg.num_warps, cfg.num_stages, block_s, prefetch, dot, splits == 1)
     else:  # grouped heads: the cache's length is an argument of its own (specialised on its multiples of 16)
-        block_n, splits, chunk = grouped.plan(
-            s.batch * kv_heads, positions, PLANNED_ON, group=heads // kv_heads, head_dim=head_dim
-        )
-        varies = (heads // kv_heads, block_n, next_pow2(splits), chunk == block_n, splits == 1, positions % 16 == 0)
+        p = grouped.plan(s.batch * kv_heads, positions, PLANNED_ON, group=heads // kv_heads, head_dim=head_dim)
+        varies = (heads // kv_heads, p.block_n, p.num_warps, next_pow2(p.splits), p.chunk == p.block_n, p.apart)
+        varies += (p.splits == 1, positions % 16 == 0)
     return ("generate", head_dim, str(dtype), fused, *varies)
 
 

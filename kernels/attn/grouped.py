@@ -10,14 +10,16 @@ goes through the online softmax (softmax.online_step), as in flash attention.
 
 At B=1 SmolLM2's 3 key/value heads would be 3 programs on a GPU of 132 SMs, so the keys are split as decode
 attention splits them (flash-decoding): each split stores a partial (unnormalised output, max, sum) per query
-head, and the last split of a (sequence, key/value head) to arrive (kernels.arrival) merges its G heads'
-partials in one tile (_merge_group: decode attention's merge for G heads at once) and resets its counter.
-One launch, no host synchronisation, capturable in a CUDA graph. With one split there is nothing to merge:
-the program writes its heads' outputs directly (the interpreter's default, whose cost is per program).
+head, and a second kernel (_grouped_merge) merges them, one program per (sequence, query head) and slice of its
+dimensions, launched under PDL behind the splits where the GPU has it: it is resident while they run and
+starts the moment they end. Two launches, no host synchronisation, capturable in a CUDA graph. With one split
+there is nothing to merge: the program writes its heads' outputs directly (the interpreter's default, whose
+cost is per program).
 """
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -50,7 +52,7 @@ def _grouped_decode_kernel(
     values,
     out,  # (Out, stride_b, stride_h, stride_d)
     Lengths,
-    partial,  # (Part, Counters, splits), or None with one split
+    partial,  # (Part, Counters, splits), or None with one split; Counters None where _grouped_merge merges
     kv_heads,
     group,
     CHUNK,
@@ -65,10 +67,12 @@ def _grouped_decode_kernel(
     BLOCK_GM: tl.constexpr,  # the group's heads as the merge holds them, a power of two (BLOCK_G pads to 16)
     ONE_TILE: tl.constexpr,
     PDL: tl.constexpr,
+    TRIGGER: tl.constexpr,
 ):
-    # Under PDL (kernels.pdl) the next kernel may start loading its weights now; this one waits for the kernel
+    # The kernel behind (the merge, or under PDL the decode step's next projection) may start now: the merge
+    # waits there for every split, the projection loads its weights. Under PDL this one waits for the kernel
     # ahead (which writes q and each sequence's newest cache row) before it reads them.
-    pdl.launch_dependents(PDL)
+    pdl.launch_dependents(TRIGGER)
     pid = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     b, kv = pid // kv_heads, pid % kv_heads
@@ -135,16 +139,17 @@ def _grouped_decode_kernel(
         tl.store(PartO + part[:, None] * BLOCK_D + dims[None, :], acc, mask=live[:, None])
         tl.store(PartM + part, m_i, mask=live)
         tl.store(PartL + part, l_i, mask=live)
-        # As in decode attention's one launch: every thread's stores before the barrier, the barrier before the
-        # release half of the atomic, so the last to arrive reads every other split's partials.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(Counters + pid, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLITS - 1:
-            o = _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
-            g = tl.arange(0, BLOCK_GM)
-            rows = Out + b * sob + (kv * group + g)[:, None] * soh + dims[None, :] * sod
-            tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None] & (dims < HEAD_DIM)[None, :])
-            tl.store(Counters + pid, 0)  # every split has arrived: nothing else touches the slot this launch
+        if Counters is not None:  # merged here, by the last split to arrive (else by _grouped_merge)
+            # As in decode attention's one launch: every thread's stores before the barrier, the barrier before
+            # the release half of the atomic, so the last to arrive reads every other split's partials.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(Counters + pid, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLITS - 1:
+                o = _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
+                g = tl.arange(0, BLOCK_GM)
+                rows = Out + b * sob + (kv * group + g)[:, None] * soh + dims[None, :] * sod
+                tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None] & (dims < HEAD_DIM)[None, :])
+                tl.store(Counters + pid, 0)  # every split has arrived: nothing else touches the slot this launch
 
 
 @triton.jit
@@ -166,6 +171,43 @@ def _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_G: tl.constexp
     return tl.sum(w[:, :, None] * part, axis=1) / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
 
 
+@triton.jit
+def _grouped_merge(
+    out,  # (Out, stride_b, stride_h, stride_d)
+    Part,
+    SPLITS,
+    heads,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_DM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr,
+    TRIGGER: tl.constexpr,
+):
+    """One program per (sequence, query head) and slice of BLOCK_DM of its dimensions: each split's partial
+    weighed by exp2(its max - the head's largest max), over the weighed sums (decode attention's merge). Spread
+    this wide, the partials of a hundred splits arrive in one memory round trip, where the last split to arrive
+    reading them alone took 18.5 µs at 64 splits and B=8 (experiments/grouped_warps.py)."""
+    pdl.launch_dependents(TRIGGER)  # the decode step's next projection may start loading its weights
+    pdl.wait(PDL)  # launched under PDL behind the splits: their partials are visible once this returns
+    bh = tl.program_id(0).to(tl.int64)
+    b, h = bh // heads, bh % heads
+    dims = tl.program_id(1) * BLOCK_DM + tl.arange(0, BLOCK_DM)
+    splits = tl.arange(0, BLOCK_S)
+    ok = splits < SPLITS
+    PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
+    at = bh * SPLITS + splits
+    m = tl.load(PartM + at, mask=ok, other=float("-inf"))
+    sums = tl.load(PartL + at, mask=ok, other=0.0)
+    part = tl.load(PartO + at[:, None] * BLOCK_D + dims[None, :], mask=ok[:, None], other=0.0)
+    m_max = tl.max(m, axis=0)
+    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)  # splits past a length weigh nothing
+    l_sum = tl.sum(w * sums, axis=0)
+    o = tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+    Out, sob, soh, sod = out
+    tl.store(Out + b * sob + h * soh + dims * sod, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
+
+
 def check_groups(name: str, q, k, v) -> int:
     """The checks of attention with grouped heads (q (B, H, Tq, D), k and v (B, H_kv, Tk, D), H a multiple of
     H_kv, and check_qkv's on one query head per key/value head); returns the group size H / H_kv."""
@@ -179,38 +221,59 @@ def check_groups(name: str, q, k, v) -> int:
     return group
 
 
-MERGE_TILE = 16384  # elements of the merge's (head, split, dim) tile: 64 fp32 registers a thread in 4 warps
+MERGE_TILE = 16384  # elements of the last arrival's (head, split, dim) tile: 64 fp32 registers a thread in 4 warps
+MAX_SPLITS = 128  # the merge kernel holds a head's maxes and sums for every split in one tile
+MERGE_SLICE = 16  # dimensions a merge kernel's program holds: 4 of SmolLM2's 64 a head, so B * H * 4 programs
+MERGE_APART = 64  # programs from which on a second launch merges: below, the last split to arrive does
+
+
+class Plan(NamedTuple):
+    block_n: int  # keys per tile
+    splits: int
+    chunk: int  # keys per split (a multiple of block_n)
+    num_warps: int
+    apart: bool  # the partials merged by a second launch (_grouped_merge), not by the last split to arrive
 
 
 @functools.lru_cache(maxsize=256)  # the host asks once per shape, not once per launch
-def plan(groups: int, max_len: int, device, *, group=1, head_dim=64, block_n=None, split_k=None):
-    """(block_n, splits, chunk) for `groups` (sequence, key/value head) pairs over a cache of max_len positions.
+def plan(groups: int, max_len: int, device, *, group=1, head_dim=64, block_n=None, split_k=None, num_warps=None):
+    """Plan(block_n, splits, chunk, num_warps, apart) for `groups` (sequence, key/value head) pairs over a cache
+    of max_len positions.
 
     On a GPU: about two programs per SM in all, but no split shorter than one key tile; 128-key tiles for fewer
     than 8 pairs (at B=1 a split's one tile is most of its time: one round trip to memory), 64-key tiles
-    otherwise. The fastest of 20 tilings, or within 6% of it, at 1024 to 8192 keys and B=1 and 8 on an H200
-    (experiments/grouped_sweep.py). On CPU one split of 128-key tiles: the interpreter's cost is per program
-    and per loop step. block_n and split_k, where given, replace the defaults (split_k is rounded to a power
-    of two, at most one split per key tile, and at most as many as the merge's tile holds for `group` heads
-    of head_dim)."""
+    otherwise, in 4 warps. The fastest of 20 tilings, or within 6% of it, at 1024 to 8192 keys and B=1 and 8 on
+    an H200 (experiments/grouped_sweep.py). From MERGE_APART programs on, a second launch merges the splits
+    (up to MAX_SPLITS of them): the last split to arrive would read too many partials alone. Below, the last
+    split merges, in one launch: a Llama decode step at B=1 and 1000 keys took 0.497 ms with 32 one-tile splits
+    merged apart, against 0.468 in one launch of 8 (4.50x and 4.74x PyTorch's graph). Alone, merged apart, B=1
+    at 4096 keys ran 1.34x SDPA against 1.29x merged by the last arrival, B=8 1.16x against 1.04x (the
+    twenty-fourth run). On CPU one split of 128-key tiles: the interpreter's cost is per program and per loop
+    step. block_n, split_k and num_warps, where given, replace the defaults (split_k is rounded to a power of
+    two, at most one split per key tile, and merged in one launch at most as many as the last arrival's tile
+    holds for `group` heads of head_dim)."""
     limits = device_limits(device)
     block_n = block_n or (128 if limits.is_cpu or groups < 8 else 64)
     tiles = max(1, cdiv(max_len, block_n))
     if split_k is None:
         split_k = 1 if limits.is_cpu else cdiv(2 * limits.num_sms, groups)
-    most = max(1, MERGE_TILE // (next_pow2(group) * max(16, next_pow2(head_dim))))
-    splits = min(next_pow2(max(1, split_k)), next_pow2(tiles), most)
+    splits = min(next_pow2(max(1, split_k)), next_pow2(tiles), MAX_SPLITS)
+    apart = splits * groups >= MERGE_APART
+    if not apart:
+        splits = min(splits, max(1, MERGE_TILE // (next_pow2(group) * max(16, next_pow2(head_dim)))))
     chunk = cdiv(tiles, splits) * block_n
-    return block_n, cdiv(max_len, chunk) if max_len else 1, chunk
+    splits = cdiv(max_len, chunk) if max_len else 1
+    return Plan(block_n, splits, chunk, num_warps or 4, apart and splits > 1)
 
 
-def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, split_k=None, pdl=False):
+def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, split_k=None, num_warps=None, pdl=False):
     """One query per sequence and head over a cache of fewer heads: q (B, H, 1, D), caches (B, H_kv, T_max, D)
     with H a multiple of H_kv (query head h reads key/value head h // (H / H_kv)), keys [0, lengths[b]).
-    block_n (keys per tile) and split_k (splits of the keys) default to plan()'s. pdl=True launches with
-    programmatic dependent launch where the GPU has it (kernels.pdl): the kernel starts while the one before
+    block_n (keys per tile), split_k (splits of the keys) and num_warps default to plan()'s. pdl=True launches
+    with programmatic dependent launch where the GPU has it (kernels.pdl): the kernel starts while the one before
     it ends and loads the cache rows of earlier steps before it waits; the caller guarantees that kernel writes
-    nothing this one reads but q and each sequence's newest row (the decode step's q/k/v projection)."""
+    nothing this one reads but q and each sequence's newest row (the decode step's q/k/v projection). Where
+    plan() merges the splits apart, a second launch does, under PDL behind the first wherever the GPU has it."""
     group = check_groups("grouped_decode_attention", q, k_cache, v_cache)
     batch, heads, tq, head_dim = q.shape
     if tq != 1:
@@ -219,8 +282,9 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
     if lengths.shape != (batch,) or lengths.dtype not in (torch.int32, torch.int64) or lengths.device != device:
         raise ValueError(f"grouped_decode_attention: lengths must be an int32/int64 tensor of shape ({batch},)")
     kv_heads, max_len = k_cache.shape[1], k_cache.shape[2]
-    block_n, splits, chunk = plan(
-        batch * kv_heads, max_len, device, group=group, head_dim=head_dim, block_n=block_n, split_k=split_k
+    tiles = dict(block_n=block_n, split_k=split_k, num_warps=num_warps)
+    block_n, splits, chunk, warps, apart = plan(
+        batch * kv_heads, max_len, device, group=group, head_dim=head_dim, **tiles
     )
     block_d = max(16, next_pow2(head_dim))
     o = new_output(q)
@@ -228,11 +292,12 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
         return o
     partial = None
     if splits > 1:  # one fp32 buffer for the three kinds of partial (decode._partials), a counter per pair
-        part = new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32)
-        partial = (part, arrival.counters(device, batch * kv_heads), splits)
+        counters = None if apart else arrival.counters(device, batch * kv_heads)
+        partial = (new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32), counters, splits)
     sq, so = q.stride(), o.stride()
-    cfg = TileConfig(block_n=block_n, split_k=splits)
-    pdl = bool(pdl) and overlaps_launches(device)
+    cfg = TileConfig(block_n=block_n, split_k=splits, num_warps=warps)
+    overlap = overlaps_launches(device)
+    pdl = bool(pdl) and overlap
     with explain_resources("grouped_decode_attention", cfg):
         launch.fast(_grouped_decode_kernel)[(batch * kv_heads, splits)](
             (q, sq[0], sq[1], sq[3]),
@@ -255,29 +320,50 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
             BLOCK_GM=next_pow2(group),
             ONE_TILE=chunk == block_n,
             PDL=pdl,
-            num_warps=4,
+            TRIGGER=pdl or (overlap and apart),
+            num_warps=warps,
             num_stages=pipeline_stages(device),
             launch_pdl=pdl,
         )
+        if apart:
+            slice_d = min(MERGE_SLICE, block_d)
+            launch.fast(_grouped_merge)[(batch * heads, block_d // slice_d)](
+                (o, so[0], so[1], so[3]),
+                partial[0],
+                splits,
+                heads,
+                HEAD_DIM=head_dim,
+                BLOCK_S=next_pow2(splits),
+                BLOCK_DM=slice_d,
+                BLOCK_D=block_d,
+                PDL=overlap,
+                TRIGGER=pdl,
+                num_warps=1,
+                launch_pdl=overlap,
+            )
     return o
 
 
-def traffic(lengths, heads, kv_heads, head_dim, itemsize, *, max_len=None, device="cpu", block_n=None, split_k=None):
-    """One launch over caches of max_len positions (default: the longest length), split as plan() splits it.
+def traffic(
+    lengths, heads, kv_heads, head_dim, itemsize, *, max_len=None, device="cpu", block_n=None, split_k=None,
+    num_warps=None,
+):  # fmt: skip
+    """One call over caches of max_len positions (default: the longest length), split as plan() splits it.
 
     SM requests: each program loads its group's G query rows and its sequence's length (a sector), and its
     share of the keys and values below the length, so each key/value head's rows once per sequence (a group's
     query heads share them). With one split each program writes its G outputs. With several, each stores G
-    partial outputs (fp32, BLOCK_D each) and G maxes and sums (a sector each, SPLITS apart), adds 1 to its
-    counter (a sector); the last to arrive reads its G heads' partials back, writes their outputs and resets
-    the counter (a sector). HBM: q, a sector of lengths per sequence, the cache once, the outputs; the
-    partials reach HBM as decode attention's do (read back from L2 while they fit), the counters once.
-    The score and output dots count 4 flops per key, dimension and query head."""
+    partial outputs (fp32, BLOCK_D each) and G maxes and sums (a sector each, SPLITS apart). Merged in the
+    launch, each adds 1 to its counter (a sector); the last to arrive reads its G heads' partials back, writes
+    their outputs and resets the counter (a sector). Merged apart, the merge's programs, one per (sequence,
+    query head) and slice of its dimensions, each read that head's maxes and sums and its slice of every
+    split's partial output, and write the slice. HBM: q, a sector of lengths per
+    sequence, the cache once, the outputs; the partials reach HBM as decode attention's do (read back from L2
+    while they fit), the counters once. The score and output dots count 4 flops per key, dimension and query head."""
     batch, group = len(lengths), heads // kv_heads
     max_len = max_len or max(lengths, default=1)
-    _, splits, _ = plan(
-        batch * kv_heads, max_len, device, group=group, head_dim=head_dim, block_n=block_n, split_k=split_k
-    )
+    tiles = dict(block_n=block_n, split_k=split_k, num_warps=num_warps)
+    _, splits, _, _, apart = plan(batch * kv_heads, max_len, device, group=group, head_dim=head_dim, **tiles)
     row = head_dim * itemsize
     kv = sum(2 * kv_heads * n * row for n in lengths)
     qo = batch * heads * row
@@ -289,8 +375,13 @@ def traffic(lengths, heads, kv_heads, head_dim, itemsize, *, max_len=None, devic
         return Traffic(reads, qo, flops, kv + 2 * qo, hbm, qo)
     block_d = max(16, next_pow2(head_dim))
     partials = programs * group * (block_d + 2) * 4
-    reads += programs * group * block_d * 4 + 2 * batch * heads * sectors(splits * 4)
-    writes = programs * group * (block_d * 4 + 2 * SECTOR) + qo + (programs + pairs) * SECTOR
+    reads += batch * heads * splits * block_d * 4
+    writes = programs * group * (block_d * 4 + 2 * SECTOR) + qo
+    hbm += round(partials * l2_miss(partials, device))
+    if apart:  # each merge program reads its head's maxes and sums
+        reads += batch * heads * (block_d // min(MERGE_SLICE, block_d)) * 2 * sectors(splits * 4)
+        return Traffic(reads, writes, flops, kv + 2 * qo, hbm, partials + qo)
+    reads += 2 * batch * heads * sectors(splits * 4)  # the last arrival's, per head
+    writes += (programs + pairs) * SECTOR  # each program's arrival, the last's reset
     counters = sectors(pairs * 4)
-    hbm += round(partials * l2_miss(partials, device)) + counters
-    return Traffic(reads, writes, flops, kv + 2 * qo, hbm, partials + qo + counters)
+    return Traffic(reads, writes, flops, kv + 2 * qo, hbm + counters, partials + qo + counters)
