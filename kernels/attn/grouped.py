@@ -10,11 +10,14 @@ goes through the online softmax (softmax.online_step), as in flash attention.
 
 At B=1 SmolLM2's 3 key/value heads would be 3 programs on a GPU of 132 SMs, so the keys are split as decode
 attention splits them (flash-decoding): each split stores a partial (unnormalised output, max, sum) per query
-head, and a second kernel (_grouped_merge) merges them, one program per (sequence, query head) and slice of its
-dimensions, launched under PDL behind the splits where the GPU has it: it is resident while they run and
-starts the moment they end. Two launches, no host synchronisation, capturable in a CUDA graph. With one split
-there is nothing to merge: the program writes its heads' outputs directly (the interpreter's default, whose
-cost is per program).
+head, and the splits are merged, in one of two ways (plan() picks). In the same launch, for few programs: the
+last split of a (sequence, key/value head) to arrive (kernels.arrival) merges its G heads' partials in one
+tile (_merge_group: decode attention's merge for G heads at once) and resets its counter. From MERGE_APART
+programs on, by a second kernel (_grouped_merge), one program per (sequence, query head) and slice of its
+dimensions, launched under PDL behind the splits where the GPU has it: resident while they run, it starts the
+moment they end. Either way no host synchronisation, capturable in a CUDA graph. With one split there is
+nothing to merge: the program writes its heads' outputs directly (the interpreter's default, whose cost is
+per program).
 """
 
 import functools
