@@ -55,7 +55,8 @@ def _grouped_decode_kernel(
     values,
     out,  # (Out, stride_b, stride_h, stride_d)
     Lengths,
-    partial,  # (Part, Counters, splits), or None with one split; Counters None where _grouped_merge merges
+    partial,  # (Part, splits), or None with one split
+    Counters,  # the arrival counters where the last split merges, None where _grouped_merge does
     kv_heads,
     group,
     CHUNK,
@@ -135,7 +136,7 @@ def _grouped_decode_kernel(
         o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         tl.store(Out + b * sob + heads[:, None] * soh + dims[None, :] * sod, o.to(Out.dtype.element_ty), mask=q_mask)
     else:
-        Part, Counters, SPLITS = partial
+        Part, SPLITS = partial
         first = b * kv_heads * group + kv * group  # the group's first (sequence, query head) pair
         PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0) * group, BLOCK_D)
         part = (first + queries) * SPLITS + split
@@ -250,11 +251,11 @@ def plan(groups: int, max_len: int, device, *, group=1, head_dim=64, block_n=Non
     (up to MAX_SPLITS of them): the last split to arrive would read too many partials alone. Below, the last
     split merges, in one launch: a Llama decode step at B=1 and 1000 keys took 0.497 ms with 32 one-tile splits
     merged apart, against 0.468 in one launch of 8 (4.50x and 4.74x PyTorch's graph). Alone, merged apart, B=1
-    at 4096 keys ran 1.34x SDPA against 1.29x merged by the last arrival, B=8 1.16x against 1.04x (the
-    twenty-fourth run). On CPU one split of 128-key tiles: the interpreter's cost is per program and per loop
-    step. block_n, split_k and num_warps, where given, replace the defaults (split_k is rounded to a power of
-    two, at most one split per key tile, and merged in one launch at most as many as the last arrival's tile
-    holds for `group` heads of head_dim)."""
+    at 4096 keys ran 1.34x-1.40x SDPA against 1.25x-1.29x merged by the last arrival, B=8 1.11x-1.16x against
+    1.02x-1.06x (the twenty-fourth run). On CPU one split of 128-key tiles: the interpreter's cost is per
+    program and per loop step. block_n, split_k and num_warps, where given, replace the defaults (split_k is
+    rounded to a power of two, at most one split per key tile, and merged in one launch at most as many as the
+    last arrival's tile holds for `group` heads of head_dim)."""
     limits = device_limits(device)
     block_n = block_n or (128 if limits.is_cpu or groups < 8 else 64)
     tiles = max(1, cdiv(max_len, block_n))
@@ -295,8 +296,8 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
         return o
     partial = None
     if splits > 1:  # one fp32 buffer for the three kinds of partial (decode._partials), a counter per pair
-        counters = None if apart else arrival.counters(device, batch * kv_heads)
-        partial = (new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32), counters, splits)
+        partial = (new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32), splits)
+    counters = None if apart or partial is None else arrival.counters(device, batch * kv_heads)
     sq, so = q.stride(), o.stride()
     cfg = TileConfig(block_n=block_n, split_k=splits, num_warps=warps)
     overlap = overlaps_launches(device)
@@ -309,6 +310,7 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
             (o, so[0], so[1], so[3]),
             lengths,
             partial,
+            counters,
             kv_heads,
             group,
             chunk,
