@@ -191,7 +191,9 @@ def _grouped_merge(
     """One program per (sequence, query head) and slice of BLOCK_DM of its dimensions: each split's partial
     weighed by exp2(its max - the head's largest max), over the weighed sums (decode attention's merge). Spread
     this wide, the partials of a hundred splits arrive in one memory round trip, where the last split to arrive
-    reading them alone took 18.5 µs at 64 splits and B=8 (experiments/grouped_warps.py)."""
+    reading them alone took 18.5 µs at 64 splits and B=8 (experiments/grouped_warps.py). The maths is
+    decode._decode_merge's, but all three loads come first: called through that function, the sm_90 PTX
+    requests the sums and outputs only after the maxes' reduction, which may cost the tail a second round trip."""
     pdl.launch_dependents(TRIGGER)  # the decode step's next projection may start loading its weights
     pdl.wait(PDL)  # launched under PDL behind the splits: their partials are visible once this returns
     bh = tl.program_id(0).to(tl.int64)
@@ -362,9 +364,9 @@ def traffic(
     launch, each adds 1 to its counter (a sector); the last to arrive reads its G heads' partials back, writes
     their outputs and resets the counter (a sector). Merged apart, the merge's programs, one per (sequence,
     query head) and slice of its dimensions, each read that head's maxes and sums and its slice of every
-    split's partial output, and write the slice. HBM: q, a sector of lengths per
-    sequence, the cache once, the outputs; the partials reach HBM as decode attention's do (read back from L2
-    while they fit), the counters once. The score and output dots count 4 flops per key, dimension and query head."""
+    split's partial output, and write the slice. HBM: q, a sector of lengths per sequence, the cache once, the
+    outputs; the partials reach HBM as decode attention's do (read back from L2 while they fit), the counters
+    once. The score and output dots count 4 flops per key, dimension and query head."""
     batch, group = len(lengths), heads // kv_heads
     max_len = max_len or max(lengths, default=1)
     tiles = dict(block_n=block_n, split_k=split_k, num_warps=num_warps)
