@@ -3,39 +3,26 @@
     python -m experiments.grouped_plan [1x1024 1x4096 1x8192 8x1024 8x4096 8x8192]   (batch x keys)
 
 SmolLM2's 9 query heads over 3 key/value heads, bf16, cold L2. For each shape: SDPA with enable_gqa, the plan's
-default (kernels.attn.grouped.plan), and key tiles of 32, 64 and 128 in 1, 2 and 4 warps at the default split
-count and twice it, each checked against SDPA first; the fastest ten are printed. Whether the default is the
-fastest, or within the run's noise of it, is what keeps or changes the plan's rule.
+default (kernels.attn.grouped.plan) and a plain read of the same bytes (grouped_variants.baseline), then key tiles
+of 32, 64 and 128 in 1, 2 and 4 warps at the default split count and twice it, each checked against SDPA first;
+the fastest ten are printed. Whether the default is the fastest, or within the run's noise of it, is what keeps
+or changes the plan's rule.
 """
 
 import itertools
 import sys
 
 import torch
-import torch.nn.functional as F
 import triton
 
-from experiments.grouped_variants import HEADS, KV_HEADS, D
+from experiments.grouped_variants import KV_HEADS, baseline
 from kernels import grouped_decode_attention
 from kernels.attn import grouped
-from kernels.timing import device_time, rotated_inputs
 
 
 def run(batch, n):
-    def make():
-        q = torch.randn(batch, HEADS, 1, D, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(batch, KV_HEADS, n, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        return q, k, v, torch.full((batch,), n, device="cuda", dtype=torch.int32)
-
-    kv_bytes = 4 * batch * KV_HEADS * n * D
-    sets = rotated_inputs(make, bytes_per_set=kv_bytes)
-    q, k, v, lens = sets[0]
-    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-    time = lambda fn: device_time(fn, sets, bytes_per_set=kv_bytes).ms * 1e3
-    sdpa = time(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
-    default = grouped.plan(batch * KV_HEADS, n, q.device)
-    ours = time(lambda q, k, v, m: grouped_decode_attention(q, k, v, m))
-    print(f"\nB={batch} keys={n}: SDPA {sdpa:.2f} us; the plan {tuple(default)} {ours:.2f} us ({sdpa / ours:.2f}x)")
+    (q, k, v, lens), want, time, sdpa = baseline(batch, n)  # prints SDPA, the plan's default and a plain read
+    print(f"  the plan: {tuple(grouped.plan(batch * KV_HEADS, n, q.device))}")
     rows = []
     for block_n, warps, more in itertools.product((32, 64, 128), (1, 2, 4), (1, 2)):
         splits = grouped.plan(batch * KV_HEADS, n, q.device, block_n=block_n).splits * more

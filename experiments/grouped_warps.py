@@ -22,6 +22,7 @@ import triton.language as tl
 from experiments.grouped_variants import HEADS, KV_HEADS, D, baseline, variant
 from experiments.read_floor import read
 from kernels import grouped_decode_attention
+from kernels.ncu_check import profile_between_flushes
 
 
 @triton.jit
@@ -114,25 +115,19 @@ def run(batch, n):
 
 
 def ncu(batch, n):
-    """One launch of each form between profiler start and stop, after a warm-up that compiles them all."""
+    """One launch of each form in the profiled range, each between L2 flushes (ncu_check's harness)."""
     q = torch.randn(batch, HEADS, 1, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(batch, KV_HEADS, n, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     lens = torch.full((batch,), n, device="cuda", dtype=torch.int32)
-    forms = [
-        lambda: grouped_decode_attention(q, k, v, lens),
-        lambda: variant(q, k, v, lens, **TODAY, merge="none"),
-        lambda: variant(q, k, v, lens, **dict(TODAY, warps=1), merge="none"),
-        lambda: loop_only(q, k, v, lens, **TODAY, dots=False),
-        lambda: read(k, v, 8192, 1, 8),
-    ]
-    for fn in forms:
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for fn in forms:
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    profile_between_flushes(
+        [
+            lambda: grouped_decode_attention(q, k, v, lens),
+            lambda: variant(q, k, v, lens, **TODAY, merge="none"),
+            lambda: variant(q, k, v, lens, **dict(TODAY, warps=1), merge="none"),
+            lambda: loop_only(q, k, v, lens, **TODAY, dots=False),
+            lambda: read(k, v, 8192, 1, 8),
+        ]
+    )
 
 
 if __name__ == "__main__":
