@@ -39,6 +39,37 @@ def test_grouped_decode_attention_matches_reference(
     assert_close("attention", o, expected, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split_k", [1, 3], ids=str)
+def test_a_max_that_grows_along_the_keys_rescales_what_came_before(device, dtype, split_k):
+    """Scores that rise along the cache by many times 2^8 (so the loop rescales its output tile after tile),
+    with a spike in the middle that later keys stay below (so the max stays stale for a while), over 16-key
+    tiles in one split and in three, in one warp (the plan's loop from 8 pairs on)."""
+    q = torch.randn(2, 9, 1, 64, device=device, dtype=dtype)
+    ramp = torch.linspace(0.05, 4.0, 300, device=device)[:, None]
+    k = torch.randn(2, 3, 300, 64, device=device) * ramp
+    k[:, :, 150] = 8 * q.view(2, 3, 3, 64)[:, :, 0].float()  # the first head of each group: a spike
+    k, v = k.to(dtype), torch.randn(2, 3, 300, 64, device=device, dtype=dtype)
+    n = torch.tensor([300, 233], device=device)
+    o = grouped_decode_attention(q, k, v, n, block_n=16, split_k=split_k, num_warps=1)
+    assert_close("attention", o, reference.grouped_decode_attention(*f64(q, k, v), n.cpu()), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_batch_of_eight_over_long_caches(device, dtype):
+    """Eight sequences of unequal lengths over 1100 positions, at the default plan: on a GPU a loop of 32-key
+    tiles in one warp, whose last tile a length cuts in most splits, merged apart; on the CPU one split."""
+    lengths = [1100, 17, 1, 640, 999, 1024, 300, 1093]
+    q = torch.randn(8, 9, 1, 64, device=device, dtype=dtype)
+    k, v = (torch.randn(8, 3, 1100, 64, device=device, dtype=dtype) for _ in range(2))
+    n = torch.tensor(lengths, device=device, dtype=torch.int32)
+    if device.type == "cuda":
+        p = grouped.plan(24, 1100, device, group=3, head_dim=64)
+        assert p.num_warps == 1 and p.chunk > p.block_n and p.apart
+    o = grouped_decode_attention(q, k, v, n)
+    assert_close("attention", o, reference.grouped_decode_attention(*f64(q, k, v), n.cpu()), dtype)
+
+
 def test_split_keys_leave_the_arrival_counters_at_zero(device):
     """Two calls in a row over 8 splits merged by the last to arrive: the second finds its counters reset by
     the first's last arrivals."""

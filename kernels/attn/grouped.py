@@ -6,7 +6,9 @@ query heads, and the KV cache holds only those few.
 One program per (sequence, key/value head, split of the keys) walks its share of that head's keys once, for all
 G queries of its group together: the G query rows form one tile (padded to 16 rows for the tensor cores' dot),
 so every key and value row is read from memory once per sequence, not once per query head. Each tile of keys
-goes through the online softmax (softmax.online_step), as in flash attention.
+goes through the online softmax, as in flash attention, in its lazy form (softmax.lazy_step: the output is
+rescaled only when a max grows by more than 2^8); the tiles wholly below the length load and score without
+masks on the keys, the one the length cuts with them.
 
 At B=1 SmolLM2's 3 key/value heads would be 3 programs on a GPU of 132 SMs, so the keys are split as decode
 attention splits them (flash-decoding): each split stores a partial (unnormalised output, max, sum) per query
@@ -45,7 +47,7 @@ from ..config import (
 )
 from .decode import _partials
 from .kernel import LOG2E, check_qkv
-from .softmax import online_step
+from .softmax import lazy_step
 
 
 @triton.jit
@@ -117,18 +119,20 @@ def _grouped_decode_kernel(
         pdl.wait(PDL)
         q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
         hi = tl.minimum(lo + CHUNK, n)
+        whole = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N  # tiles below this hold no key past the length
         m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)  # an empty split: max -inf, sum 0, output 0
         l_i = tl.zeros((BLOCK_G,), tl.float32)
         acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
-        for start in range(lo, hi, BLOCK_N):  # every tile holds at least one key below hi: the max stays finite
-            pos = start + keys_n
-            kv_mask = (pos < hi)[:, None] & (dims < HEAD_DIM)[None, :]
-            k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=kv_mask, other=0.0)
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
-            scores = tl.where((pos < hi)[None, :], scores, float("-inf"))
-            m_i, alpha, p, l_i = online_step(m_i, l_i, scores, 1)
-            v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=kv_mask, other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        k_tile = keys_n[:, None] * skt + dims[None, :] * skd  # a tile's offsets from its first key's row
+        v_tile = keys_n[:, None] * svt + dims[None, :] * svd
+        k_split = K + b * skb + kv * skh + lo.to(tl.int64) * skt + k_tile  # the split's first tile
+        v_split = V + b * svb + kv * svh + lo.to(tl.int64) * svt + v_tile
+        for start in range(lo, whole, BLOCK_N):
+            m_i, l_i, acc = _keys_tile(q, k_split + (start - lo) * skt, v_split + (start - lo) * svt, m_i, l_i, acc,
+                                       scale_log2, keys_n, dims, BLOCK_N, HEAD_DIM, PRECISION, False)  # fmt: skip
+        if whole < hi:  # the last tile, past the length in part: masked
+            m_i, l_i, acc = _keys_tile(q, k_split + (whole - lo) * skt, v_split + (whole - lo) * svt, m_i, l_i, acc,
+                                       scale_log2, keys_n, dims, hi - whole, HEAD_DIM, PRECISION, True)  # fmt: skip
 
     Out, sob, soh, sod = out
     live = queries < group
@@ -154,6 +158,32 @@ def _grouped_decode_kernel(
                 rows = Out + b * sob + (kv * group + g)[:, None] * soh + dims[None, :] * sod
                 tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None] & (dims < HEAD_DIM)[None, :])
                 tl.store(Counters + pid, 0)  # every split has arrived: nothing else touches the slot this launch
+
+
+@triton.jit
+def _keys_tile(q, k_rows, v_rows, m_i, l_i, acc, scale_log2, keys_n, dims, count, HEAD_DIM: tl.constexpr,
+               PRECISION: tl.constexpr, MASKED: tl.constexpr):  # fmt: skip
+    """One tile of keys (k_rows, v_rows: its elements' addresses) into the group's running max, sum and output
+    (softmax.lazy_step). Whole tiles load and score without a mask on the keys (only on the dimensions past
+    HEAD_DIM, where BLOCK_D pads it); MASKED, only the first `count` keys are loaded and scored."""
+    k = _rows(k_rows, keys_n, dims, count, HEAD_DIM, MASKED)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    if MASKED:
+        scores = tl.where((keys_n < count)[None, :], scores, float("-inf"))
+    m_i, p, l_i, acc = lazy_step(m_i, l_i, acc, scores, scale_log2)
+    v = _rows(v_rows, keys_n, dims, count, HEAD_DIM, MASKED)
+    return m_i, l_i, acc + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+
+
+@triton.jit
+def _rows(at, keys_n, dims, count, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
+    """A tile of cache rows: masked past `count` keys where MASKED, past HEAD_DIM where BLOCK_D pads it."""
+    if MASKED:
+        return tl.load(at, mask=(keys_n < count)[:, None] & (dims < HEAD_DIM)[None, :], other=0.0)
+    elif HEAD_DIM < dims.shape[0]:
+        return tl.load(at, mask=(dims < HEAD_DIM)[None, :], other=0.0)
+    else:
+        return tl.load(at)
 
 
 @triton.jit
@@ -246,30 +276,39 @@ def plan(groups: int, max_len: int, device, *, group=1, head_dim=64, block_n=Non
     """Plan(block_n, splits, chunk, num_warps, apart) for `groups` (sequence, key/value head) pairs over a cache
     of max_len positions.
 
-    On a GPU: about two programs per SM in all, but no split shorter than one key tile; 128-key tiles for fewer
-    than 8 pairs (at B=1 a split's one tile is most of its time: one round trip to memory), 64-key tiles
-    otherwise, in 4 warps. The fastest of 20 tilings, or within 6% of it, at 1024 to 8192 keys and B=1 and 8 on
-    an H200 (experiments/grouped_sweep.py). From MERGE_APART programs on, a second launch merges the splits
-    (up to MAX_SPLITS of them): the last split to arrive would read too many partials alone. Below, the last
-    split merges, in one launch: a Llama decode step at B=1 and 1000 keys took 0.497 ms with 32 one-tile splits
-    merged apart, against 0.468 in one launch of 8 (4.50x and 4.74x PyTorch's graph). Alone, merged apart, B=1
-    at 4096 keys ran 1.34x-1.40x SDPA against 1.25x-1.29x merged by the last arrival, B=8 1.11x-1.16x against
-    1.02x-1.06x (the twenty-fourth run). On CPU one split of 128-key tiles: the interpreter's cost is per
-    program and per loop step. block_n, split_k and num_warps, where given, replace the defaults (split_k is
-    rounded to a power of two, at most one split per key tile, and merged in one launch at most as many as the
-    last arrival's tile holds for `group` heads of head_dim)."""
+    On a GPU: about two programs per SM in all, but no split shorter than one key tile. For fewer than 8 pairs,
+    128-key tiles in 4 warps (at B=1 a split's one tile is most of its time: one round trip to memory). From 8
+    on, the splits are counted over 32-key tiles; a split of at most 64 keys is one tile in 4 warps, a longer one
+    a loop of about 8 tiles of 32 to 64 keys in one warp (whose softmax needs no barrier): at B=8 the fastest of
+    18 tilings at 1024, 4096 and 8192 keys in one run (the twenty-fifth, call 4; experiments/grouped_plan.py),
+    and at 4096 keys 10.5 µs where the 64-key tiles in 4 warps used before took 11.2. From
+    MERGE_APART programs on, a second launch merges the splits (up to MAX_SPLITS of them): the last split to
+    arrive would read too many partials alone. Below, the last split merges, in one launch: a Llama decode step
+    at B=1 and 1000 keys took 0.497 ms with 32 one-tile splits merged apart, against 0.468 in one launch of 8
+    (4.50x and 4.74x PyTorch's graph; the twenty-fourth run). On CPU one split of 128-key tiles: the
+    interpreter's cost is per program and per loop step. block_n, split_k and num_warps, where given, replace
+    the defaults (split_k is rounded to a power of two, at most one split per key tile, and merged in one launch
+    at most as many as the last arrival's tile holds for `group` heads of head_dim)."""
     limits = device_limits(device)
-    block_n = block_n or (128 if limits.is_cpu or groups < 8 else 64)
-    tiles = max(1, cdiv(max_len, block_n))
+    few = limits.is_cpu or groups < 8
+    tile = block_n or (128 if few else 32)  # the tile the splits are counted in
+    tiles = max(1, cdiv(max_len, tile))
     if split_k is None:
         split_k = 1 if limits.is_cpu else cdiv(2 * limits.num_sms, groups)
     splits = min(next_pow2(max(1, split_k)), next_pow2(tiles), MAX_SPLITS)
     apart = splits * groups >= MERGE_APART
     if not apart:
         splits = min(splits, max(1, MERGE_TILE // (next_pow2(group) * max(16, next_pow2(head_dim)))))
-    chunk = cdiv(tiles, splits) * block_n
+    warps = 4
+    if not block_n:
+        block_n = tile
+        if not few:  # the keys a split holds decide its tile
+            keys = cdiv(tiles, splits) * tile
+            block_n = 64 if keys <= 64 else min(64, max(32, next_pow2(keys // 8)))
+            warps = 4 if keys <= 64 else 1
+    chunk = cdiv(max(1, cdiv(max_len, splits)), block_n) * block_n
     splits = cdiv(max_len, chunk) if max_len else 1
-    return Plan(block_n, splits, chunk, num_warps or 4, apart and splits > 1)
+    return Plan(block_n, splits, chunk, num_warps or warps, apart and splits > 1)
 
 
 def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, split_k=None, num_warps=None, pdl=False):

@@ -1,5 +1,6 @@
 """One step of the online softmax, written once for every attention kernel that walks keys tile by tile
-(flash attention for the prefill; decode attention's loops, in both forms)."""
+(flash attention for the prefill; decode attention's loops, in both forms), and a lazier step for loops whose
+tiles are short next to their rescaling (grouped decode attention's)."""
 
 import triton
 import triton.language as tl
@@ -17,3 +18,24 @@ def online_step(m_i, l_i, scores, AXIS: tl.constexpr):
     else:
         p = tl.exp2(scores - m_new)
     return m_new, alpha, p, l_i * alpha + tl.sum(p, axis=AXIS)
+
+
+GROWTH = tl.constexpr(8.0)  # log2 units: lazy_step keeps a stale max until a row's max grows past it by more than this
+
+
+@triton.jit
+def lazy_step(m_i, l_i, acc, scores, scale_log2):
+    """A tile of raw scores (rows of queries, each with at least one key in the tile) into the running max m_i
+    (log2 units), sum l_i and output acc, which are rescaled only when some row's max grows by more than GROWTH:
+    with the max left stale, every probability stays below 2^GROWTH, which fp32 sums and 16-bit dot inputs
+    hold exactly as well. The scale is applied inside the exponent (one fused multiply-add an element). Returns
+    the max, the tile's probabilities relative to it, the sum and the output so far."""
+    top = tl.max(scores, axis=1) * scale_log2
+    if tl.max((top > m_i + GROWTH).to(tl.int32), axis=0) > 0:  # the first tile always: m_i starts at -inf
+        m_new = tl.maximum(m_i, top)
+        alpha = tl.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+        m_i = m_new
+    p = tl.exp2(scores * scale_log2 - m_i[:, None])
+    return m_i, p, l_i + tl.sum(p, axis=1), acc
