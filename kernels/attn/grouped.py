@@ -123,10 +123,9 @@ def _grouped_decode_kernel(
         m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)  # an empty split: max -inf, sum 0, output 0
         l_i = tl.zeros((BLOCK_G,), tl.float32)
         acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
-        k_tile = keys_n[:, None] * skt + dims[None, :] * skd  # a tile's offsets from its first key's row
-        v_tile = keys_n[:, None] * svt + dims[None, :] * svd
-        k_split = K + b * skb + kv * skh + lo.to(tl.int64) * skt + k_tile  # the split's first tile
-        v_split = V + b * svb + kv * svh + lo.to(tl.int64) * svt + v_tile
+        opening = lo.to(tl.int64) + keys_n[:, None]  # the keys of the split's first tile
+        k_split = k_base + opening * skt
+        v_split = v_base + opening * svt
         for start in range(lo, whole, BLOCK_N):
             m_i, l_i, acc = _keys_tile(q, k_split + (start - lo) * skt, v_split + (start - lo) * svt, m_i, l_i, acc,
                                        scale_log2, keys_n, dims, BLOCK_N, HEAD_DIM, PRECISION, False)  # fmt: skip
