@@ -2,6 +2,7 @@
 
     python -m kernels.ncu_check [--dtype bf16] [--out ncu_check.csv] [--json ncu_check.json]
     python -m kernels.ncu_check --model-only      # the model columns alone; works on CPU (H200 limits)
+    python -m kernels.ncu_check --only grouped    # the cases whose name holds "grouped"
 
 The parent process runs itself again (with --child) under Nsight Compute's ncu, collecting for each
 kernel the DRAM bytes read and written (the HBM level), the global-memory sectors the SMs request
@@ -86,6 +87,13 @@ CASES = (
     Case("decode attention B1 H12 N8192 D64", "decode_attention", dict(batch=1, heads=12, n=8192, d=64)),
     Case("grouped decode attention B1 H9/3 N8192 D64", "grouped_attention", dict(batch=1, heads=9, kv=3, n=8192, d=64)),
     Case("grouped decode attention B8 H9/3 N4096 D64", "grouped_attention", dict(batch=8, heads=9, kv=3, n=4096, d=64)),
+    # A generation's cache is allocated to its end: a length of 1500 over 4096 positions, in one-tile splits that
+    # request their tiles whole before the length arrives, past it too.
+    Case(
+        "grouped decode attention B1 H9/3 N1500 of 4096 D64",
+        "grouped_attention",
+        dict(batch=1, heads=9, kv=3, n=1500, d=64, cache=4096),
+    ),
     # SmolLM2's decode rung: RMSNorm + q/k/v + rotary + the grouped cache write in one launch; RMSNorm + SwiGLU.
     Case("decode_linear RMSNorm+qkv+rope+KV B1 576->960 KV3", "decode_linear", dict(rows=1, out=960, inp=576, kv=3)),
     Case("decode_linear RMSNorm+SwiGLU B1 576->2x1536", "decode_linear", dict(rows=1, out=3072, inp=576)),
@@ -143,7 +151,8 @@ def model(case: Case, dtype, device):
         t = mod.traffic(s["rows"], s["out"], s["inp"], item, **fused)
         return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device)
     if case.kind == "grouped_attention":
-        return mod.traffic([s["n"]] * s["batch"], s["heads"], s["kv"], s["d"], item, device=device), None
+        lengths, cache = [s["n"]] * s["batch"], s.get("cache", s["n"])
+        return mod.traffic(lengths, s["heads"], s["kv"], s["d"], item, max_len=cache, device=device), None
     if case.kind == "rotary":
         return mod.traffic(s["batch"], s["heads"], s["t"], s["d"], item), None
     if case.kind == "attention":
@@ -208,7 +217,7 @@ def make_call(case: Case, dtype, device):
         return lambda: decode_linear(x, w, norm=norm, kv=(kc, vc, lengths), rope=1e5)
     if case.kind == "grouped_attention":
         q = rand(s["batch"], s["heads"], 1, s["d"])
-        kc, vc = (rand(s["batch"], s["kv"], s["n"], s["d"]) for _ in range(2))
+        kc, vc = (rand(s["batch"], s["kv"], s.get("cache", s["n"]), s["d"]) for _ in range(2))
         n = torch.full((s["batch"],), s["n"], device=device, dtype=torch.int32)
         return lambda: grouped_decode_attention(q, kc, vc, n)
     if case.kind == "rotary":
@@ -296,9 +305,9 @@ def diff(model_bytes: float, counter_bytes: float, noise: int = NOISE_BYTES) -> 
     return pct, abs(model_bytes - counter_bytes) < noise or abs(pct) <= 100 * TOLERANCE
 
 
-def rows_for(dtype, device, counters=None) -> list[dict]:
+def rows_for(dtype, device, counters=None, cases=CASES) -> list[dict]:
     rows = []
-    for i, case in enumerate(CASES):
+    for i, case in enumerate(cases):
         t, cfg = model(case, dtype, device)
         row = dict(
             case=case.name,
@@ -408,10 +417,10 @@ def profile_between_flushes(calls) -> None:
     torch.cuda.profiler.stop()
 
 
-def run_child(dtype) -> None:
+def run_child(dtype, cases=CASES) -> None:
     import torch
 
-    profile_between_flushes([make_call(case, dtype, torch.device("cuda")) for case in CASES])
+    profile_between_flushes([make_call(case, dtype, torch.device("cuda")) for case in cases])
 
 
 def run_ncu(child: list[str]) -> str:
@@ -455,20 +464,26 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="CSV of the rows (default ncu_check.csv when measuring)")
     p.add_argument("--json", default=None, help="JSON with GPU, date, versions and rows (default ncu_check.json)")
     p.add_argument("--model-only", "--dry-run", action="store_true", help="the model columns only; no GPU or ncu")
+    p.add_argument("--only", default="", help="the cases whose name holds this text (default: all)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     import torch
 
+    cases = tuple(c for c in CASES if args.only in c.name)
+    if not cases:
+        print(f"ncu_check: no case's name holds {args.only!r}", file=sys.stderr)
+        return 2
+
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     if args.child:
-        run_child(dtype)
+        run_child(dtype, cases)
         return 0
     if args.model_only:
         device = torch.device("cuda") if torch.cuda.is_available() else h200_limits()
         from .config import device_limits
 
         print(f"model only, {args.dtype}, limits of {device_limits(device).name}")
-        rows = rows_for(dtype, device)
+        rows = rows_for(dtype, device, cases=cases)
         print_table(rows)
         write_outputs(rows, args, device_limits(device).name)
         return 0
@@ -476,10 +491,9 @@ def main(argv=None) -> int:
     if missing:
         print("ncu_check: missing " + " and ".join(missing) + "; --model-only prints the model alone", file=sys.stderr)
         return 2
-    counters = attribute(
-        parse_ncu_csv(run_ncu(["-m", "kernels.ncu_check", "--child", "--dtype", args.dtype])), len(CASES)
-    )
-    rows = rows_for(dtype, torch.device("cuda"), counters)
+    child = ["-m", "kernels.ncu_check", "--child", "--dtype", args.dtype, "--only", args.only]
+    counters = attribute(parse_ncu_csv(run_ncu(child)), len(cases))
+    rows = rows_for(dtype, torch.device("cuda"), counters, cases)
     print_table(rows)
     args.out, args.json = args.out or "ncu_check.csv", args.json or "ncu_check.json"
     write_outputs(rows, args, torch.cuda.get_device_name())

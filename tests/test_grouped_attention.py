@@ -156,6 +156,18 @@ def test_each_key_value_head_is_read_once_for_its_group():
     assert full.hbm_read - grouped_bytes.hbm_read == 2 * kv
 
 
+def test_the_model_counts_the_rows_each_split_loads():
+    """Over 1024 positions in 32-key tiles: splits of one tile request theirs whole, before the length arrives,
+    whatever the length; splits of 256 keys load only their rows below it. The floor counts the rows attended."""
+    model = lambda n, split_k: grouped.traffic([n], 9, 3, 64, 2, max_len=1024, block_n=32, split_k=split_k)
+    kv_row = 2 * 3 * 64 * 2  # a position's key and value in the 3 key/value heads
+    assert grouped.plan(3, 1024, "cpu", block_n=32, split_k=32).chunk == 32
+    assert model(1, 32).hbm_read == model(300, 32).hbm_read == model(1024, 32).hbm_read
+    assert model(300, 4).hbm_read - model(256, 4).hbm_read == 44 * kv_row
+    assert model(1024, 4).hbm_read - model(1, 4).hbm_read == 1023 * kv_row
+    assert model(300, 32).min_bytes - model(256, 32).min_bytes == 44 * kv_row
+
+
 # Prefill: (batch, heads, kv_heads, tq, tk, head_dim): SmolLM2's 9 over 3; groups of 1, 2 and 8; queries 1, 17,
 # 127; keys past the queries (a prompt after a cached prefix); head dims 40 and 128.
 PREFILL = [(1, 9, 3, 17, 17, 64), (2, 4, 2, 1, 33, 32), (1, 8, 1, 127, 127, 40), (1, 3, 3, 17, 40, 128)]

@@ -396,28 +396,30 @@ def traffic(
     """One call over caches of max_len positions (default: the longest length), split as plan() splits it.
 
     SM requests: each program loads its group's G query rows and its sequence's length (a sector), and its
-    share of the keys and values below the length, so each key/value head's rows once per sequence (a group's
-    query heads share them). With one split each program writes its G outputs. With several, each stores G
+    share of the keys and values below the length (a split of one tile: the tile whole, to the cache's end,
+    since it is requested before the length arrives), so each key/value head's rows once per sequence (a
+    group's query heads share them). With one split each program writes its G outputs. With several, each stores G
     partial outputs (fp32, BLOCK_D each) and G maxes and sums (a sector each, SPLITS apart). Merged in the
     launch, each adds 1 to its counter (a sector); the last to arrive reads its G heads' partials back, writes
     their outputs and resets the counter (a sector). Merged apart, the merge's programs, one per (sequence,
     query head) and slice of its dimensions, each read that head's maxes and sums and its slice of every
-    split's partial output, and write the slice. HBM: q, a sector of lengths per sequence, the cache once, the
+    split's partial output, and write the slice. HBM: q, a sector of lengths per sequence, the rows loaded once, the
     outputs; the partials reach HBM as decode attention's do (read back from L2 while they fit), the counters
     once. The score and output dots count 4 flops per key, dimension and query head."""
     batch, group = len(lengths), heads // kv_heads
     max_len = max_len or max(lengths, default=1)
     tiles = dict(block_n=block_n, split_k=split_k, num_warps=num_warps)
-    _, splits, _, _, apart = plan(batch * kv_heads, max_len, device, group=group, head_dim=head_dim, **tiles)
+    block_n, splits, chunk, _, apart = plan(batch * kv_heads, max_len, device, group=group, head_dim=head_dim, **tiles)
     row = head_dim * itemsize
-    kv = sum(2 * kv_heads * n * row for n in lengths)
+    kv = sum(2 * kv_heads * _rows_loaded(n, max_len, block_n, splits, chunk) * row for n in lengths)
+    useful = sum(2 * kv_heads * n * row for n in lengths)
     qo = batch * heads * row
     flops = sum(4 * heads * n * head_dim for n in lengths)
     programs, pairs = batch * kv_heads * splits, batch * kv_heads
     reads = kv + qo * splits + programs * SECTOR
     hbm = kv + qo + batch * SECTOR
     if splits == 1:
-        return Traffic(reads, qo, flops, kv + 2 * qo, hbm, qo)
+        return Traffic(reads, qo, flops, useful + 2 * qo, hbm, qo)
     block_d = max(16, next_pow2(head_dim))
     partials = programs * group * (block_d + 2) * 4
     reads += batch * heads * splits * block_d * 4
@@ -425,8 +427,16 @@ def traffic(
     hbm += round(partials * l2_miss(partials, device))
     if apart:  # each merge program reads its head's maxes and sums
         reads += batch * heads * (block_d // min(MERGE_SLICE, block_d)) * 2 * sectors(splits * 4)
-        return Traffic(reads, writes, flops, kv + 2 * qo, hbm, partials + qo)
+        return Traffic(reads, writes, flops, useful + 2 * qo, hbm, partials + qo)
     reads += 2 * batch * heads * sectors(splits * 4)  # the last arrival's, per head
     writes += (programs + pairs) * SECTOR  # each program's arrival, the last's reset
     counters = sectors(pairs * 4)
-    return Traffic(reads, writes, flops, kv + 2 * qo, hbm + counters, partials + qo + counters)
+    return Traffic(reads, writes, flops, useful + 2 * qo, hbm + counters, partials + qo + counters)
+
+
+def _rows_loaded(n: int, max_len: int, block_n: int, splits: int, chunk: int) -> int:
+    """The cache rows of one sequence and key/value head that its splits load. A split of one tile requests it
+    whole (to the cache's end), before the length arrives; a longer split loads only its rows below the length."""
+    if chunk == block_n:
+        return sum(min(block_n, max_len - lo) for lo in range(0, splits * chunk, chunk) if lo < max_len)
+    return sum(max(0, min(lo + chunk, n) - lo) for lo in range(0, splits * chunk, chunk))
