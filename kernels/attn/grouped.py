@@ -74,7 +74,6 @@ def _grouped_decode_kernel(
     ONE_TILE: tl.constexpr,
     PDL: tl.constexpr,
     TRIGGER: tl.constexpr,
-    PREFETCH: tl.constexpr = 0,  # a loop's rows asked of the L2 ahead: 0 none, -1 all at once, k each k tiles ahead
 ):
     # The kernel behind (the merge, or under PDL the decode step's next projection) may start now: the merge
     # waits there for every split, the projection loads its weights. Under PDL this one waits for the kernel
@@ -83,12 +82,6 @@ def _grouped_decode_kernel(
     pid = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     b, kv = pid // kv_heads, pid % kv_heads
-    if PREFETCH == -2:  # before the length arrives: up to the cache's end
-        lo_, K_, skb_, skh_, skt_ = split * CHUNK, keys[0], keys[1], keys[2], keys[3]
-        ahead, end = lo_ + 2 * BLOCK_N, tl.minimum(lo_ + CHUNK, positions)
-        _prefetch_l2(K_ + b * skb_ + kv * skh_ + ahead.to(tl.int64) * skt_, (end - ahead) * skt_)
-        V_, svb_, svh_, svt_ = values[0], values[1], values[2], values[3]
-        _prefetch_l2(V_ + b * svb_ + kv * svh_ + ahead.to(tl.int64) * svt_, (end - ahead) * svt_)
     queries, dims, keys_n = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_N)
     heads = kv * group + queries
     q_mask = (queries < group)[:, None] & (dims < HEAD_DIM)[None, :]
@@ -123,7 +116,6 @@ def _grouped_decode_kernel(
         l_i = tl.sum(p, axis=1)
         acc = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     else:
-        k_rows, v_rows = K + b * skb + kv * skh, V + b * svb + kv * svh  # the head's first row
         pdl.wait(PDL)
         q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
         hi = tl.minimum(lo + CHUNK, n)
@@ -134,15 +126,7 @@ def _grouped_decode_kernel(
         opening = lo.to(tl.int64) + keys_n[:, None]  # the keys of the split's first tile
         k_split = k_base + opening * skt
         v_split = v_base + opening * svt
-        if PREFETCH == -1:  # the split's rows past the pipeline's first requests, asked of the L2 at once
-            ahead = lo + 2 * BLOCK_N
-            _prefetch_l2(k_rows + ahead.to(tl.int64) * skt, (hi - ahead) * skt)
-            _prefetch_l2(v_rows + ahead.to(tl.int64) * svt, (hi - ahead) * svt)
         for start in range(lo, whole, BLOCK_N):
-            if PREFETCH > 0:  # the tile PREFETCH ahead of this one, asked of the L2
-                at = start + PREFETCH * BLOCK_N
-                _prefetch_l2(k_rows + at.to(tl.int64) * skt, tl.minimum(BLOCK_N, hi - at) * skt)
-                _prefetch_l2(v_rows + at.to(tl.int64) * svt, tl.minimum(BLOCK_N, hi - at) * svt)
             m_i, l_i, acc = _keys_tile(q, k_split + (start - lo) * skt, v_split + (start - lo) * svt, m_i, l_i, acc,
                                        scale_log2, keys_n, dims, BLOCK_N, HEAD_DIM, PRECISION, False)  # fmt: skip
         if whole < hi:  # the last tile, past the length in part: masked
@@ -173,23 +157,6 @@ def _grouped_decode_kernel(
                 rows = Out + b * sob + (kv * group + g)[:, None] * soh + dims[None, :] * sod
                 tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None] & (dims < HEAD_DIM)[None, :])
                 tl.store(Counters + pid, 0)  # every split has arrived: nothing else touches the slot this launch
-
-
-@triton.jit
-def _prefetch_l2(at, count):
-    """Asks the L2 for `count` elements from `at` on (none where count <= 0), ahead of the loads that will want
-    them: one bulk request (Hopper's cp.async.bulk.prefetch) from the program's first thread, holding no register
-    or shared memory. `at` and the bytes counted must be multiples of 16 bytes."""
-    nbytes = count * (at.dtype.element_ty.primitive_bitwidth // 8)
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; setp.gt.and.s32 p, $2, 0, p;"
-        " @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r",
-        [at.to(tl.int64), nbytes.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
 
 
 @triton.jit
@@ -292,7 +259,6 @@ def check_groups(name: str, q, k, v) -> int:
 MERGE_TILE = 16384  # elements of the last arrival's (head, split, dim) tile: 64 fp32 registers a thread in 4 warps
 MAX_SPLITS = 128  # the merge kernel holds a head's maxes and sums for every split in one tile
 MERGE_SLICE = 16  # dimensions a merge kernel's program holds: 4 of SmolLM2's 64 a head, so B * H * 4 programs
-PREFETCH = 0  # _grouped_decode_kernel's PREFETCH; experiments.grouped_early sets it
 MERGE_APART = 64  # programs from which on a second launch merges: below, the last split to arrive does
 
 
@@ -373,10 +339,6 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
         partial = (new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32), splits)
     counters = None if apart or partial is None else arrival.counters(device, batch * kv_heads)
     sq, so = q.stride(), o.stride()
-    # The L2 prefetch is Hopper's (sm_90 on), of rows 16-byte aligned
-    prefetches = device_limits(device).capability >= (9, 0) and not any(
-        (t.data_ptr() | t.stride(2) * t.element_size()) % 16 or t.stride(3) != 1 for t in (k_cache, v_cache)
-    )
     cfg = TileConfig(block_n=block_n, split_k=splits, num_warps=warps)
     overlap = overlaps_launches(device)
     pdl = bool(pdl) and overlap
@@ -404,7 +366,6 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
             ONE_TILE=chunk == block_n,
             PDL=pdl,
             TRIGGER=pdl or (overlap and apart),
-            PREFETCH=PREFETCH if prefetches else 0,
             num_warps=warps,
             num_stages=pipeline_stages(device),
             launch_pdl=pdl,
