@@ -395,17 +395,17 @@ def traffic(
 ):  # fmt: skip
     """One call over caches of max_len positions (default: the longest length), split as plan() splits it.
 
-    SM requests: each program loads its group's G query rows and its sequence's length (a sector), and its
-    share of the keys and values below the length (a split of one tile: the tile whole, to the cache's end,
-    since it is requested before the length arrives), so each key/value head's rows once per sequence (a
-    group's query heads share them). With one split each program writes its G outputs. With several, each stores G
-    partial outputs (fp32, BLOCK_D each) and G maxes and sums (a sector each, SPLITS apart). Merged in the
-    launch, each adds 1 to its counter (a sector); the last to arrive reads its G heads' partials back, writes
-    their outputs and resets the counter (a sector). Merged apart, the merge's programs, one per (sequence,
-    query head) and slice of its dimensions, each read that head's maxes and sums and its slice of every
-    split's partial output, and write the slice. HBM: q, a sector of lengths per sequence, the rows loaded once, the
-    outputs; the partials reach HBM as decode attention's do (read back from L2 while they fit), the counters
-    once. The score and output dots count 4 flops per key, dimension and query head."""
+    SM requests: each program loads its group's G query rows and its sequence's length (a sector), and its share of
+    the keys and values below the length (a split of one tile: the tile whole, to the cache's end, since it is
+    requested before the length arrives), so each key/value head's rows once per sequence (a group's query heads
+    share them). With one split each program writes its G outputs. With several, each stores G partial outputs
+    (fp32, BLOCK_D each) and G maxes and sums (a sector each, SPLITS apart). Merged in the launch, each adds 1 to
+    its counter (a sector); the last to arrive reads its G heads' partials back, writes their outputs and resets the
+    counter (a sector). Merged apart, the merge's programs, one per (sequence, query head) and slice of its
+    dimensions, each read that head's maxes and sums and its slice of every split's partial output, and write the
+    slice. HBM: q, a sector of lengths per sequence, the rows loaded once, the outputs; the partials reach HBM as
+    decode attention's do (read back from L2 while they fit), the counters once. The score and output dots count 4
+    flops per key, dimension and query head."""
     batch, group = len(lengths), heads // kv_heads
     max_len = max_len or max(lengths, default=1)
     tiles = dict(block_n=block_n, split_k=split_k, num_warps=num_warps)
