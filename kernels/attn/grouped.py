@@ -411,8 +411,9 @@ def traffic(
     tiles = dict(block_n=block_n, split_k=split_k, num_warps=num_warps)
     block_n, splits, chunk, _, apart = plan(batch * kv_heads, max_len, device, group=group, head_dim=head_dim, **tiles)
     row = head_dim * itemsize
-    kv = sum(2 * kv_heads * _rows_loaded(n, max_len, block_n, splits, chunk) * row for n in lengths)
-    useful = sum(2 * kv_heads * n * row for n in lengths)
+    useful = 2 * kv_heads * row * sum(lengths)  # the rows below the lengths
+    # A split of one tile requests it whole before the length arrives, so one-tile splits read the cache to its end
+    kv = 2 * kv_heads * row * batch * max_len if chunk == block_n else useful
     qo = batch * heads * row
     flops = sum(4 * heads * n * head_dim for n in lengths)
     programs, pairs = batch * kv_heads * splits, batch * kv_heads
@@ -432,11 +433,3 @@ def traffic(
     writes += (programs + pairs) * SECTOR  # each program's arrival, the last's reset
     counters = sectors(pairs * 4)
     return Traffic(reads, writes, flops, useful + 2 * qo, hbm + counters, partials + qo + counters)
-
-
-def _rows_loaded(n: int, max_len: int, block_n: int, splits: int, chunk: int) -> int:
-    """The cache rows of one sequence and key/value head that its splits load. A split of one tile requests it
-    whole (to the cache's end), before the length arrives; a longer split loads only its rows below the length."""
-    if chunk == block_n:
-        return sum(min(block_n, max_len - lo) for lo in range(0, splits * chunk, chunk) if lo < max_len)
-    return sum(max(0, min(lo + chunk, n) - lo) for lo in range(0, splits * chunk, chunk))
