@@ -9,6 +9,9 @@ are walked unrolled (grouped.AHEAD = -1: tile i + 1 requested before tile i's ma
 in the loop with one or two tiles carried in registers (AHEAD = 1, 2), in one pipeline stage (no copies through
 shared memory), at several split counts and tiles. SmolLM2's 9 query heads over 3, bf16, cold L2, SDPA with
 enable_gqa; each form is checked against SDPA first.
+
+AHEAD is in the kernel at 69dcdb7 only: every form was slower than the plan on the H200 (RESULTS, twenty-seventh
+run), and the next commit took it out. Run this at that commit.
 """
 
 import contextlib
@@ -84,6 +87,8 @@ if __name__ == "__main__":
     from kernels.timing import require_cuda
 
     require_cuda("experiments/grouped_registers.py")
+    if not hasattr(grouped, "AHEAD"):
+        sys.exit("experiments/grouped_registers.py: the kernel has no AHEAD here; run it at 69dcdb7")
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
     for shape in [a for a in sys.argv[1:] if "x" in a] or ["8x4096"]:
         run(*map(int, shape.split("x")))

@@ -74,7 +74,6 @@ def _grouped_decode_kernel(
     ONE_TILE: tl.constexpr,
     PDL: tl.constexpr,
     TRIGGER: tl.constexpr,
-    AHEAD: tl.constexpr = 0,  # the loop's tiles loaded into registers this many iterations ahead (0: the pipeliner's)
 ):
     # The kernel behind (the merge, or under PDL the decode step's next projection) may start now: the merge
     # waits there for every split, the projection loads its weights. Under PDL this one waits for the kernel
@@ -127,17 +126,9 @@ def _grouped_decode_kernel(
         opening = lo.to(tl.int64) + keys_n[:, None]  # the keys of the split's first tile
         k_split = k_base + opening * skt
         v_split = v_base + opening * svt
-        if AHEAD < 0:  # a split of -AHEAD tiles, unrolled, each loaded while the one before it is scored
-            m_i, l_i, acc = _tiles_unrolled(q, k_split, v_split, hi - lo, skt, svt, m_i, l_i, acc, scale_log2,
-                                            keys_n, dims, BLOCK_N, HEAD_DIM, PRECISION, -AHEAD)  # fmt: skip
-        elif AHEAD:
-            m_i, l_i, acc = _tiles_ahead(q, k_split, v_split, lo, whole, skt, svt, m_i, l_i, acc, scale_log2, keys_n,
-                                         dims, BLOCK_N, HEAD_DIM, PRECISION, AHEAD)  # fmt: skip
-        else:
-            for start in range(lo, whole, BLOCK_N):
-                k_at, v_at = k_split + (start - lo) * skt, v_split + (start - lo) * svt
-                m_i, l_i, acc = _keys_tile(q, k_at, v_at, m_i, l_i, acc, scale_log2, keys_n, dims, BLOCK_N, HEAD_DIM,
-                                           PRECISION, False)  # fmt: skip
+        for start in range(lo, whole, BLOCK_N):
+            m_i, l_i, acc = _keys_tile(q, k_split + (start - lo) * skt, v_split + (start - lo) * svt, m_i, l_i, acc,
+                                       scale_log2, keys_n, dims, BLOCK_N, HEAD_DIM, PRECISION, False)  # fmt: skip
         if whole < hi:  # the last tile, past the length in part: masked
             m_i, l_i, acc = _keys_tile(q, k_split + (whole - lo) * skt, v_split + (whole - lo) * svt, m_i, l_i, acc,
                                        scale_log2, keys_n, dims, hi - whole, HEAD_DIM, PRECISION, True)  # fmt: skip
@@ -181,61 +172,6 @@ def _keys_tile(q, k_rows, v_rows, m_i, l_i, acc, scale_log2, keys_n, dims, count
     m_i, p, l_i, acc = lazy_step(m_i, l_i, acc, scores, scale_log2)
     v = _rows(v_rows, keys_n, dims, count, HEAD_DIM, MASKED)
     return m_i, l_i, acc + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-
-
-@triton.jit
-def _tiles_ahead(q, k_split, v_split, lo, whole, skt, svt, m_i, l_i, acc, scale_log2, keys_n, dims,
-                 BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
-                 AHEAD: tl.constexpr):  # fmt: skip
-    """The split's whole tiles from lo to whole, each loaded into registers AHEAD (1 or 2) iterations before its
-    maths (plain loads, not the pipeliner's copies through shared memory)."""
-    k1 = _rows_if(k_split, lo < whole, keys_n, dims, HEAD_DIM)
-    v1 = _rows_if(v_split, lo < whole, keys_n, dims, HEAD_DIM)
-    if AHEAD == 2:
-        k2 = _rows_if(k_split + BLOCK_N * skt, lo + BLOCK_N < whole, keys_n, dims, HEAD_DIM)
-        v2 = _rows_if(v_split + BLOCK_N * svt, lo + BLOCK_N < whole, keys_n, dims, HEAD_DIM)
-    for start in range(lo, whole, BLOCK_N):
-        k, v = k1, v1
-        at = start + AHEAD * BLOCK_N
-        if AHEAD == 2:
-            k1, v1 = k2, v2
-            k2 = _rows_if(k_split + (at - lo) * skt, at < whole, keys_n, dims, HEAD_DIM)
-            v2 = _rows_if(v_split + (at - lo) * svt, at < whole, keys_n, dims, HEAD_DIM)
-        else:
-            k1 = _rows_if(k_split + (at - lo) * skt, at < whole, keys_n, dims, HEAD_DIM)
-            v1 = _rows_if(v_split + (at - lo) * svt, at < whole, keys_n, dims, HEAD_DIM)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        m_i, p, l_i, acc = lazy_step(m_i, l_i, acc, scores, scale_log2)
-        acc += tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-    return m_i, l_i, acc
-
-
-@triton.jit
-def _tiles_unrolled(q, k_split, v_split, count, skt, svt, m_i, l_i, acc, scale_log2, keys_n, dims,
-                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
-                    TILES: tl.constexpr):  # fmt: skip
-    """The whole tiles of the split's `count` keys (at most TILES) in an unrolled walk: tile i + 1 loaded into
-    registers before tile i's maths, no loop-carried tile. The tile the length cuts is the caller's."""
-    tiles = count // BLOCK_N
-    k = _rows_if(k_split, 0 < tiles, keys_n, dims, HEAD_DIM)
-    v = _rows_if(v_split, 0 < tiles, keys_n, dims, HEAD_DIM)
-    for i in tl.static_range(TILES):
-        if i + 1 < TILES:
-            k_next = _rows_if(k_split + (i + 1) * BLOCK_N * skt, i + 1 < tiles, keys_n, dims, HEAD_DIM)
-            v_next = _rows_if(v_split + (i + 1) * BLOCK_N * svt, i + 1 < tiles, keys_n, dims, HEAD_DIM)
-        if i < tiles:
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-            m_i, p, l_i, acc = lazy_step(m_i, l_i, acc, scores, scale_log2)
-            acc += tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        if i + 1 < TILES:
-            k, v = k_next, v_next
-    return m_i, l_i, acc
-
-
-@triton.jit
-def _rows_if(at, wanted, keys_n, dims, HEAD_DIM: tl.constexpr):
-    """A whole tile of cache rows where `wanted` (a scalar), else zeros (no request)."""
-    return _rows(at, keys_n, dims, tl.where(wanted, keys_n.shape[0], 0), HEAD_DIM, True)
 
 
 @triton.jit
@@ -323,7 +259,6 @@ def check_groups(name: str, q, k, v) -> int:
 MERGE_TILE = 16384  # elements of the last arrival's (head, split, dim) tile: 64 fp32 registers a thread in 4 warps
 MAX_SPLITS = 128  # the merge kernel holds a head's maxes and sums for every split in one tile
 MERGE_SLICE = 16  # dimensions a merge kernel's program holds: 4 of SmolLM2's 64 a head, so B * H * 4 programs
-AHEAD = 0  # _grouped_decode_kernel's AHEAD (-1: the split unrolled, whatever its tiles); experiments set it
 MERGE_APART = 64  # programs from which on a second launch merges: below, the last split to arrive does
 
 
@@ -431,7 +366,6 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
             ONE_TILE=chunk == block_n,
             PDL=pdl,
             TRIGGER=pdl or (overlap and apart),
-            AHEAD=-(chunk // block_n) if AHEAD < 0 and chunk > block_n else max(AHEAD, 0),
             num_warps=warps,
             num_stages=pipeline_stages(device),
             launch_pdl=pdl,
