@@ -15,15 +15,12 @@ run), and the next commit took it out. Run this at that commit.
 """
 
 import contextlib
-import statistics
 import sys
 
 import torch
-import torch.nn.functional as F
 import triton
 
-from experiments.grouped_depth import ROUNDS, tiles
-from experiments.grouped_variants import KV_HEADS, baseline
+from experiments.grouped_depth import compare, tiles
 from kernels.attn import grouped
 
 
@@ -55,32 +52,7 @@ FORMS = [
 
 
 def run(batch, n):
-    (q, k, v, lens), want, time, _ = baseline(batch, n)
-    rows = []
-    for label, ahead, kw in FORMS:
-        with form(ahead, **kw):
-            p = grouped.plan(batch * KV_HEADS, n, q.device, group=3, head_dim=64)
-            try:
-                err = (grouped.grouped_decode_attention(q, k, v, lens).float() - want).abs().max().item()
-            except Exception as e:  # a tile the registers or shared memory cannot hold
-                print(f"  {label}: {type(e).__name__}: {str(e)[:120]}")
-                continue
-        if err > 0.05:
-            print(f"  WRONG {label}: max error {err:.3g}")
-            continue
-        rows.append((label, ahead, kw, p))
-    times = {label: [] for label, *_ in rows} | {"SDPA": []}
-    for _ in range(ROUNDS):
-        times["SDPA"].append(time(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
-        for label, ahead, kw, _ in rows:
-            with form(ahead, **kw):
-                times[label].append(time(lambda q, k, v, m: grouped.grouped_decode_attention(q, k, v, m)))
-    sdpa = statistics.median(times["SDPA"])
-    print(f"  SDPA {sdpa:.2f} us (rounds {' '.join(f'{t:.2f}' for t in times['SDPA'])})")
-    for label, _ahead, _kw, p in sorted(rows, key=lambda r: statistics.median(times[r[0]])):
-        t = statistics.median(times[label])
-        spread = " ".join(f"{x:.2f}" for x in times[label])
-        print(f"  {t:6.2f} us  {sdpa / t:.2f}x  {label:44s} ({spread})  {tuple(p)}")
+    compare(batch, n, [(label, grouped, lambda a=ahead, kw=kw: form(a, **kw)) for label, ahead, kw in FORMS], 44)
 
 
 if __name__ == "__main__":
