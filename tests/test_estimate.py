@@ -331,10 +331,13 @@ def test_forget_drops_every_compiled_specialization_but_those_kept_and_every_bou
         launch._wrappers.pop(fake._kernel, None)
 
 
-def test_costs_counted_in_the_reference_machines_seconds_follow_this_cpus_speed():
+def test_costs_counted_in_the_reference_machines_seconds_follow_this_cpus_speed(monkeypatch):
     """A sweep's programs and the lessons priced in seconds (tiling's configs, blocks' passes) were timed on the
-    2-core machine RATES names: a CPU whose last Generate ran at twice that rate doubles them too."""
-    from explorer.app import lessons
+    2-core machine RATES names: a CPU whose last Generate ran at twice that rate doubles them too. A lesson's
+    estimate follows the machine it runs on, so on a GPU machine the lessons are asked as on a CPU one."""
+    from explorer.app import lessons, models
+
+    monkeypatch.setattr(models, "device", lambda: torch.device("cpu"))
 
     shape = {"M": 64, "C": 256}
     fixed = estimate.FIXED_S["cpu"]
