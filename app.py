@@ -39,12 +39,16 @@ def parse_args():
     return parser.parse_args()
 
 
-def triton_cache_dir() -> str | None:
-    """On a Space with persistent storage (/data), compiled kernels kept there survive restarts and
-    ZeroGPU's per-call processes; elsewhere Triton's own default (~/.triton/cache)."""
+def triton_cache_dir() -> str:
+    """Where Triton keeps the kernels it compiles, so that they outlive the process that compiled them (a
+    restarted worker; on ZeroGPU, every GPU call is a fresh process forked from the server): the operator's
+    TRITON_CACHE_DIR; else a Space's persistent storage (/data), which also outlives a restart; else Triton's own
+    default in the home folder (~/.triton/cache), which a Space keeps until it restarts."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return os.environ["TRITON_CACHE_DIR"]
     if os.path.isdir("/data") and os.access("/data", os.W_OK):
         return "/data/triton-cache"
-    return None
+    return os.path.join(os.path.expanduser("~"), ".triton", "cache")
 
 
 def main():
@@ -53,8 +57,8 @@ def main():
 
     if zero_gpu():
         import spaces  # noqa: F401  before torch, which it patches for ZeroGPU (its documented order)
-    if cache := triton_cache_dir():
-        os.environ.setdefault("TRITON_CACHE_DIR", cache)
+    os.environ["TRITON_CACHE_DIR"] = triton_cache_dir()
+    print(f"Triton's cache of compiled kernels: {os.environ['TRITON_CACHE_DIR']}")
     import torch
 
     if not torch.cuda.is_available():

@@ -107,6 +107,7 @@ async def run_job(ctx: Context, kind: str, payload: dict, seconds: float, compil
             f"{estimate.shown(budget)}. {estimate.advice(kind)}"
         )
     view: dict = {}
+    payload = payload | {"compile_s": estimate.compile_s(ctx.device, compiles)}  # what the job's process cannot know
     async for update in ctx.runner.run(Job(kind, payload, budget, seconds)):
         view |= update
         yield view

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import contextvars
 import itertools
+import math
 import os
 import subprocess
 import sys
@@ -314,9 +315,33 @@ class ProcessRunner:
         return f"Starting the job worker {again}(about {left:.0f} s more)…"
 
 
+# ZeroGPU's calls: the GPU seconds a call asks for when its job has no estimate, by kind; past that, the estimate
+# with room for the fork, CUDA's start and a compile slower than estimated, and at least ZERO_GPU_MIN_S.
+ZERO_GPU_S = {"generate": 90, "sweep": 120, "compare": 240, "ladder": 120, "lesson": 240}
+ZERO_GPU_MIN_S = 20
+ZERO_GPU_ROOM = (1.5, 15.0)  # estimate x 1.5 + 15 s
+ZERO_GPU_END_S = 5.0  # the job ends itself this long before its call's seconds run out
+
+
+def zero_gpu_seconds(job: Job) -> int:
+    """The seconds a ZeroGPU call asks for, from its job's own estimate, within its budget: a visitor's daily GPU
+    quota is spent by what the call asks for, and a shorter ask waits less in the platform's queue."""
+    if job.estimate_s is None:
+        return ZERO_GPU_S[job.kind]
+    scale, room = ZERO_GPU_ROOM
+    wanted = max(ZERO_GPU_MIN_S, scale * job.estimate_s + room)
+    return math.ceil(min(wanted, job.budget_s + ZERO_GPU_END_S))
+
+
+def zero_gpu_duration(payload: dict, control) -> int:
+    """spaces.GPU's duration: the platform calls it with the job function's own arguments."""
+    return payload["gpu_s"]
+
+
 class InlineRunner:
     """Jobs in a thread of this process, for ZeroGPU (see the module docstring): `wrap` turns the job
-    function into the platform's GPU call. A cancelled job is stopped between its steps."""
+    function into the platform's GPU call, which asks for the seconds in the payload's "gpu_s"
+    (zero_gpu_seconds). The job ends itself before those run out, and a cancelled job between its steps."""
 
     def __init__(self, wrap: Callable = lambda fn, job: fn):
         self.wrap = wrap
@@ -332,8 +357,10 @@ class InlineRunner:
 
         async with self._lock:
             stop = threading.Event()
-            control = jobs.Control(stop.is_set, time.monotonic() + job.budget_s)
-            it = iter(self.wrap(jobs.JOBS[job.kind], job)(job.payload, control))
+            gpu_s = zero_gpu_seconds(job)
+            control = jobs.Control(stop.is_set, time.monotonic() + min(job.budget_s, gpu_s - ZERO_GPU_END_S))
+            payload = job.payload | {"budget_s": job.budget_s, "gpu_s": gpu_s}
+            it = iter(self.wrap(jobs.JOBS[job.kind], job)(payload, control))
             pending = None
             try:
                 while True:

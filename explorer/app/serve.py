@@ -10,15 +10,14 @@ from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
 from . import estimate, handlers, models, ui, validate
-from .runner import InlineRunner, ProcessRunner, zero_gpu
+from .runner import InlineRunner, ProcessRunner, zero_gpu, zero_gpu_duration
 from .settings import RunSettings
 
-# ZeroGPU's duration estimates, seconds a GPU is held per job: compile and warm-up, the tokens, the
-# profiling pass; a sweep's configs; a compare's runs.
-ZERO_GPU_S = {"generate": 90, "sweep": 120, "compare": 240, "ladder": 120, "lesson": 240}
 ZERO_GPU_HEADER = (
-    "**ZeroGPU: a slice of an NVIDIA H200 is attached for each run.** Its copy bandwidth and matmul rate are "
-    "measured inside the first run and shown in the summary; the first run compiles the kernels, and says so."
+    "**ZeroGPU: a GPU is attached for each run** (an NVIDIA RTX Pro 6000 Blackwell on ZeroGPU since May 2026), "
+    "for about the seconds the run is estimated to take. Its copy bandwidth and matmul rate are measured inside "
+    "the run and shown in the summary. The first run at new settings compiles Triton kernels for this GPU and "
+    "says so; later runs read them from Triton's cache on disk."
 )
 
 
@@ -114,7 +113,7 @@ def runner(warm: bool, log: Callable[[str], None] = print):
 
         from . import jobs
 
-        wrapped = {kind: spaces.GPU(duration=ZERO_GPU_S[kind])(fn) for kind, fn in jobs.JOBS.items()}
+        wrapped = {kind: spaces.GPU(duration=zero_gpu_duration)(fn) for kind, fn in jobs.JOBS.items()}
         return InlineRunner(lambda fn, job: wrapped[job.kind])
     r = ProcessRunner(warm=default_job(models.device().type) if warm else None, log=log)
     r.start(wait=True)

@@ -91,7 +91,7 @@ def run(payload: dict, control: Control):
     device = model.device.type
     rung = {"fusion": views.fusion_label(s.backend, s.fusion)}
     key = ("generate", s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache, s.cuda_graph)
-    if note := compile_note(key, device):
+    if note := compile_note(key, device, payload.get("compile_s")):
         yield {"status": note}
     sampling = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, repetition_penalty=s.repetition_penalty)
     kw = dict(cache=s.cache, tiles=s.tiles, tokenizer=tok, seed=s.seed, **sampling)

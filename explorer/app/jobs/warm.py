@@ -10,7 +10,6 @@ has not run before says on the page that kernels are compiling, and about how lo
 from __future__ import annotations
 
 import functools
-import os
 import time
 
 import torch
@@ -41,11 +40,14 @@ def device_info() -> dict:
     return {"device": "cuda", "gpu": torch.cuda.get_device_name(dev), "header": f"**{p.label}**"}
 
 
-def compile_note(key, device: str) -> str | None:
-    """On a GPU, the first run of `key`'s settings in this worker compiles kernels: say so, and how long."""
-    if device != "cuda" or key in _state["warm"]:
+def compile_note(key, device: str, known_s: float | None = None) -> str | None:
+    """On a GPU, the first run of `key`'s settings in this worker compiles kernels: say so, and how long.
+    `known_s` is the server's estimate of the job's compile seconds, 0 where these settings have run since the
+    server started (their kernels are in Triton's cache on disk): a process that is new to the job (a restarted
+    worker, each ZeroGPU call) has no other way to know."""
+    if device != "cuda" or key in _state["warm"] or known_s == 0:
         return None
-    seconds = _state["compile_s"] or COMPILE_S
+    seconds = _state["compile_s"] or known_s or COMPILE_S
     return (
         f"Compiling Triton kernels for this GPU and these settings (first run here; about {seconds:.0f} s at most, "
         "often less: kernels compiled before are read from Triton's cache)…"
@@ -54,14 +56,6 @@ def compile_note(key, device: str) -> str | None:
 
 def remember_warm(key) -> None:
     _state["warm"].add(key)
-
-
-def triton_cache_dir() -> str | None:
-    """Where Triton keeps compiled kernels: on a Space with persistent storage (/data), there, so they
-    survive restarts and ZeroGPU's per-call processes; elsewhere Triton's default (~/.triton/cache)."""
-    if os.path.isdir("/data") and os.access("/data", os.W_OK):
-        return "/data/triton-cache"
-    return None
 
 
 def warm_up(settings: dict):
