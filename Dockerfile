@@ -17,7 +17,7 @@ WORKDIR /home/user/app
 RUN python3 -m venv /home/user/.venv
 
 # Requirements before code, so editing the code does not reinstall torch.
-COPY --chown=user requirements.txt .
+COPY --chown=user requirements.txt requirements-app.txt ./
 RUN pip install --no-cache-dir -r requirements.txt
 COPY --chown=user . .
 
