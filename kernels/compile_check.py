@@ -16,8 +16,10 @@ import sys
 
 import torch
 
-# GPUs a Space may have: compute capability -> shared memory one block may use (bytes).
-ARCHS = {75: ("T4", 65536), 80: ("A100", 166912), 86: ("A10G", 101376), 89: ("L4", 101376), 90: ("H100/H200", 232448)}
+from .config import GPUS, STANDS_FOR
+from .config import arch as arch_of
+
+DTYPES = ("float16", "bfloat16")
 _TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.int64: "i64"}
 
 
@@ -39,7 +41,7 @@ def launches(dtype):
     ln = (t(C), t(C), 1e-5)
     rms = (t(576), None, 1e-5)  # SmolLM2's RMSNorm: a weight, no bias
     cache = lambda batch, heads, n: (t(batch, heads, n, D), t(batch, heads, n, D))
-    hopper_16bit = L.persistent_form(4096, tdt, "cpu")
+    persistent = L.persistent_form(4096, tdt, "cpu")
     calls = {
         "layer_norm": lambda: K.layer_norm(t(4096, C), *ln[:2], residual=t(4096, C)),
         "rms_norm": lambda: K.rms_norm(t(4096, 576), t(576), residual=t(4096, 576)),
@@ -113,7 +115,7 @@ def launches(dtype):
             calls[label] = lambda b=batch, s=split_k, o=one_launch, p=pdl: K.decode_attention(
                 t(b, H, 1, D), *cache(b, H, 8192), lengths(b, 8000), config=TileConfig(split_k=s), one_launch=o, pdl=p
             )
-    if hopper_16bit:  # the tile form too, where prefill takes the persistent form by default
+    if persistent:  # the tile form too, where prefill takes the persistent form by default (config.tma_matmul)
         calls["linear tiles"] = lambda: _tiles_form(
             K.linear, t(4096, C), t(4 * C, C), t(4 * C), residual=t(4096, 4 * C)
         )
@@ -204,8 +206,8 @@ def _source(fn, args: tuple, kwargs: dict):
 
 
 def compile_for(arch: int, dtypes):
-    """Yield (arch, dtype, name, shared bytes used, estimate, limit) for every recorded launch, compiled for arch;
-    raises if a kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR)."""
+    """Yield (dtype, name, shared bytes used, estimate) for every recorded launch, compiled for arch; raises if a
+    kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR)."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
@@ -213,49 +215,64 @@ def compile_for(arch: int, dtypes):
     from .config import device_limits
 
     limits = device_limits("cpu")
-    assert limits.shared_memory == ARCHS[arch][1], "run with the CPU standing for this GPU"
+    assert limits == GPUS[arch], "run with the CPU standing for this GPU"
     for dtype in dtypes:
-        if dtype == "bfloat16" and arch < 80:
+        if dtype == "bfloat16" and not limits.bf16:
             continue  # no bf16 before Ampere; config.supported_dtypes does not offer it there
         itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         for name, fn, args, kwargs in launches(dtype):
             options = dict(num_warps=kwargs.get("num_warps", 4), num_stages=kwargs.get("num_stages", 3))
             k = triton.compile(_source(fn, args, kwargs), target=GPUTarget("cuda", arch, 32), options=options)
-            estimate = _estimate(fn, kwargs, itemsize, limits)
-            yield arch, dtype, f"{name} ({fn.__name__})", k.metadata.shared, estimate, ARCHS[arch][1]
+            yield dtype, f"{name} ({fn.__name__})", k.metadata.shared, _estimate(fn, kwargs, itemsize, limits)
 
 
-def stands_for(arch: int) -> str:
-    """config.STANDS_FOR's value for this GPU."""
-    import json
-
-    name, shared = ARCHS[arch]
-    return json.dumps(dict(name=name, shared_memory=shared, num_sms=132, capability=divmod(arch, 10), bf16=arch >= 80))
+def _dtype(value: str) -> str:
+    if value not in DTYPES:
+        raise ValueError(f"unknown --dtype {value}: choose from {' '.join(DTYPES)}")
+    return value
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arch", type=int, nargs="*", default=sorted(ARCHS))
-    parser.add_argument("--dtype", nargs="*", default=["float16", "bfloat16"])
+    parser.add_argument("--arch", nargs="*", default=[str(a) for a in GPUS], help="75 .. 120, or sm_75 .. sm_120")
+    parser.add_argument("--dtype", nargs="*", default=list(DTYPES), help=" ".join(DTYPES))
     args = parser.parse_args()
+    try:
+        archs, dtypes = [arch_of(a, "--arch") for a in args.arch], [_dtype(d) for d in args.dtype]
+    except ValueError as e:  # one line naming the values allowed, not a traceback
+        sys.exit(str(e))
     if os.environ.get("TRITON_INTERPRET") == "1":
-        raise SystemExit("unset TRITON_INTERPRET: this compiles the kernels for real GPUs")
-    from .config import STANDS_FOR
-
-    if len(args.arch) > 1 or os.environ.get(STANDS_FOR) != stands_for(args.arch[0]):
+        sys.exit("unset TRITON_INTERPRET: this compiles the kernels for real GPUs")
+    if len(archs) > 1 or os.environ.get(STANDS_FOR) != str(archs[0]):
         # One process per GPU, in which the CPU stands for it: the tile rules read the device once and keep it.
         failed = 0
-        for arch in args.arch:
-            cmd = [sys.executable, "-m", "kernels.compile_check", "--arch", str(arch), "--dtype", *args.dtype]
-            failed |= subprocess.run(cmd, env=os.environ | {STANDS_FOR: stands_for(arch)}).returncode
+        for a in archs:
+            cmd = [sys.executable, "-m", "kernels.compile_check", "--arch", str(a), "--dtype", *dtypes]
+            failed |= subprocess.run(cmd, env=os.environ | {STANDS_FOR: str(a)}).returncode
         sys.exit(1 if failed else 0)
-    failures = 0
-    for arch, dtype, name, shared, estimate, limit in compile_for(args.arch[0], args.dtype):
-        ok = shared <= limit and (estimate == 0 or shared <= estimate)
+    sys.exit(0 if check(archs[0], dtypes) else 1)
+
+
+def check(arch: int, dtypes) -> bool:
+    """Compile every launch for arch, a line each, then a line of totals; whether every one fits."""
+    gpu = GPUS[arch]
+    failures, counts, most = 0, {}, 0
+    for dtype, name, shared, estimate in compile_for(arch, dtypes):
+        ok = shared <= gpu.shared_memory and (estimate == 0 or shared <= estimate)
         failures += not ok
-        head = f"sm_{arch} {ARCHS[arch][0]:10} {dtype:9} {name:66}"
+        counts[dtype] = counts.get(dtype, 0) + 1
+        most = max(most, shared)
+        head = f"sm_{arch} {gpu.name:12} {dtype:9} {name:66}"
+        limit = gpu.shared_memory
         print(f"{head} shared {shared:7} estimate {estimate:7} limit {limit:7} {'ok' if ok else 'OVER'}", flush=True)
-    sys.exit(1 if failures else 0)
+    launched = ", ".join(f"{n} {d}" for d, n in counts.items())
+    verdict = "all ok" if not failures else f"{failures} OVER"
+    print(
+        f"summary sm_{arch} {gpu.name}: {sum(counts.values())} launches ({launched}), {verdict}; "
+        f"most shared memory {most} of {gpu.shared_memory} bytes",
+        flush=True,
+    )
+    return not failures
 
 
 if __name__ == "__main__":

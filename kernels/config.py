@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 from dataclasses import dataclass, fields, replace
 
@@ -92,15 +91,71 @@ class DeviceLimits:
     capability: tuple[int, int]  # (0, 0) on CPU
     bf16: bool
     l2_bytes: int = CPU_L2_BYTES  # L2 cache size; only the traffic models' HBM level reads it
+    stands_for: int | None = None  # the architecture (90 for sm_90) of the GPU these limits stand for, if any
 
     @property
     def is_cpu(self) -> bool:
         return self.capability == (0, 0)
 
 
+MiB = 1 << 20
+# The GPUs a Space may offer, by architecture: sm_75 is 75. Shared memory is the most one block may use (opted
+# in), from the CUDA C++ Programming Guide's table of compute capabilities (64 KB on 7.5, 163 KB on 8.0, 99 KB on
+# 8.6, 8.9 and 12.0, 227 KB on 9.0 and 10.0); SMs and L2 are the named card's, from NVIDIA's datasheets and the
+# sizes torch reports. One card per architecture: sm_89 is the L4 (an L40S has 142 SMs and 96 MB of L2, the
+# same shared memory), sm_90 the H100 (an H200 has the same SMs and shared memory, and 60 MB of L2).
+GPUS = {
+    75: DeviceLimits("T4", 65536, 40, (7, 5), False, 4 * MiB),
+    80: DeviceLimits("A100", 166912, 108, (8, 0), True, 40 * MiB),
+    86: DeviceLimits("A10G", 101376, 80, (8, 6), True, 6 * MiB),
+    89: DeviceLimits("L4", 101376, 58, (8, 9), True, 48 * MiB),
+    90: DeviceLimits("H100", 232448, 132, (9, 0), True, 50 * MiB),
+    100: DeviceLimits("B200", 232448, 148, (10, 0), True, 132644864),  # 126.5 MiB
+    120: DeviceLimits("RTX Pro 6000", 101376, 188, (12, 0), True, 128 * MiB),  # ZeroGPU's since May 2026
+}
+
+
+def arch(text, what: str = "GPU") -> int:
+    """An architecture of GPUS from "120" or "sm_120"; a ValueError naming the ones allowed otherwise (what: the
+    setting that gave it, for the message)."""
+    value = str(text).strip().lower().removeprefix("sm_")
+    if not value.isdigit() or int(value) not in GPUS:
+        raise ValueError(f"unknown {what} {text}: choose from {' '.join(map(str, GPUS))}")
+    return int(value)
+
+
 # An H200 as the tile rules see it, for code that plans for one with no GPU to ask (the app's estimates, whose
 # compile times were timed there; kernels.ncu_check --model-only on CPU).
-H200 = DeviceLimits("NVIDIA H200", 232448, 132, (9, 0), True)
+H200 = replace(GPUS[90], name="NVIDIA H200")
+
+
+# Forms of a kernel that need more than every GPU has, each chosen by compute capability (a GPU's (major, minor)),
+# with a fallback everywhere else. Each was compiled for sm_90, sm_100 and sm_120 by Triton 3.9 (kernels.compile_check).
+
+
+def tma_matmul(capability: tuple[int, int]) -> bool:
+    """Whether prefill's linear takes its persistent form (kernels.matmul.kernel._linear_persistent_kernel): where
+    the GPU has a TMA unit and a tensor-core MMA that Triton pipelines with it, Hopper's wgmma (sm_90) and
+    datacenter Blackwell's tcgen05 (sm_100, sm_103). Consumer Blackwell (sm_120: the RTX Pro 6000) has the TMA unit
+    but neither MMA: Triton builds the form there with mma.sync, and its tiles, chosen for 227 KB of shared memory,
+    fit sm_120's 99 KB only without pipelining. There, and before Hopper, the tile kernel runs."""
+    return capability[0] in (9, 10)
+
+
+def dependent_launch(capability: tuple[int, int]) -> bool:
+    """Whether the GPU has programmatic dependent launch (kernels.pdl; griddepcontrol in PTX): sm_90 on, the
+    Blackwells included."""
+    return capability >= (9, 0)
+
+
+def mma_barrier_bytes(device, dots: int = 1) -> int:
+    """Shared memory Triton reserves beyond the tiles for the tensor-core MMAs of a pipelined loop: on sm_100 and
+    sm_103 each tl.dot runs on tcgen05 with its accumulator in tensor memory, and gets a pair of 8-byte barriers
+    that say when its MMA has finished (an i64 2x1 local_alloc in the compiled kernel: the linear's one dot 16
+    bytes, SwiGLU's two 32). Hopper's wgmma and mma.sync wait in registers. Counted whatever the tile (below 64
+    rows Triton takes mma.sync even there): 16 bytes too many costs nothing, 16 too few fails at launch."""
+    capability = device_limits(device).capability
+    return 16 * dots if capability[0] == 10 else 0
 
 
 @functools.cache
@@ -111,14 +166,57 @@ def _cuda_limits(index: int) -> DeviceLimits:
         import triton
 
         smem = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    return standing_in(physical_limits(props, smem), os.environ.get(GPU_STANDS_FOR))
+
+
+def physical_limits(props, shared_memory: int) -> DeviceLimits:
+    """A GPU's limits from its torch device properties and the shared memory one block may use."""
     capability = (props.major, props.minor)
     l2 = getattr(props, "L2_cache_size", 0) or CPU_L2_BYTES
-    return DeviceLimits(props.name, int(smem), props.multi_processor_count, capability, capability >= (8, 0), int(l2))
+    return DeviceLimits(
+        props.name, int(shared_memory), props.multi_processor_count, capability, capability >= (8, 0), int(l2)
+    )
+
+
+# The GPU suite runs on one GPU (an H200) for all the GPUs a Space may offer: with this variable set to one of them
+# (EXPLORER_GPU_STANDS_FOR=sm_120), the GPU stands for it. Unset, nothing changes.
+GPU_STANDS_FOR = "EXPLORER_GPU_STANDS_FOR"
+
+
+def standing_in(real: DeviceLimits, stands_for: str | None) -> DeviceLimits:
+    """The limits the kernels see on the GPU `real` standing for the GPU of GPUS named by `stands_for` ("sm_120",
+    "120"; None or "": `real` itself).
+
+    What the code decides from is the stood-for GPU's: shared memory per block (so every tile rule, default and
+    refusal is that GPU's), compute capability (so the forms chosen are that GPU's: the persistent TMA linear,
+    programmatic dependent launch, the pipeline stages) and bf16. What the hardware does stays the real GPU's: its
+    SM count, which sizes the grids whose programs must all be resident at once (the persistent layer's grid
+    barrier would wait forever for programs that no SM is free to run) and the splits sized to fill the GPU; and
+    its L2, which the traffic models hold against the real GPU's counters. Triton still compiles for the real GPU.
+
+    A GPU cannot stand for one that needs more than it has: more shared memory per block, bf16, or a form the
+    real GPU lacks. That is a ValueError in one line."""
+    if not stands_for:
+        return real
+    number = arch(stands_for, GPU_STANDS_FOR)
+    other, label = GPUS[number], f"sm_{number} ({GPUS[number].name})"
+    lacks = {
+        f"{other.shared_memory} bytes of shared memory per block": other.shared_memory > real.shared_memory,
+        "bf16": other.bf16 and not real.bf16,
+        "the persistent TMA linear": tma_matmul(other.capability) and not tma_matmul(real.capability),
+        "programmatic dependent launch": dependent_launch(other.capability) and not dependent_launch(real.capability),
+    }
+    if any(lacks.values()):
+        needs = ", ".join(what for what, lacked in lacks.items() if lacked)
+        raise ValueError(f"the {real.name} cannot stand for {label}: that needs {needs}, which it lacks")
+    return replace(
+        other, name=f"{real.name} standing for {label}", num_sms=real.num_sms, l2_bytes=real.l2_bytes, stands_for=number
+    )
 
 
 # kernels.compile_check records the launchers' launches on CPU tensors, in a process of its own where the CPU
-# stands for a GPU (this variable holds that GPU's DeviceLimits fields as JSON), so that every tile rule
-# answers as it would there. Nothing that runs kernels sets it.
+# stands for a GPU of GPUS (this variable holds its architecture, "120"), so that every tile rule answers as it
+# would there. Nothing that runs kernels sets it.
 STANDS_FOR = "EXPLORER_CPU_STANDS_FOR"
 
 
@@ -126,8 +224,7 @@ STANDS_FOR = "EXPLORER_CPU_STANDS_FOR"
 def _cpu_limits() -> DeviceLimits:
     spec = os.environ.get(STANDS_FOR)
     if spec:
-        fields_ = json.loads(spec)
-        return DeviceLimits(**fields_ | {"capability": tuple(fields_["capability"])})
+        return GPUS[arch(spec, STANDS_FOR)]
     return DeviceLimits("CPU (Triton interpreter)", CPU_SHARED_MEMORY, CPU_NUM_SMS, (0, 0), False)
 
 
@@ -143,13 +240,13 @@ def device_limits(device: torch.device | str | DeviceLimits | None = None) -> De
 
 @functools.lru_cache(maxsize=64)  # asked on every launch
 def overlaps_launches(device) -> bool:
-    """Whether kernels may be launched with programmatic dependent launch: from Hopper (sm_90) on. A kernel
+    """Whether kernels may be launched with programmatic dependent launch (config.dependent_launch). A kernel
     so launched may start while the kernel before it on the stream is finishing; it must not read what that
     kernel writes (nor write what it reads) before its grid-dependency wait. The interpreter has no such
     launch: there the kernels run one after another as usual."""
     from . import pdl
 
-    return device_limits(device).capability >= (9, 0) and pdl.gdc_wait is not None
+    return dependent_launch(device_limits(device).capability) and pdl.gdc_wait is not None
 
 
 def pipeline_stages(device) -> int:

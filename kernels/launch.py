@@ -9,7 +9,8 @@ calls the compiled kernel's launcher directly, as CompiledKernel's own runner do
 needs no scratch memory, the launcher's C entry point, as the launcher itself does).
 
 Only on a GPU: the interpreter has no compiled kernels, so there (and with a Triton whose runner takes
-other arguments, checked once by reading it) every call goes through the JITFunction as before.
+other arguments, checked once by reading it, which logs a warning) every call goes through the JITFunction as
+before.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import os
 import re
 
+import triton
 from torch import Tensor
 from triton import knobs
 from triton.runtime.driver import driver
@@ -51,7 +54,23 @@ def _runner_matches() -> bool:
     return _makes_call(CompiledKernel.__getitem__, RUNNER_CALL)
 
 
-ENABLED = os.environ.get("TRITON_INTERPRET") != "1" and _runner_matches()
+def _enabled(interpreted: bool, runner_matches) -> bool:
+    """Whether launches are bound: not in the interpreter, and only where this Triton's runner makes the call this
+    module makes in its place. Where it does not, one warning says so (at import: once per process), since every
+    launch then costs the host Triton's full binding, which in an eager decode step is more than the kernel."""
+    if interpreted:
+        return False
+    if runner_matches():
+        return True
+    logging.getLogger(__name__).warning(
+        "kernels.launch: Triton %s's CompiledKernel runner is not the one this module was written against; "
+        "every launch takes Triton's own (slower) path",
+        triton.__version__,
+    )
+    return False
+
+
+ENABLED = _enabled(os.environ.get("TRITON_INTERPRET") == "1", _runner_matches)
 
 
 def _bind(args) -> tuple[tuple, list]:

@@ -1,3 +1,10 @@
+"""Fixtures for the suite: on CPU the kernels run in Triton's interpreter, on a GPU compiled.
+
+On a GPU the suite can run for another GPU a Space offers, the real one standing for it (kernels.config.
+standing_in: that GPU's shared memory and forms, the real GPU's SMs). On the H200, for ZeroGPU's RTX Pro 6000:
+    EXPLORER_GPU_STANDS_FOR=sm_120 python -m pytest -n 16 tests
+"""
+
 import os
 
 import pytest

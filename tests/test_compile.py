@@ -12,9 +12,10 @@ import pytest
 from triton.runtime.jit import KernelInterface  # a triton.jit function, compiled or interpreted
 
 import kernels
+from kernels.config import GPUS, tma_matmul
 
 MEASURING_ONLY = {"_l2_flush_kernel"}  # kernels.ncu_check's cache flush between measured calls
-HOPPER_ONLY = {"_linear_persistent_kernel"}  # TMA: sm_90 on, 16-bit dtypes
+TMA_ONLY = {"_linear_persistent_kernel"}  # config.tma_matmul's GPUs, 16-bit dtypes
 
 
 def every_kernel() -> set[str]:
@@ -28,17 +29,33 @@ def every_kernel() -> set[str]:
     return names - MEASURING_ONLY
 
 
-# The GPUs at the two ends of what a Space offers: Turing (64 KB of shared memory a block, no bf16, no TMA) and
-# Hopper (the persistent TMA linear, programmatic dependent launch). `python -m kernels.compile_check` builds for
-# the A100, A10G and L4 between them too.
-@pytest.mark.parametrize("arch,dtypes", [(75, ["float16"]), (90, ["bfloat16"])])
+# The GPUs at the two ends of what a Space offers, Turing (64 KB of shared memory a block, no bf16, no TMA) and
+# Hopper (the persistent TMA linear, programmatic dependent launch), and the two Blackwells: the B200 (the TMA
+# linear on tcgen05, whose barriers take shared memory of their own) and ZeroGPU's RTX Pro 6000 (99 KB, no
+# wgmma: the tile linear). `python -m kernels.compile_check` builds for the A100, A10G and L4 too.
+@pytest.mark.parametrize(
+    "arch,dtypes", [(75, ["float16"]), (90, ["bfloat16"]), (100, ["bfloat16"]), (120, ["float16"])]
+)
 def test_kernels_compile_for_space_gpus(arch, dtypes):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-W", "ignore", "-m", "kernels.compile_check", "--arch", str(arch), "--dtype", *dtypes]
+    cmd = [sys.executable, "-W", "ignore", "-m", "kernels.compile_check", "--arch", f"sm_{arch}", "--dtype", *dtypes]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if line.startswith(f"sm_{arch}")]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(f"sm_{arch} ")]
     assert lines and all(line.endswith(" ok") for line in lines), done.stdout
+    (summary,) = [line for line in done.stdout.splitlines() if line.startswith("summary ")]
+    assert f"sm_{arch} {GPUS[arch].name}: {len(lines)} launches" in summary and "all ok" in summary, summary
     # Each line names the kernel its launcher launched: every kernel the package defines is among them.
     compiled = {m.group(1) for line in lines if (m := re.search(r"\((\w+_kernel)\)", line))}
-    assert compiled == every_kernel() - (HOPPER_ONLY if arch < 90 else set()), done.stdout
+    assert compiled == every_kernel() - (set() if tma_matmul(GPUS[arch].capability) else TMA_ONLY), done.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message", [(["--arch", "91"], "unknown --arch 91"), (["--dtype", "half"], "unknown --dtype half")]
+)
+def test_a_bad_choice_is_one_line_naming_the_allowed_ones(args, message):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-W", "ignore", "-m", "kernels.compile_check", *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    allowed = "75 80 86 89 90 100 120" if "arch" in message else "float16 bfloat16"
+    assert done.returncode != 0 and done.stderr.strip() == f"{message}: choose from {allowed}", done.stderr

@@ -3,7 +3,7 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 from kernels import TileConfig, attention, decode_attention, layer_norm, linear
-from kernels.config import CPU_SHARED_MEMORY, DeviceLimits, device_limits, explain_resources, supported_dtypes
+from kernels.config import CPU_SHARED_MEMORY, GPUS, device_limits, explain_resources, supported_dtypes
 
 
 def test_config_fields_merge_over_defaults():
@@ -100,14 +100,6 @@ def test_autotune_picks_a_working_config(device):
     x = torch.randn(2, 768, device=device, dtype=torch.float16)
     w = torch.randn(3072, 768, device=device, dtype=torch.float16) / 30
     torch.testing.assert_close(linear(x, w, config="autotune"), reference.linear(x, w), atol=2e-3, rtol=2e-3)
-
-
-GPUS = {  # what device_limits reads on GPUs a Space may have
-    "T4": DeviceLimits("T4", 65536, 40, (7, 5), False),
-    "A10G": DeviceLimits("A10G", 101376, 80, (8, 6), True),
-    "L4": DeviceLimits("L4", 101376, 58, (8, 9), True),
-    "H100": DeviceLimits("H100", 232448, 132, (9, 0), True),
-}
 
 
 @pytest.mark.parametrize("gpu", list(GPUS))

@@ -1,7 +1,10 @@
 """kernels.launch: a compiled kernel is reused only for calls whose arguments it was compiled for."""
 
+import logging
+
 import pytest
 import torch
+import triton
 
 import kernels.matmul.decode as fused
 from kernels import decode_linear, launch, reference
@@ -82,6 +85,26 @@ def test_the_c_entry_point_is_called_only_as_the_launcher_itself_would():
     with_scratch, other = _Launcher(256), _OtherLauncher(0)  # scratch to allocate; an unknown call
     assert launch._entry(Kernel(with_scratch)) == (with_scratch, ())
     assert launch._entry(Kernel(other)) == (other, ())
+
+
+def test_the_installed_tritons_runner_is_the_one_launches_are_bound_to():
+    """Read from its source, no GPU needed: Triton 3.6 (the GPU machine's) and 3.9 (this one's) both match."""
+    from triton.compiler.compiler import CompiledKernel
+
+    assert launch._runner_matches(), triton.__version__
+    assert not launch._makes_call(CompiledKernel.__getitem__, launch.RUNNER_CALL.replace("grid[2], ", ""))
+
+
+def test_a_runner_that_does_not_match_is_said_once_in_a_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="kernels.launch"):
+        assert not launch._enabled(False, lambda: False)
+        (record,) = caplog.records
+        assert f"Triton {triton.__version__}" in record.getMessage()
+        assert "Triton's own (slower) path" in record.getMessage()
+        caplog.clear()
+        assert launch._enabled(False, lambda: True)
+        assert not launch._enabled(True, lambda: pytest.fail("the interpreter has no runner to check"))
+        assert not caplog.records  # a matching runner and the interpreter: nothing to say
 
 
 def test_the_interpreter_takes_the_jit_functions_path():

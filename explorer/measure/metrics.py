@@ -18,6 +18,7 @@ import torch
 
 from kernels.attn.kernel import traffic as attention_traffic
 from kernels.attn.kernel import traffic_naive
+from kernels.config import device_limits
 from kernels.matmul.kernel import traffic as linear_traffic
 from kernels.matmul.kernel import traffic_unfused as linear_unfused
 from kernels.norm.kernel import traffic as layer_norm_traffic
@@ -48,7 +49,7 @@ def device_peaks(device: str, dtype: torch.dtype = torch.bfloat16) -> Peaks | No
     if dev.type != "cuda":
         return None
     bandwidth, tflops = _copy_gbs(dev), _matmul_tflops(dev, dtype)
-    name = torch.cuda.get_device_name(dev)
+    name = device_limits(dev).name  # "NVIDIA H200", or "NVIDIA H200 standing for sm_120 (RTX Pro 6000)"
     return Peaks(bandwidth, tflops, f"{name}: measured {bandwidth:.0f} GB/s copy, {tflops:.0f} TFLOP/s {dtype}")
 
 

@@ -5,8 +5,9 @@ registers and streams BLOCK_K-wide slices of x and weight through shared memory.
 visited in groups of GROUP_M so neighbouring programs reuse the same weight tiles from L2. The
 epilogue adds the bias, applies GPT-2's tanh GELU and adds the residual before the single store,
 so the FFN's hidden activation is written to memory once and never read back for a separate GELU.
-From Hopper on, 16-bit inputs take a persistent form of the same kernel: one program per SM walks the
-output tiles, and the tiles of x, the weight and y are copied by the TMA unit (tensor descriptors).
+On Hopper and datacenter Blackwell (config.tma_matmul), 16-bit inputs take a persistent form of the same
+kernel: one program per SM walks the output tiles, and the tiles of x, the weight and y are copied by the TMA
+unit (tensor descriptors).
 
 Decode-shaped inputs (M <= 16 rows) cannot fill a square tile, and one row tile over the output
 columns gives too few programs to keep every SM streaming. There the reduction is split across
@@ -36,9 +37,11 @@ from ..config import (
     fit_defaults,
     hbm_reads,
     l2_miss,
+    mma_barrier_bytes,
     new_output,
     next_pow2,
     pipeline_stages,
+    tma_matmul,
 )
 
 DECODE_ROWS = 16  # at most this many rows take the split-K path (tl.dot needs 16 rows)
@@ -174,11 +177,11 @@ def _linear_persistent_kernel(
     GROUP_M: tl.constexpr,
     PROGRAMS: tl.constexpr,
 ):
-    """_linear_kernel for Hopper on: one program per SM walks the output tiles (the same grouped order), and
-    x, the weight and y move through tensor descriptors (the TMA unit copies whole tiles, filling zeros
-    past the edges and clipping the store); the residual, read once, is loaded straight into registers
-    (through shared memory it would take a third tile's worth of it). The loop over tiles and the loop over K are
-    pipelined as one, so the next tile's first loads are in flight while this tile's epilogue runs."""
+    """_linear_kernel for Hopper and datacenter Blackwell: one program per SM walks the output tiles (the same
+    grouped order), and x, the weight and y move through tensor descriptors (the TMA unit copies whole tiles,
+    filling zeros past the edges and clipping the store); the residual, read once, is loaded straight into
+    registers (through shared memory it would take a third tile's worth of it). The loop over tiles and the loop
+    over K are pipelined as one, so the next tile's first loads are in flight while this tile's epilogue runs."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=True):
@@ -276,7 +279,7 @@ def default_config(
         return TileConfig(
             block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k, num_warps=4, num_stages=stages + 1
         )
-    if persistent_form(rows, dtype, device):  # Hopper on, 16-bit, unless forced_form says otherwise
+    if persistent_form(rows, dtype, device):  # sm_90/sm_100, 16-bit, unless forced_form says otherwise
         # The fastest of 9 tile rules on an H200 (scripts/linear_sweep.py, benchmarks/RESULTS.md): 128x256 in
         # 8 warps, 3 stages, for c_fc + GELU at M = 1024-8192. With a residual that tile leaves room for only
         # 2 stages (the residual's layout change needs shared memory too), and 128x128 in 4 stages won.
@@ -312,8 +315,8 @@ _forced: bool | None = None  # see forced_form
 def forced_form(persistent: bool | None):
     """Within this block prefill-shaped inputs take _linear_persistent_kernel wherever the layout allows, the
     interpreter included (persistent=True: tests), or never (False: sweeps that time the tile kernel); None
-    is the default, where the GPU has a TMA unit (sm_90 on) and the dtype is 16-bit. Either way, rows whose
-    layout TMA cannot describe fall back to the tile kernel."""
+    is the default, where the GPU takes it (config.tma_matmul: sm_90 and sm_100) and the dtype is 16-bit.
+    Either way, rows whose layout TMA cannot describe fall back to the tile kernel."""
     global _forced
     before, _forced = _forced, persistent
     try:
@@ -342,7 +345,7 @@ def persistent_form(rows: int, dtype: torch.dtype, device) -> bool:
         return False
     if _forced is not None:
         return _forced
-    return dtype in (torch.float16, torch.bfloat16) and device_limits(device).capability >= (9, 0)
+    return dtype in (torch.float16, torch.bfloat16) and tma_matmul(device_limits(device).capability)
 
 
 def _describable(*tensors) -> bool:
@@ -354,10 +357,12 @@ def _describable(*tensors) -> bool:
 
 def shared_memory(cfg: TileConfig, itemsize: int, device, persistent: bool = False, residual: bool = False) -> int:
     """Bytes of shared memory the matmul needs: one x tile and one weight tile per pipeline buffer
-    (exact on Hopper; Ampere keeps one buffer fewer). The persistent form adds the output tile that the
-    TMA store copies from, the bias row and the pipeline's barriers, and with a residual a tile-sized
-    scratch for changing the accumulator's layout to the residual's (at most: Triton 3.9 uses half)."""
+    (exact on Hopper; Ampere keeps one buffer fewer), and on sm_100 the MMA's barriers (config.mma_barrier_bytes).
+    The persistent form adds the output tile that the TMA store copies from, the bias row and the pipeline's
+    barriers, and with a residual a tile-sized scratch for changing the accumulator's layout to the residual's
+    (at most: Triton 3.9 uses half)."""
     tiles = buffered_stages(cfg.num_stages, device) * (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize
+    tiles += mma_barrier_bytes(device)
     if not persistent:
         return tiles
     out = cfg.block_m * cfg.block_n * itemsize

@@ -29,6 +29,7 @@ from ..config import (
     device_limits,
     explain_resources,
     fit_defaults,
+    mma_barrier_bytes,
     new_output,
 )
 from .kernel import DECODE_ROWS, _tile_coords, tile_rule
@@ -86,8 +87,9 @@ def default_config(rows: int, features: int, dtype: torch.dtype, device) -> Tile
 
 
 def shared_memory(cfg: TileConfig, itemsize: int, device) -> int:
-    """One x tile and two weight tiles per pipeline buffer."""
-    return buffered_stages(cfg.num_stages, device) * (cfg.block_m + 2 * cfg.block_n) * cfg.block_k * itemsize
+    """One x tile and two weight tiles per pipeline buffer, and on sm_100 the barriers of its two MMAs."""
+    tiles = buffered_stages(cfg.num_stages, device) * (cfg.block_m + 2 * cfg.block_n) * cfg.block_k * itemsize
+    return tiles + mma_barrier_bytes(device, dots=2)
 
 
 def resolve_config(config, rows: int, features: int, in_features: int, dtype: torch.dtype, device) -> TileConfig:

@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from kernels.config import device_limits
+
 from ...measure import metrics
 from .. import models
 from ..settings import RunSettings
@@ -37,7 +39,7 @@ def device_info() -> dict:
             "timing is a CPU timing and says so, with the same job as measured on a GPU beside it.",
         }
     p = peaks()
-    return {"device": "cuda", "gpu": torch.cuda.get_device_name(dev), "header": f"**{p.label}**"}
+    return {"device": "cuda", "gpu": device_limits(dev).name, "header": f"**{p.label}**"}
 
 
 def compile_note(key, device: str, known_s: float | None = None) -> str | None:
