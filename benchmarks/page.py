@@ -5,11 +5,13 @@ gradio_client, stamping every streamed update from the moment of submit: when th
 arrives, when the text stops changing, when the job is done, how many updates came and how they were
 spread (the longest gap between two). Rows: the first Generate after the start (default controls), the
 same warm, Generate with GPT-2 small's shape (random weights, the bundled tokenizer) at 64 and 256 new
-tokens, Compare, the ladder, a sweep, every lesson's first run and one lesson again. "To the handler" and
-"to the job": from submit to the event's handler, and to the job's start (the server's log says when).
-Beside each, the same job's own timeline run in this process after the server is stopped (the handler's
-side: no server, no client), so the gap between the two is the server's and the page's share; and the
-estimate the page showed before the job, next to its time. On CPU the rows are the interpreter's, smaller, and say so.
+tokens, the bundled Llama's first Generate, the cache off at 256 tokens on both bundled models and on
+SmolLM2-135M's shape (random weights, the bundled tokenizer), Compare, the ladder, a sweep, every lesson's
+first run and one lesson again. "To the handler" and "to the job": from submit to the event's handler, and
+to the job's start (the server's log says when). Beside each, the same job's own timeline run in this
+process after the server is stopped (the handler's side: no server, no client), so the gap between the two
+is the server's and the page's share; and the estimate the page showed before the job, next to its time. On
+CPU the rows are the interpreter's, smaller, and say so.
 """
 
 from __future__ import annotations
@@ -51,6 +53,31 @@ def gpt2_shaped(folder: Path) -> str:
     return str(folder)
 
 
+def smollm2_shaped(folder: Path) -> str:
+    """Random weights of SmolLM2-135M's shape with the bundled tokenizer (its vocabulary cut to the tokenizer's)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=4096,
+        max_position_embeddings=2048,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ROOT / "assets" / "tiny-gpt2" / name, folder / name)
+    return str(folder)
+
+
 def stamps(job, t0: float, text_at: int | None, prompt: str = "") -> dict:
     """Watch a submitted job, stamping each update as gradio_client receives it: the first generated text
     (the text output, at `text_at`, longer than the prompt), its last change, done, count, and the longest
@@ -84,10 +111,11 @@ def stamps(job, t0: float, text_at: int | None, prompt: str = "") -> dict:
     return row
 
 
-def through_server(port: int, gpt2: str, device: str, only: str = "") -> tuple[list[dict], str]:
+def through_server(port: int, gpt2: str, smollm2: str, device: str, only: str = "") -> tuple[list[dict], str]:
     from gradio_client import Client
 
-    env = dict(os.environ, PORT=str(port), EXPLORER_MODELS=f"distilgpt2,gpt2,{gpt2}", GRADIO_ANALYTICS_ENABLED="False")
+    offered = f"distilgpt2,gpt2,{gpt2},{smollm2}"
+    env = dict(os.environ, PORT=str(port), EXPLORER_MODELS=offered, GRADIO_ANALYTICS_ENABLED="False")
     t0 = time.monotonic()
     server = subprocess.Popen(
         [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -131,6 +159,21 @@ def through_server(port: int, gpt2: str, device: str, only: str = "") -> tuple[l
             jobs.append(
                 (f"Generate, GPT-2 small shape, {n} tokens", "/generate", generate | dict(model=gpt2, new_tokens=n), 0)
             )
+        # Off the default path: the Llama family (a new model's first Generate), and the cache off, whose every
+        # step is a prefill of a longer prefix.
+        off = generate | dict(cache=False, new_tokens=tokens[1])
+        jobs += [
+            ("Generate, bundled Llama, first", "/generate", generate | dict(model="bundled-llama"), 0),
+            (f"Generate, bundled, cache off, {tokens[1]} tokens", "/generate", off, 0),
+            (
+                f"Generate, bundled Llama, cache off, {tokens[1]} tokens",
+                "/generate",
+                off | dict(model="bundled-llama"),
+                0,
+            ),
+            (f"Generate, SmolLM2-135M shape, {tokens[0]} tokens", "/generate", generate | dict(model=smollm2), 0),
+            (f"Generate, SmolLM2-135M shape, cache off, {tokens[1]} tokens", "/generate", off | dict(model=smollm2), 0),
+        ]
         jobs += [
             ("Compare (default controls)", "/compare", dict(), None),
             ("the ladder (bundled)", "/ladder", dict(model="bundled"), None),
@@ -277,7 +320,8 @@ def main() -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported (the lessons' names)
     folder = Path(tempfile.mkdtemp(prefix="gpt2-shaped-"))
     gpt2 = gpt2_shaped(folder)
-    rows, log = through_server(free_port(), gpt2, device, args.only)
+    smollm2 = smollm2_shaped(Path(tempfile.mkdtemp(prefix="smollm2-shaped-")))
+    rows, log = through_server(free_port(), gpt2, smollm2, device, args.only)
     if not args.no_handler:
         in_process(rows, device)
     print(log)

@@ -23,31 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def smollm2_shaped(folder: Path) -> str:
-    """Random weights of SmolLM2-135M's shape with the bundled tokenizer (its vocabulary cut to the tokenizer's)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        vocab_size=4096,
-        max_position_embeddings=2048,
-        rope_theta=100000.0,
-        tie_word_embeddings=True,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(ROOT / "assets" / "tiny-gpt2" / name, folder / name)
-    return str(folder)
-
-
 def jobs(smollm2: str) -> dict:
     """name -> (job kind, payload), each at the page's GPU defaults but for what the name says."""
     from explorer.app import estimate, lessons, models, settings
@@ -98,12 +73,13 @@ def main():
     if not torch.cuda.is_available():
         print("compile_stalls needs a CUDA GPU: the interpreter compiles nothing.")
         raise SystemExit(2)
+    from benchmarks import page
     from explorer.app import jobs as J
     from explorer.app import serve
     from kernels import compiled as C
 
     folder = Path(tempfile.mkdtemp())
-    smollm2 = smollm2_shaped(folder / "smollm2-shape")
+    smollm2 = page.smollm2_shaped(folder / "smollm2-shape")
     t0 = time.monotonic()
     for line in J.warm_up(serve.default_job("cuda")):
         print(f"warm-up: {line}", flush=True)

@@ -163,15 +163,18 @@ def _estimate(fn, kwargs: dict, itemsize: int, limits) -> int:
 OPTIONS = ("num_warps", "num_stages", "launch_pdl")  # launch options, not kernel arguments
 
 
-def _signature(value, path: tuple, consts: dict, attrs: dict, constant: bool = False):
+def _signature(value, path: tuple, consts: dict, attrs: dict, constant: bool = False, specialize: bool = True):
     """One argument's type for ASTSource, read from the value launched with it, as the JIT specialises a launch:
     a tensor is a pointer to its dtype, an integer an i32 (i64 past its range), 1 and None constants; pointers
     and integers that are multiples of 16 say so (without that, masks forbid vector loads and the loop is not
-    pipelined). A tuple argument is a tuple of its elements' types."""
+    pipelined), except an integer the kernel says not to specialise on. A tuple argument is a tuple of its
+    elements' types."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     if isinstance(value, tuple):
         return tuple(_signature(v, (*path, j), consts, attrs) for j, v in enumerate(value))
+    if type(value) is int and not specialize:
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
     if constant or value is None or (type(value) is int and value == 1) or isinstance(value, (bool, str)):
         consts[path] = value
         return "constexpr"
@@ -201,7 +204,8 @@ def _source(fn, args: tuple, kwargs: dict):
         if name not in values:
             assert param.has_default, f"{fn.__name__}: nothing launched for {name}"
             values[name] = param.default
-        sig[name] = _signature(values[name], (i,), consts, attrs, constant=param.is_constexpr)
+        specialize = not getattr(param, "do_not_specialize", False)
+        sig[name] = _signature(values[name], (i,), consts, attrs, constant=param.is_constexpr, specialize=specialize)
     return ASTSource(fn, sig, constexprs=consts, attrs=attrs)
 
 

@@ -23,7 +23,8 @@ from .grouped import check_groups
 from .kernel import LOG2E, _attention_tiles
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("tq", "tk"))
 def _grouped_attention_kernel(
     Q,
     K,

@@ -85,7 +85,8 @@ def _attention_tiles(
     return acc, l_i, m_i
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("TQ", "TK"))
 def _attention_kernel(
     Q,
     K,

@@ -111,7 +111,8 @@ def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
     return first_m + (tile % group_size) % group_m, (tile % group_size) // group_m
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("M",))
 def _linear_kernel(
     X,
     W,
@@ -156,7 +157,8 @@ def _linear_kernel(
     _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("M",))
 def _linear_persistent_kernel(
     XDesc,
     WDesc,
@@ -199,7 +201,8 @@ def _linear_persistent_kernel(
         YDesc.store([off_m, off_n], acc.to(YDesc.dtype))
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("M",))
 def _linear_split_k_kernel(
     X,
     W,
@@ -238,7 +241,8 @@ def _linear_split_k_kernel(
     tl.store(P + split * M * N + rows[:, None] * N + cols[None, :], acc, mask=mask)
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("M",))
 def _split_k_reduce_kernel(
     P,
     Bias,

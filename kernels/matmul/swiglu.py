@@ -35,7 +35,8 @@ from ..config import (
 from .kernel import DECODE_ROWS, _tile_coords, tile_rule
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("M",))
 def _swiglu_kernel(
     X,
     W,

@@ -31,7 +31,8 @@ from ..config import (
 from .stats import moments, summed_rows
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("M",))
 def _layer_norm_kernel(
     X,
     R,

@@ -19,7 +19,8 @@ from .kernel import traffic as layer_norm_traffic
 from .stats import inverse_rms, summed_rows
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("M",))
 def _rms_norm_kernel(
     X,
     R,

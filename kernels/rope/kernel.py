@@ -19,7 +19,8 @@ from ..config import TileConfig, Traffic, cdiv, check_dtype, explain_resources, 
 from .rotate import rotate
 
 
-@triton.jit
+# Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
+@triton.jit(do_not_specialize=("tokens",))
 def _rotary_kernel(
     X,
     Y,
