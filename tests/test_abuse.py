@@ -1,6 +1,8 @@
 """What a hostile visitor tries: oversized or odd values are refused at once, naming the field, echoing
 little of the value and logging no trace; uploads are refused; many visitors at once are each answered
-or refused by the queue, in order, and memory comes back when they are done."""
+or refused by the queue, in order, and memory comes back when they are done. Oversized bodies on any route,
+JSON nested without end, too few values, and streams of events that are not there are each refused with a
+clean 4xx that says why, never a 500 or a stream broken off."""
 
 import ctypes
 import gc

@@ -152,3 +152,25 @@ def test_past_the_restart_bound_jobs_are_refused_until_the_window_moves_on():
         assert runner.restarts == 2
     finally:
         runner.close()
+
+
+def test_through_the_page_a_visitor_is_told_and_the_app_serves_on():
+    """As a visitor sees it: the worker killed mid job, then killed again while idle; the app serves each time."""
+    gradio_client = pytest.importorskip("gradio_client")
+    from tests.serve import running_app
+
+    with running_app(with_runner=True) as (url, runner):
+        client = gradio_client.Client(url, verbose=False, httpx_kwargs={"timeout": HANG_S})
+        first = runner.pid
+        job = client.submit(**LONG, api_name="/sweep")
+        wait_busy(first)
+        os.kill(first, signal.SIGKILL)
+        with pytest.raises(gradio_client.exceptions.AppError, match=r"^The job's worker process was killed \(SIGKILL"):
+            job.result()
+        until(lambda: runner.pid not in (None, first), "no fresh worker was started")
+        second = runner.pid
+        runner.wait_ready()
+        os.kill(second, signal.SIGKILL)
+        until(lambda: runner.pid not in (None, second), "no fresh worker was started")
+        assert "all 20 configs" in client.predict(**SHORT, api_name="/sweep")[2]
+        assert runner.worker.deaths == 2

@@ -194,6 +194,8 @@ class ProcessRunner:
             queue: asyncio.Queue = asyncio.Queue()
             worker = None
             while worker is None:  # None: the worker died as the job was sent; it goes to the fresh one
+                if self._route is not None:
+                    await asyncio.sleep(0.05)  # its reader is seeing the end of its pipe: let it replace it
                 async for update in self._until_ready():
                     yield update
                 job_id = self._job_id = next(self._ids)
