@@ -54,9 +54,20 @@ def until(condition, what: str) -> None:
         time.sleep(0.05)
 
 
+def closed(pid: int) -> bool:
+    """Whether every thread of the process has ended, and with the last its files (its pipes) are closed. Its
+    main thread shows as a zombie, its own fd list empty, while torch's threads are still ending and holding
+    the pipes open: a job written then reaches a pipe still read, and is lost with the worker (its visitor told
+    so)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except FileNotFoundError:  # reaped
+        return True
+
+
 def gone(pid: int) -> None:
-    """Until the process has exited (its pipes closed), whether or not its runner has noticed yet."""
-    until(lambda: not alive(pid), f"worker {pid} did not end")
+    """Until the process has exited and its pipes are closed, whether or not its runner has noticed yet."""
+    until(lambda: not alive(pid) and closed(pid), f"worker {pid} did not end")
 
 
 @pytest.fixture
