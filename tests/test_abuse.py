@@ -1,10 +1,13 @@
 """What a hostile visitor tries: oversized or odd values are refused at once, naming the field, echoing
 little of the value and logging no trace; uploads are refused; many visitors at once are each answered
-or refused by the queue, in order, and memory comes back when they are done."""
+or refused by the queue, in order, and memory comes back when they are done. Oversized bodies on any route,
+JSON nested without end, too few values, and streams of events that are not there are each refused with a
+clean 4xx that says why, never a 500 or a stream broken off."""
 
 import ctypes
 import gc
 import logging
+import os
 import threading
 import time
 
@@ -146,3 +149,102 @@ def test_twenty_four_visitors_at_once_are_each_answered_in_order(app):
         else:
             assert "Nothing to export yet" in answer or str(answer).endswith(".csv")
     assert rss_mb() - server < 100 and rss_mb(runner.pid) - worker < 100, (server, worker)
+
+
+ROUTES = ["gradio_api/component_server", "gradio_api/reset", "gradio_api/call/generate", "gradio_api/queue/join", "x"]
+
+
+def peak_rss_mb(work) -> tuple[float, float]:
+    """(this process's memory before `work`, its peak while `work` runs), sampled every 5 ms."""
+    idle, peak, stop = rss_mb(), [0.0], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], rss_mb(os.getpid()))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        work()
+    finally:
+        stop.set()
+        sampler.join()
+    return idle, peak[0]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "chunked"])
+@pytest.mark.parametrize("route", ROUTES)
+def test_four_oversized_bodies_at_once_are_refused_on_every_route_with_memory_flat(app, route, declared):
+    """A body that says it holds 96 MB is refused before a byte is read; one sent in chunks without saying so is
+    read only up to the limit. The clients' bodies are one 1 MB chunk sent again and again: the memory measured
+    here (the server's process is this one) is what the server holds."""
+    _, url, _ = app
+    chunk, answers = b"x" * (1 << 20), []
+    headers = {"Content-Length": str(96 << 20)} if declared else {}
+
+    def send():
+        body = (chunk for _ in range(96))
+        answers.append(httpx.post(url + route, content=body, headers=headers, timeout=120))
+
+    def four_at_once():
+        senders = [threading.Thread(target=send) for _ in range(4)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+
+    idle, peak = peak_rss_mb(four_at_once)
+    assert [a.status_code for a in answers] == [413] * 4, [a.text for a in answers]
+    assert answers[0].json()["detail"] == "A request may hold at most 8 MB."
+    assert peak - idle < 100, (idle, peak)
+
+
+@pytest.mark.parametrize("route", ROUTES[:4])
+@pytest.mark.parametrize("levels", [40, 100_000])
+def test_deeply_nested_json_is_refused_on_every_route(app, route, levels):
+    _, url, _ = app
+    nested = "[" * levels + "]" * levels
+    body = f'{{"data": [{nested}], "fn_index": 0, "session_hash": "s", "component_id": 1, "fn_name": "f"}}'
+    response = httpx.post(url + route, content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json()["detail"].startswith("The request's JSON nests deeper than 32 levels")
+
+
+@pytest.mark.parametrize(
+    "endpoint,data,message",
+    [
+        ("export", [], "/export takes 2 values, in this order: which, fmt; got 0 (missing which, fmt)."),
+        ("export", ["compare"], "/export takes 2 values, in this order: which, fmt; got 1 (missing fmt)."),
+        ("lesson", [], "/lesson takes 1 value, in this order: lesson; got 0 (missing lesson)."),
+        ("ladder", ["gpt2"], "/ladder takes 3 values, in this order: model, dtype, batch; got 1 (missing dtype, "),
+        ("generate", ["bundled"], "/generate takes 37 values, in this order: model, prompt, prompt_tokens, new_tokens"),
+    ],
+)
+def test_an_api_call_with_too_few_values_names_the_endpoints_parameters(app, endpoint, data, message):
+    _, url, _ = app
+    response = httpx.post(url + f"gradio_api/call/{endpoint}", json={"data": data})
+    assert response.status_code == 400 and response.json()["detail"].startswith(message), response.text
+
+
+@pytest.mark.parametrize("event_id", ["abc", "x" * 5000, "%00", "0" * 32, "ünï", "a b", "v2", "'; drop"])
+def test_a_stream_of_an_event_that_is_not_waiting_is_a_clean_404(app, event_id):
+    _, url, _ = app
+    response = httpx.get(url + f"gradio_api/call/export/{event_id}")  # read whole: a broken stream raises here
+    assert response.status_code == 404, response.text
+    assert response.json()["detail"].startswith("There is no event ")
+    assert "<" not in response.text.replace("<endpoint>", "")  # nothing of the id but a well-formed one echoed
+
+
+@pytest.mark.parametrize("session", ["", "abc", "x" * 5000])
+def test_a_stream_of_a_session_that_is_not_waiting_is_a_clean_404(app, session):
+    _, url, _ = app
+    response = httpx.get(url + "gradio_api/queue/data", params={"session_hash": session})
+    assert response.status_code == 404 and "no session with that session_hash" in response.text
+
+
+def test_a_real_events_stream_is_still_served(app):
+    _, url, _ = app
+    event = httpx.post(url + "gradio_api/call/export", json={"data": ["compare", "csv"]}).json()["event_id"]
+    response = httpx.get(url + f"gradio_api/call/export/{event}", timeout=60)
+    assert response.status_code == 200 and "Nothing to export yet" in response.text

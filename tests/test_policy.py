@@ -1,6 +1,7 @@
 """The operator decides which models visitors may pick and whether a pick may download one; exports
 do not pile up on the server; a run too large for the free memory is refused before it allocates."""
 
+import errno
 import os
 import time
 
@@ -57,6 +58,30 @@ def test_old_exports_are_removed(tmp_path):
     os.utime(folder, (old, old))
     second = exports.export(pd.DataFrame({"a": [2]}), "steps", "json", folder=str(tmp_path))
     assert not os.path.exists(folder) and os.path.exists(second)
+
+
+def test_an_export_that_cannot_be_written_says_why_without_a_path(tmp_path, monkeypatch):
+    frame = pd.DataFrame({"a": [1]})
+    blocked = tmp_path / "exports"
+    blocked.write_text("a file where the folder should be")
+    with pytest.raises(UserError) as e:
+        exports.export(frame, "steps", "csv", folder=str(blocked))
+    assert str(e.value) == (
+        "The export could not be written: the server's exports folder cannot be written. Nothing you made is lost: "
+        "your results stay on the page; try again later."
+    )
+
+    def full(frame, path):
+        with open(path, "w") as f:
+            f.write("a,")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(exports.metrics, "export", full)
+    folder = tmp_path / "fine"
+    with pytest.raises(UserError, match=r"^The export could not be written: the server's disk is full\. Nothing") as e:
+        exports.export(frame, "steps", "json", folder=str(folder))
+    assert str(tmp_path) not in str(e.value)
+    assert os.listdir(folder) == []  # the half-written file is not left to be served
 
 
 def test_a_run_too_large_for_the_free_memory_is_refused_before_it_allocates():

@@ -9,7 +9,9 @@ three things the page needs:
   and, if it has not stopped within GRACE_S (the middle of one long interpreter launch, say), it is
   killed and a fresh one started. The slot is free only once the work has stopped;
 - one job at a time per process, whatever Gradio's queue does with a cancelled event: the runner's own
-  lock is held until the worker is idle again.
+  lock is held until the worker is idle again;
+- a worker that dies, whenever it does (out of memory, a crash), is replaced at once by its supervisor
+  (supervisor.py), and the job it was running, or waiting for it, is told what happened.
 
 The job's updates are dicts (worker side: explorer.app.jobs); when the page cannot take them as fast as
 they come, the ones waiting are merged into one (later keys win), so the page shows the newest state
@@ -23,28 +25,23 @@ tokens, configs and runs; the platform bounds its duration.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import itertools
 import math
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from pathlib import Path
 
+from . import supervisor
 from .errors import UserError
 
 GRACE_S = 2.0  # a job asked to stop has this long to end by itself before its worker is killed
-ROOT = Path(__file__).resolve().parents[2]  # where `python -m explorer.app.worker` finds the package
-READY_S = 600.0
+READY_S = 600.0  # a worker that has not started (imports, warm-up) by then is ended and started again
 # A job that has sent nothing for this long gets an empty update passed on: Gradio notices a closed page only
 # when it next writes to its stream, and a launch that runs for minutes writes nothing of its own.
-KEEPALIVE_S = 1.0  # a worker that has not started (imports, warm-up) by then is reported as failed
+KEEPALIVE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -125,98 +122,65 @@ async def next_message(queue: asyncio.Queue, seconds: float):
 
 
 class ProcessRunner:
-    """Jobs run in one worker process at a time; see the module docstring."""
+    """Jobs run in one worker process at a time, kept alive by a Supervisor; see the module docstring."""
 
-    def __init__(self, warm: dict | None = None, log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        warm: dict | None = None,
+        log: Callable[[str], None] = print,
+        max_restarts: int = supervisor.MAX_RESTARTS,
+        window_s: float = supervisor.WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.warm = warm  # what the worker runs before it takes jobs (worker.warm_up), or None
         self.log = log
-        self.info: dict = {}  # what the worker said about its device when it was ready
         self.compiled: set[str] = set()  # the kernel specializations its worker has compiled (kernels.compiled)
-        self.restarts = 0
+        self.worker = supervisor.Supervisor(warm, log, self._deliver, max_restarts, window_s, clock)
         self._lock = asyncio.Lock()
-        self._ready = threading.Event()
-        self._started_at = 0.0
         self._ids = itertools.count(1)
         self._route: tuple | None = None  # (job id, loop, queue) of the job in progress
-        self._process = self._conn = self._stop = None
         self._job_id = 0
 
     # --- the worker process ------------------------------------------------------------------------
 
     def start(self, wait: bool = True) -> None:
-        """Start the worker; with `wait`, return once it is ready (its warm-up logged stage by stage).
-
-        The worker is a program of its own (python -m explorer.app.worker), not a multiprocessing child:
-        nothing of the server's main module is imported again, and CUDA starts fresh in it. Three pipes:
-        jobs in, updates out, and stop requests, which the job polls between its steps."""
-        jobs_r, jobs_w = os.pipe()
-        out_r, out_w = os.pipe()
-        stop_r, stop_w = os.pipe()
-        fds = (jobs_r, out_w, stop_r)
-        self._ready.clear()
-        self._started_at = time.monotonic()
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "explorer.app.worker", *map(str, fds)], pass_fds=fds, cwd=ROOT
-        )
-        for fd in fds:
-            os.close(fd)
-        self._conn = Connection(jobs_w, readable=False)
-        self._stop = Connection(stop_w, readable=False)
-        self._conn.send(("warm", self.warm))
-        reader = Connection(out_r, writable=False)
-        threading.Thread(target=self._read, args=(reader, self._process), daemon=True, name="job-reader").start()
+        """Start the worker; with `wait`, return once it is ready (its warm-up logged stage by stage)."""
+        self.worker.start()
         if wait:
             self.wait_ready()
 
     def wait_ready(self, timeout: float = READY_S) -> None:
-        if not self._ready.wait(timeout):
-            raise RuntimeError(f"the job worker did not start within {timeout:.0f} s")
+        self.worker.wait_ready(timeout)
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self.worker.pid
+
+    @property
+    def info(self) -> dict:
+        """What the worker said about its device when it was ready."""
+        return self.worker.info
+
+    @property
+    def restarts(self) -> int:
+        return self.worker.restarts
 
     def close(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait(5)
+        self.worker.close()
 
-    def _read(self, conn, process) -> None:
-        """The worker's messages, routed: logs to the log, job updates to the job in progress."""
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                self._deliver(("died", None, process.wait()))
-                return
-            kind = msg[0]
-            if kind == "log":
-                self.log(msg[1])
-            elif kind == "ready":
-                self.info = msg[1]
-                self.compiled = set(self.info.get("compiled", ()))  # a fresh worker has compiled only these
-                self._ready.set()
-            else:
-                self._deliver(msg)
-
-    def _deliver(self, msg) -> None:
+    def _deliver(self, msg) -> bool:
+        """A message of the worker's (from its reader thread) to the job in progress; whether one took it."""
+        if msg[0] == "ready":
+            self.compiled = set(msg[1].get("compiled", ()))  # a fresh worker has compiled only these
+            return False
         route = self._route
         if route is None:
-            return
+            return False
         job_id, loop, queue = route
         if msg[1] is None or msg[1] == job_id:
             loop.call_soon_threadsafe(queue.put_nowait, (*msg, time.time()))  # and when it arrived
-
-    async def _restart(self) -> None:
-        """Kill the worker (it did not stop in time, or died) and start a fresh one; the kill is awaited,
-        the fresh worker's start is not (the next job waits for it)."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.kill()
-        if process is not None:
-            await asyncio.to_thread(process.wait, 10)
-        self.restarts += 1
-        self.start(wait=False)
+            return True
+        return False
 
     # --- jobs ----------------------------------------------------------------------------------------
 
@@ -228,19 +192,19 @@ class ProcessRunner:
         fails raises UserError with its message; one that outlives its budget, or whose consumer is
         cancelled (Stop, a closed tab), is stopped before this returns or raises."""
         async with self._lock:
-            if not self._ready.is_set():
-                yield {"status": self._starting()}
-                while not self._ready.is_set():
-                    await asyncio.sleep(0.05)
-                    if time.monotonic() - self._started_at > READY_S:
-                        raise UserError("The job worker did not start; the server's log says why.")
-            job_id = self._job_id = next(self._ids)
             queue: asyncio.Queue = asyncio.Queue()
-            self._route = (job_id, asyncio.get_running_loop(), queue)
+            worker = None
+            while worker is None:  # None: the worker died as the job was sent; it goes to the fresh one
+                if self._route is not None:
+                    await asyncio.sleep(0.05)  # its reader is seeing the end of its pipe: let it replace it
+                async for update in self._until_ready():
+                    yield update
+                job_id = self._job_id = next(self._ids)
+                self._route = (job_id, asyncio.get_running_loop(), queue)
+                worker = self.worker.send(("job", job_id, job.kind, job.payload | {"budget_s": job.budget_s}))
             deadline = time.monotonic() + job.budget_s + GRACE_S
             timeline, end = Timeline(job.kind, job.estimate_s), None
             try:
-                self._conn.send(("job", job_id, job.kind, job.payload | {"budget_s": job.budget_s}))
                 while True:
                     left = deadline - time.monotonic()
                     try:
@@ -249,7 +213,7 @@ class ProcessRunner:
                         if left > KEEPALIVE_S:
                             yield {}  # nothing new: the page's stream carries a message, so a closed tab is seen
                             continue
-                        await self._halt(queue)
+                        await self._halt(queue, worker)
                         yield {"status": f"Stopped at the time budget ({job.budget_s:.0f} s)."}
                         return
                     waiting = [first]
@@ -257,6 +221,8 @@ class ProcessRunner:
                         waiting.append(queue.get_nowait())
                     updates, end = [], None
                     for msg in waiting:
+                        if stale(msg, worker):
+                            continue
                         timeline.arrived(msg)
                         if msg[0] == "update":
                             updates.append(msg[2])
@@ -267,52 +233,73 @@ class ProcessRunner:
                         timeline.passed_on()
                         yield merge(updates)  # the page may close us here, after the job has ended
                     if end is not None:
-                        await self._finish(end)
+                        self._finish(end)
                         return
             except (asyncio.CancelledError, GeneratorExit):
                 if end is None:  # still running: ask it to stop, and end its worker if it does not
-                    await self._halt(queue)
+                    await self._halt(queue, worker)
                 raise
             finally:
                 self._route = None
                 self.log(timeline.line())
 
-    async def _finish(self, msg) -> None:
+    async def _until_ready(self) -> AsyncIterator[dict]:
+        """Until the worker is ready to take a job: a status line while it starts. A worker that dies while
+        starting, or is down past too many deaths, is a UserError saying so and when to try again."""
+        self.worker.ensure()
+        if self.worker.ready.is_set():
+            return
+        deaths = self.worker.deaths
+        yield {"status": self._starting()}
+        while not self.worker.ready.is_set():
+            await asyncio.sleep(0.05)
+            if self.worker.deaths != deaths:
+                raise UserError(self.worker.last_death.message())
+            if time.monotonic() - self.worker.started_at > READY_S:
+                self.log(f"jobs: the worker did not start within {READY_S:.0f} s; it is ended and started again")
+                await self.worker.replace()
+                raise UserError(
+                    f"The job worker did not start within {READY_S / 60:.0f} minutes; a fresh one is starting. "
+                    "Try again in a minute."
+                )
+
+    def _finish(self, msg) -> None:
         kind = msg[0]
         if kind == "done":
             self.compiled.update(msg[2] or ())
             return
         if kind == "error":
             raise UserError(msg[2])
-        await self._restart()  # "died"
-        raise UserError(
-            f"The job's worker process ended unexpectedly (exit code {msg[2]}); a fresh one is starting. "
-            "Try again in a few seconds."
-        )
+        death = msg[2]  # "died": its supervisor has started a fresh worker already, or says when it will
+        raise UserError(f"The job's worker process {death.how()} during the job; {death.next_try}")
 
-    async def _halt(self, queue: asyncio.Queue) -> None:
-        """Ask the job to stop; if it has not ended within GRACE_S, kill its worker."""
-        with contextlib.suppress(OSError):  # a worker that died already has closed its end
-            self._stop.send(self._job_id)
+    async def _halt(self, queue: asyncio.Queue, worker: int) -> None:
+        """Ask the job to stop; if it has not ended within GRACE_S, end its worker (a fresh one starts)."""
+        self.worker.ask_stop(self._job_id)
         end = time.monotonic() + GRACE_S
         while time.monotonic() < end:
             try:
                 msg = await next_message(queue, end - time.monotonic())
             except TimeoutError:
                 break
-            if msg[0] in ("done", "error"):
+            if stale(msg, worker):
+                continue
+            if msg[0] in ("done", "error", "died"):  # ended; one that died is being replaced already
                 return
-            if msg[0] == "died":
-                break
         self.log(f"jobs: a job did not stop within {GRACE_S:.0f} s of being asked; its worker is restarted")
-        await self._restart()
+        await self.worker.replace()
 
     def _starting(self) -> str:
-        waited = time.monotonic() - self._started_at
+        waited = time.monotonic() - self.worker.started_at
         expected = self.info.get("start_s", 10.0)
         left = max(1.0, expected - waited)
-        again = "again after a stopped job " if self.restarts else ""
+        again = "again " if self.restarts else ""
         return f"Starting the job worker {again}(about {left:.0f} s more)…"
+
+
+def stale(msg: tuple, worker: int) -> bool:
+    """A death of a worker before the one the job was sent to (it died as the job was sent)."""
+    return msg[0] == "died" and msg[2].generation != worker
 
 
 # ZeroGPU's calls: the GPU seconds a call asks for when its job has no estimate, by kind; past that, the estimate

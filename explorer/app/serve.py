@@ -3,13 +3,15 @@ the server's surface to what the page uses. app.py launches it; the tests start 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 from collections.abc import Callable
 
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
-from . import estimate, handlers, models, ui, validate
+from . import estimate, events, handlers, models, ui, validate
 from .runner import InlineRunner, ProcessRunner, zero_gpu, zero_gpu_duration
 from .settings import RunSettings
 
@@ -22,36 +24,47 @@ ZERO_GPU_HEADER = (
 
 
 class Guard:
-    """What the page does not use never reaches Gradio: an upload is refused before any byte of it is
-    stored or served back (the page takes no files), and an event whose data holds a file reference
-    (Gradio would try to copy that file into its cache before any handler runs) is refused with a message
-    that says so. Request bodies of events are read here, up to MAX_BODY bytes."""
+    """Every request is bounded before Gradio reads it, and what the page does not use never reaches Gradio:
+    - a body (any method, any route) may hold at most MAX_BODY bytes: one that says it holds more is refused
+      before a byte of it is read, one that holds more than it said is refused as its bytes pass the limit;
+    - JSON may nest at most MAX_DEPTH levels (the page sends flat lists of values): deeper is refused before
+      any parser recurses through it;
+    - an upload is refused before any byte of it is stored or served back (the page takes no files), and an
+      event whose data holds a file reference (Gradio would try to copy that file into its cache before any
+      handler runs) is refused with a message that says so;
+    - a stream of an event or a session that is not waiting here is refused with a 404 before Gradio starts
+      it (Gradio would answer 200 and then break the stream off)."""
 
-    MAX_BODY = 32 << 20
+    MAX_BODY = 8 << 20  # a 20,000-character prompt is at most 240 KB of JSON; four bodies at this limit are 32 MB
+    MAX_DEPTH = 32
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        refuse = functools.partial(_refuse, scope=scope, receive=receive, send=send)
+        declared = _content_length(scope)
+        if declared is None:
+            return await refuse(400, "The request's Content-Length is not a whole number of bytes.")
+        if declared > self.MAX_BODY:
+            return await refuse(413, self.too_large())
         path = scope["path"].rstrip("/")
-        if path.endswith("/upload"):
-            return await _refuse(403, "This app takes no files: uploads are refused.", scope, receive, send)
-        if not (path.endswith("/queue/join") or "/call/" in path or "/run/" in path):
-            return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.MAX_BODY:
-                return await _refuse(413, f"A request may hold at most {self.MAX_BODY >> 20} MB.", scope, receive, send)
-        where = _file_reference(body)
-        if where is not None:
-            return await _refuse(
-                400, f"Input {where} is a file reference: this app takes no files.", scope, receive, send
-            )
+        if scope["method"] in ("GET", "HEAD"):
+            missing = events.missing(scope, path)
+            return await (refuse(404, missing) if missing else self.app(scope, receive, send))
+        if scope["method"] == "POST" and path.endswith("/upload"):
+            return await refuse(403, "This app takes no files: uploads are refused.")
+        body = await _read(receive, self.MAX_BODY)
+        if body is None:
+            return await refuse(413, self.too_large())
+        event = path.endswith("/queue/join") or "/call/" in path or "/run/" in path
+        data, problem = await asyncio.to_thread(_inspect, body, event, self.MAX_DEPTH) if body else (None, None)
+        if problem is None and event:
+            problem = events.short(scope, path, data)
+        if problem is not None:
+            return await refuse(400, problem)
         sent = False
 
         async def replay():
@@ -63,24 +76,64 @@ class Guard:
 
         await self.app(scope, replay, send)
 
+    def too_large(self) -> str:
+        return f"A request may hold at most {self.MAX_BODY >> 20} MB."
 
-def _file_reference(body: bytes) -> int | None:
-    """The index in the event's data of the first value that is (or holds) a Gradio file reference."""
+
+def _content_length(scope) -> int | None:
+    """The body's declared length (0 when none is declared); None when the header is not a number."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return 0
+
+
+async def _read(receive, limit: int) -> bytes | None:
+    """The request's body, or None once more than `limit` bytes have come (the rest is not read)."""
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _inspect(body: bytes, event: bool, max_depth: int) -> tuple[object, str | None]:
+    """(the body's JSON, why it is refused or None). A body that is not JSON goes on to Gradio, which
+    answers it."""
+    deep = f"The request's JSON nests deeper than {max_depth} levels; this app's values nest a few levels at most."
     try:
-        data = json.loads(body).get("data")
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(data, list):
-        return None
+        data = json.loads(body)
+    except RecursionError:
+        return None, deep
+    except ValueError:
+        return None, None
+    if any(depth > max_depth for _, depth in _containers(data)):
+        return None, deep
+    if event and isinstance(data, dict) and isinstance(data.get("data"), list):
+        for i, value in enumerate(data["data"]):
+            if any(isinstance(c, dict) and validate.is_file_reference(c) for c, _ in _containers(value)):
+                return data, f"Input {i} is a file reference: this app takes no files."
+    return data, None
 
-    def holds(value) -> bool:
-        if isinstance(value, dict):
-            return validate.is_file_reference(value) or any(holds(v) for v in value.values())
-        if isinstance(value, list):
-            return any(holds(v) for v in value)
-        return False
 
-    return next((i for i, value in enumerate(data) if holds(value)), None)
+def _containers(value):
+    """Every list and dict in `value`, itself included, with its depth (1 for `value`): a walk with its own
+    stack, so that no nesting makes it recurse."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        yield item, depth
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
 async def _refuse(status: int, message: str, scope, receive, send) -> None:
