@@ -247,13 +247,14 @@ def picker(ctx: Context):
     def pick(name, request: gr.Request = None):
         session = getattr(request, "session_hash", None)
         ctx.lesson_picks[session] = ctx.lesson_picks.get(session, 0) + 1
-        return pick_lesson(name)
+        return pick_lesson(name, gpu=ctx.device == "cuda")
 
     return pick
 
 
-def pick_lesson(name):
-    """A lesson picked: its introduction, and the app's controls set to its job."""
+def pick_lesson(name, gpu: bool = True):
+    """A lesson picked: its introduction, and the app's controls set to its job (without a GPU the CUDA graph
+    box stays unticked: no graph runs there)."""
     if name is None:
         return "Pick a lesson above.", *(gr.skip() for _ in LESSON_CONTROLS)
     try:
@@ -262,6 +263,8 @@ def pick_lesson(name):
         raise fail(e) from None
     chosen = lessons.LESSONS[name]
     values = chosen.controls(chosen.settings(lessons.size()))
+    if not gpu:
+        values.pop("cuda_graph", None)
     return lessons.intro(name), *(gr.update(value=values[c]) if c in values else gr.skip() for c in LESSON_CONTROLS)
 
 

@@ -28,6 +28,7 @@ kernel from Python costs."""
 # One job at a time, the others wait with their place shown; a click while the page's own job still runs
 # (its profiling pass, say) is kept and runs next, not dropped.
 GPU = dict(concurrency_id="gpu", concurrency_limit=1, trigger_mode="always_last")
+NO_GRAPHS = "CUDA graphs need a GPU: on this CPU every kernel is launched from Python"
 EXAMPLE_LABELS = [e.replace("\n", " ⏎ ") for e in EXAMPLES]  # the newlines shown, not collapsed
 
 
@@ -43,7 +44,7 @@ def raw(component):
 def control(ctx: Context, name: str, **kw):
     """The control of settings.FIELDS[name]: its label, bounds, choices and this device's default."""
     f = FIELDS[name]
-    value = defaults(ctx.device, {"model": ctx.policy.default, "dtype": default_dtype()})[name]
+    value = kw.pop("value", defaults(ctx.device, {"model": ctx.policy.default, "dtype": default_dtype()})[name])
     choices = list(ctx.dynamic().get(name, f.choices))
     common = dict(label=f.label, info=f.info or None) | kw
     if f.widget == "dropdown":
@@ -87,7 +88,7 @@ def _generate_tab(ctx: Context) -> dict:
             with gr.Row():
                 c["cache"] = control(ctx, "cache")
                 c["cuda_graph"] = control(
-                    ctx, "cuda_graph", value=gpu, interactive=gpu, info=None if gpu else "needs a GPU"
+                    ctx, "cuda_graph", value=gpu, interactive=gpu, info=None if gpu else NO_GRAPHS
                 )
                 c["overlay"] = control(ctx, "overlay")
             with gr.Accordion("sampling", open=False):
