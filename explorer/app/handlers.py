@@ -219,6 +219,9 @@ def make(ctx: Context) -> dict:
         try:
             which = validate.choice("table", values["which"], EXPORTS)
             fmt = validate.choice("format", values["fmt"], ["csv", "json"])
+            made = [label for label, key in EXPORTS.items() if (state or {}).get(key) is not None]
+            if which not in made and made:
+                raise UserError(f"Nothing to export yet as {which}: run it first, or export {' or '.join(made)}.")
             return exports.export((state or {}).get(EXPORTS[which]), EXPORTS[which], fmt)
         except UserError as e:
             raise fail(e) from None
@@ -247,14 +250,13 @@ def picker(ctx: Context):
     def pick(name, request: gr.Request = None):
         session = getattr(request, "session_hash", None)
         ctx.lesson_picks[session] = ctx.lesson_picks.get(session, 0) + 1
-        return pick_lesson(name, gpu=ctx.device == "cuda")
+        return pick_lesson(name)
 
     return pick
 
 
-def pick_lesson(name, gpu: bool = True):
-    """A lesson picked: its introduction, and the app's controls set to its job (without a GPU the CUDA graph
-    box stays unticked: no graph runs there)."""
+def pick_lesson(name):
+    """A lesson picked: its introduction, and the app's controls set to its job."""
     if name is None:
         return "Pick a lesson above.", *(gr.skip() for _ in LESSON_CONTROLS)
     try:
@@ -263,8 +265,6 @@ def pick_lesson(name, gpu: bool = True):
         raise fail(e) from None
     chosen = lessons.LESSONS[name]
     values = chosen.controls(chosen.settings(lessons.size()))
-    if not gpu:
-        values.pop("cuda_graph", None)
     return lessons.intro(name), *(gr.update(value=values[c]) if c in values else gr.skip() for c in LESSON_CONTROLS)
 
 

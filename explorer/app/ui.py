@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import exports, handlers, lessons, views
+from . import exports, failed, handlers, lessons, views
 from .handlers import Context, api
 from .models import default_dtype
 from .settings import EXAMPLES, FIELDS, RUN, TILE_CHOICES, TILES, defaults, shape_text
@@ -223,8 +223,8 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     names = [*RUN, "overlay", *TILES]
     out = [g[n] for n in handlers.GENERATE_OUT if n not in ("hierarchy", "roofline")]
     out[7:7] = [hierarchy, roofline]
-    generating = g["go"].click(
-        api(names, job["generate"]), [*run, g["overlay"], *tiles, state], [*out, state], api_name="generate", **GPU
+    generating = _job(
+        g["go"].click, api(names, job["generate"]), [*run, g["overlay"], *tiles, state], [*out, state], "generate"
     )
     # Stop cancels the run, then says so: a separate step after the cancel, so that no update of the run
     # still on its way can land over what Stop wrote (one in six Stops right after the first token did).
@@ -232,32 +232,35 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
         handlers.stopped, [g["summary"], g["status"]], [g["summary"], g["status"]], api_visibility="private"
     )
 
-    sweeping = sw["go"].click(
+    sweeping = _job(
+        sw["go"].click,
         api(["kernel", "shape", "dtype", "x", "y", "value"], job["sweep"]),
         [sw[n] for n in ("kernel", "shape", "dtype", "x", "y", "value")] + [state],
         [sw["heat"], sw["table"], sw["best"], state],
-        api_name="sweep",
-        **GPU,
+        "sweep",
     )
     sw["stop"].click(None, None, None, cancels=[sweeping], api_visibility="private")
     sw["kernel"].change(_sweep_axes(ctx), sw["kernel"], [sw["shape"], sw["x"], sw["y"]], api_visibility="private")
     sw["use"].click(_use_best, state, tiles, api_visibility="private")
 
-    comparing = co["go"].click(
+    comparing = _job(
+        co["go"].click,
         api([*RUN, "lengths", *TILES], job["compare"]),
         [*run, co["lengths"], *tiles, state],
         [co["plot"], co["fusion"], co["table"], co["status"], state],
-        api_name="compare",
-        **GPU,
+        "compare",
     )
     co["stop"].click(None, None, None, cancels=[comparing], api_visibility="private")
-    climbing = co["ladder"].click(
+    climbing = _job(
+        co["ladder"].click,
         api(["model", "dtype", "batch"], job["ladder"]),
         [g["model"], g["dtype"], g["batch"], state],
         [co["ladder_plot"], co["ladder_table"], co["ladder_status"], state],
-        api_name="ladder",
-        **GPU,
+        "ladder",
     )
+    # Export offers first the table the last job made.
+    for event, table in ((generating, "steps"), (sweeping, "sweep"), (comparing, "compare"), (climbing, "ladder")):
+        event.then(_offer(table), state, ex["which"], api_visibility="private", queue=False, show_progress="hidden")
     co["ladder_stop"].click(None, None, None, cancels=[climbing], api_visibility="private")
     ex["go"].click(api(["which", "fmt"], job["export"]), [ex["which"], ex["fmt"], state], ex["file"], api_name="export")
 
@@ -267,8 +270,9 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     picked = le["lesson"].change(
         handlers.picker(ctx), le["lesson"], [le["intro"], *lesson_controls], api_visibility="private", queue=False
     )
-    picked.then(api(["lesson"], job["lesson"]), le["lesson"], lesson_out, api_name="lesson", **GPU)
-    le["again"].click(_again(job["lesson"]), le["lesson"], [le["intro"], *lesson_out], api_visibility="private", **GPU)
+    _job(picked.then, api(["lesson"], job["lesson"]), le["lesson"], lesson_out, "lesson", status=0, panels=[1])
+    again = failed.on_page(_again(job["lesson"]), 1 + len(lesson_out), status_at=1, panels=[2])
+    le["again"].click(again, le["lesson"], [le["intro"], *lesson_out], api_visibility="private", **GPU)
     demo.load(handlers.open_link, None, [tabs, le["lesson"]], api_visibility="private")  # queued: it may warn
     # The estimates under Generate and Compare follow their controls, from the page's first load on.
     # and again once a job has run, whose time is the next estimate's rate.
@@ -286,6 +290,25 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
         triggers = [demo.load, *(c.change for c in inputs)]
         gr.on(triggers, estimate_note, inputs, note, api_visibility="private", queue=False, show_progress="hidden")
         event.then(estimate_note, inputs, note, api_visibility="private", queue=False, show_progress="hidden")
+
+
+def _job(trigger, handler, inputs, outputs, api_name: str, status: int = -2, panels: list[int] | None = None):
+    """A job's event: on the page, a refusal or failure ends it with its status output saying so (failed.on_page);
+    for API clients, the endpoint `api_name` of the handler itself, on a hidden button's event, where a refusal is
+    an error the client raises. `status`: the status output's index (by default the one before the page's state);
+    `panels`: the outputs a failed run clears if it had filled any (by default all but the status and the state)."""
+    gr.Button(visible=False).click(handler, inputs, outputs, api_name=api_name, **GPU)
+    at = status % len(outputs)
+    if panels is None:
+        panels = [i for i, o in enumerate(outputs) if i != at and not isinstance(o, gr.State)]
+    page = failed.on_page(handler, len(outputs), at, panels)
+    return trigger(page, inputs, outputs, api_visibility="private", **GPU)
+
+
+def _offer(table: str):
+    """The Export tab's choice set to `table` once the page's state holds it."""
+    label = next(k for k, v in handlers.EXPORTS.items() if v == table)
+    return lambda state: gr.update(value=label) if (state or {}).get(table) is not None else gr.skip()
 
 
 def _note(ctx, fn, names):
