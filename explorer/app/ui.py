@@ -20,6 +20,42 @@ CSS = """
 .lesson-text {font-size: 1.15em}
 #summary table td:not(:first-child), #summary table th:not(:first-child) {min-width: 8em}
 """
+# Talk mode (/?talk=1), for a 1280x720 projector read from the back of a room: larger type, no introduction, and
+# on each tab what is being explained in one screen. Generate: the status, the latency chart under it, the text and
+# the summary side by side under that, the controls in a column of their own on the right that scrolls by itself.
+# A lesson: its chart (drawn at three quarters) and its explanation side by side under the picker, the introduction
+# left out (the explanation opens with the lesson's title), the recorded GPU run below. The summary's opening
+# sentence is left out too: its table's columns name the GPU and this CPU.
+CSS += """
+body.talk .gradio-container {max-width: 100% !important; padding: 0 10px !important; font-size: 18px;
+  --text-md: 18px; --text-lg: 20px; --text-sm: 15px; --block-padding: 4px 8px; --layout-gap: 6px}
+body.talk #intro, body.talk #header {display: none}
+body.talk #generate-row {flex-wrap: nowrap}
+body.talk #controls {order: 2; flex: 0 0 320px !important; min-width: 320px !important;
+  max-height: calc(100vh - 56px); overflow-y: auto}
+body.talk #outputs {order: 1; display: grid !important; grid-template-columns: 1fr 1fr; align-content: start}
+body.talk #outputs > * {grid-column: 1 / 3}
+body.talk #outputs > #generate-status {grid-row: 1; min-height: 0}
+body.talk #outputs > #latency-plot {grid-row: 2}
+body.talk #outputs > .form:has(#out) {grid-column: 1 / 2; grid-row: 3}
+body.talk #outputs > #summary {grid-column: 2 / 3; grid-row: 3; max-height: 170px; overflow-y: auto; font-size: 15px}
+body.talk #out textarea {height: 110px !important; font-size: 18px}
+body.talk #summary p {display: none}
+body.talk #summary * {font-size: 15px}
+body.talk #summary table {table-layout: fixed; width: 100%}
+body.talk #summary table td, body.talk #summary table th {min-width: 0 !important; padding: 2px 6px}
+body.talk #summary table th:first-child {width: 40%}
+body.talk #lesson-picker label {padding: 2px 8px}
+body.talk #lesson-intro {display: none}
+body.talk #lesson-plot {zoom: 0.75}
+body.talk #lesson-live-row {flex-wrap: wrap}
+body.talk #lesson-live-col {min-width: 100% !important; display: grid !important; grid-template-columns: 60% 40%;
+  align-items: start}
+body.talk #lesson-live {max-height: calc(100vh - 250px); overflow-y: auto; font-size: 18px}
+"""
+TALK_JS = """() => {
+    if (new URLSearchParams(window.location.search).get("talk") === "1") document.body.classList.add("talk");
+}"""
 INTRO = """# Triton Decoder Explorer
 A small decoder (GPT-2, or a Llama-family block) generating token by token on our own Triton kernels. GPU speed is
 mostly about moving bytes between HBM and on-chip SRAM: pick tiles, fusion and the KV cache, and watch latency,
@@ -75,8 +111,8 @@ def _tile_controls(ctx: Context) -> dict:
 def _generate_tab(ctx: Context) -> dict:
     c: dict = {}
     gpu = ctx.device == "cuda"
-    with gr.Row():
-        with gr.Column(scale=1, min_width=340):
+    with gr.Row(elem_id="generate-row"):
+        with gr.Column(scale=1, min_width=340, elem_id="controls"):
             c["model"] = control(ctx, "model")
             c["prompt"] = control(ctx, "prompt", lines=3)
             gr.Examples([[e] for e in EXAMPLES], [c["prompt"]], label="examples", example_labels=EXAMPLE_LABELS)
@@ -100,18 +136,21 @@ def _generate_tab(ctx: Context) -> dict:
                 c["go"] = gr.Button("Generate", variant="primary")
                 c["stop"] = gr.Button("Stop")
             c["note"] = gr.Markdown()
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_id="outputs"):
             c["status"] = gr.Markdown(elem_id="generate-status")
             c["text"] = gr.Textbox(label="output", lines=8, elem_id="out")
             c["summary"] = gr.Markdown(elem_id="summary")
             if gpu:
                 with gr.Row():
-                    c["latency"], c["traffic"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
+                    c["latency"], c["traffic"] = (
+                        gr.Plot(show_label=False, elem_id="latency-plot"),
+                        gr.Plot(show_label=False),
+                    )
                 with gr.Row():
                     c["kv"], c["share"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
                 c["bandwidth"] = gr.Plot(show_label=False)
             else:  # the latency chart holds two panels, the GPU's and the interpreter's: a whole row
-                c["latency"] = gr.Plot(show_label=False)
+                c["latency"] = gr.Plot(show_label=False, elem_id="latency-plot")
                 with gr.Row():
                     c["traffic"], c["kv"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
                 with gr.Row():
@@ -126,14 +165,15 @@ def _lessons_tab(ctx: Context) -> dict:
             lessons.choices(),
             value=None,
             label="lessons: one click sets the controls, runs the lesson and explains what it measured",
+            elem_id="lesson-picker",
         )
     )
     with gr.Row():
-        c["intro"] = gr.Markdown("Pick a lesson above.")
+        c["intro"] = gr.Markdown("Pick a lesson above.", elem_id="lesson-intro")
         c["again"] = gr.Button("Run the lesson again", scale=0, min_width=220)
     # Each side: its chart, then what it measured. Without a GPU, the GPU recording beside the run.
-    with gr.Row(equal_height=False):
-        with gr.Column():
+    with gr.Row(equal_height=False, elem_id="lesson-live-row"):
+        with gr.Column(elem_id="lesson-live-col"):
             c["plot"] = gr.Plot(show_label=False, elem_id="lesson-plot")
             c["text"] = gr.Markdown(elem_classes="lesson-text", elem_id="lesson-live")
         with gr.Column(visible=ctx.device != "cuda"):
@@ -196,8 +236,8 @@ def build(ctx: Context, header: str = "") -> gr.Blocks:
     age = exports.MAX_AGE_S
     with gr.Blocks(title="Triton Decoder Explorer", delete_cache=(age, age)) as demo:
         state = gr.State(handlers.NEW_STATE)
-        gr.Markdown(INTRO)
-        gr.Markdown(header)
+        gr.Markdown(INTRO, elem_id="intro")
+        gr.Markdown(header, elem_id="header")
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
                 g = _generate_tab(ctx)
@@ -274,6 +314,7 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     again = failed.on_page(_again(job["lesson"]), 1 + len(lesson_out), status_at=1, panels=[2])
     le["again"].click(again, le["lesson"], [le["intro"], *lesson_out], api_visibility="private", **GPU)
     demo.load(handlers.open_link, None, [tabs, le["lesson"]], api_visibility="private")  # queued: it may warn
+    demo.load(None, None, None, js=TALK_JS, api_visibility="private")
     # The estimates under Generate and Compare follow their controls, from the page's first load on.
     # and again once a job has run, whose time is the next estimate's rate.
     for fn, inputs, names_, note, event in (
