@@ -5,6 +5,11 @@ The harness and its two timings are in kernels.bench.
     python -m benchmarks.attention [--only prefill decode grouped grouped_prefill] [--out attention.md]
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
 import torch
 import torch.nn.functional as F
 

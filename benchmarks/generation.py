@@ -16,6 +16,11 @@ delivered tokens to its caller by the wall clock (first token to last), and 1000
 step on the device clock. Their ratio is the share of the device's pace that reaches the caller.
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
 import argparse
 import statistics
 import time

@@ -4,6 +4,11 @@ written), the harness and its two timings in kernels.bench.
     python -m benchmarks.kv_cache [--dtype bfloat16] [--out kv_cache.md]
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
 import torch
 
 from kernels import kv_write

@@ -15,6 +15,11 @@ compiled by torch.compile(mode="max-autotune-no-cudagraphs") and then captured. 
 counted by torch.profiler over one replay.
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
 import argparse
 import time
 

@@ -7,6 +7,11 @@ projection, SiLU(gate) * up, or rotary and the cache write. The harness and its 
     python -m benchmarks.linear [--only prefill decode swiglu llama_decode] [--dtype bfloat16] [--out linear.md]
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
 import torch
 
 from kernels import decode_linear, linear, reference, swiglu

@@ -5,6 +5,11 @@ timings are in kernels.bench.
     python -m benchmarks.norm [--only layer_norm rms_norm] [--dtype bfloat16] [--out norm.md]
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
 import torch
 import torch.nn.functional as F
 

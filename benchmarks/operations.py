@@ -4,9 +4,13 @@ linear layer and the KV-cache write, each next to PyTorch (kernels.bench's harne
     python -m benchmarks.operations [--only attention.prefill linear.decode ...] [--out kernels.md]
 """
 
-from kernels.bench import main
+import sys
+from pathlib import Path
 
-from . import attention, kv_cache, linear, norm, rope
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
+from benchmarks import attention, kv_cache, linear, norm, rope
+from kernels.bench import main
 
 GROUPS = {
     f"{module.__name__.rsplit('.', 1)[1]}.{name}": cases

@@ -5,6 +5,11 @@ two timings are in kernels.bench.
     python -m benchmarks.rope [--dtype bfloat16] [--out rope.md]
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
 import torch
 
 from kernels import reference, rotary

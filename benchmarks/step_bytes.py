@@ -10,8 +10,12 @@ modeled bytes are the same step's operations through explorer.measure.traffic, a
 (checked against the L1 counter, as ncu_check does). Needs a CUDA GPU and ncu.
 """
 
-import argparse
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
+
+import argparse
 
 import torch
 

@@ -162,6 +162,7 @@ def record_jobs(meta: dict, out: Path) -> Path:
     ran["ladder"] = (key, {"ladder": ladder}, {})
     peaks = metrics.device_peaks(str(torch.device("cuda")), torch.float32)
     jobs_meta = dict(meta, bandwidth_gbs=peaks.bandwidth_gbs, tflops=peaks.tflops, seconds=time.perf_counter() - t0)
+    jobs_meta["tflops_dtype"] = peaks.dtype
     jobs_meta["command"] = "python scripts/record_lessons.py"
     return counterpart.save(out, jobs_meta, ran)
 

@@ -319,3 +319,44 @@ def test_the_rough_edges_a_newcomer_found(browser, url):
     page.wait_for_timeout(3000)  # the decode-step lesson, stopped, must not come back over it
     assert "The KV cache on and off, measured just now" in page.locator("#lesson-live").inner_text()
     page.screenshot(path=str(ARTIFACTS / "rough-edges.png"), full_page=True)
+
+
+TALK = {"width": 1280, "height": 720}  # a projector
+
+
+def _on_screen(page, selector: str) -> dict:
+    """The element's box, asserted to lie within the viewport (scrolled to the top of the page)."""
+    box = page.locator(selector).bounding_box()
+    assert box is not None, f"{selector} is not drawn"
+    inside = box["x"] >= 0 and box["y"] >= 0
+    inside = inside and box["x"] + box["width"] <= TALK["width"] + 1 and box["y"] + box["height"] <= TALK["height"] + 1
+    assert inside, f"{selector} at {box} is not within the {TALK['width']}x{TALK['height']} screen"
+    return box
+
+
+def test_talk_mode_fits_generate_and_a_lesson_on_one_projector_screen(browser, url):
+    """/?talk=1 at 1280x720: after Generate, the summary and the latency chart on the first screen, in larger type;
+    after a lesson, its chart and its explanation. The screenshots land in artifacts/ (talk-*.png)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport=TALK)
+    page.goto(url + "?talk=1", wait_until="load")
+    page.wait_for_function("() => document.body.classList.contains('talk')", timeout=30_000)
+    page.get_by_role("button", name="Generate", exact=True).click()
+    page.get_by_text(re.compile(r"Done: \d+ of \d+ tokens")).wait_for(timeout=240_000)
+    page.wait_for_selector("#latency-plot .js-plotly-plot .main-svg", timeout=60_000)
+    page.wait_for_timeout(1000)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(ARTIFACTS / "talk-generate.png"))
+    for selector in ("#summary", "#latency-plot", "#generate-status", "#out"):
+        _on_screen(page, selector)
+    assert page.locator("#summary").get_by_text("tokens/s").first.is_visible()
+    size = page.locator("#out textarea").evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
+    assert size >= 18, size
+    page.get_by_role("tab", name="Lessons").click()
+    labels = dict((n, label) for label, n in lessons.choices())
+    page.get_by_text(labels["memory"], exact=True).click()
+    _lesson_done(page, "memory")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(ARTIFACTS / "talk-lesson.png"))
+    for selector in ("#lesson-plot", "#lesson-live"):
+        _on_screen(page, selector)

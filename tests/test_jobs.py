@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from explorer.app import handlers, jobs, models, settings, views
+from explorer.app.errors import UserError
 from explorer.app.runner import InlineRunner
 from explorer.measure.ladder import RUNGS
 from kernels import TileConfig
@@ -115,7 +116,8 @@ def test_tiles_that_cannot_run_are_refused_before_any_launch():
 
     # Too large for any GPU's shared memory, the H200's 227 KB included.
     tiles = settings.Tiles(linear_decode=TileConfig(block_n=256, block_k=256, num_stages=8))
-    with forms_taken() as launched, pytest.raises(ValueError, match="linear: .* shared memory"):
+    refusal = r"Tiles, linear decode: block_n 256 and block_k 256 need about .* shared memory"
+    with forms_taken() as launched, pytest.raises(UserError, match=refusal):
         list(jobs.JOBS["generate"]({"settings": settings.RunSettings(new_tokens=2, tiles=tiles)}, NEVER))
     assert launched == []
     with forms_taken() as launched:  # the same run with tiles that fit: its prefill launches the linear kernel

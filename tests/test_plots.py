@@ -2,6 +2,7 @@
 
 import math
 import re
+import types
 
 import pandas as pd
 import pytest
@@ -147,9 +148,9 @@ def test_fusion_and_hierarchy_use_the_models_numbers():
 def test_roofline_puts_each_kind_under_the_measured_ceiling():
     steps = _steps()
     peaks = metrics.Peaks(bandwidth_gbs=4000.0, tflops=800.0, label="test")
-    fig = plots.roofline_figure(metrics.roofline(metrics.kernel_frame(steps, _profiled()), peaks), 800.0, 4000.0)
+    fig = plots.roofline_figure(metrics.roofline(metrics.kernel_frame(steps, _profiled()), peaks), peaks)
     names = [t.name for t in fig.data]
-    assert names[0] == "measured ceiling" and {"ffn (decode)", "decode attention (decode)"} <= set(names)
+    assert names[0] == "ceiling, bf16 on tensor cores" and {"ffn (decode)", "decode attention (decode)"} <= set(names)
     ceiling = fig.data[0]
     assert max(ceiling.y) == 800.0 and fig.layout.xaxis.type == "log"
 
@@ -168,9 +169,9 @@ def _interpreter_points():
 
 
 def test_roofline_on_cpu_says_there_is_no_roof_and_reads_in_plain_numbers():
-    fig = plots.roofline_figure(_interpreter_points(), None, None, "CPU interpreter timings")
+    fig = plots.roofline_figure(_interpreter_points(), None, "CPU interpreter timings")
     assert "CPU" in fig.layout.title.text and "no roofline" in fig.layout.title.text
-    assert "measured ceiling" not in [t.name for t in fig.data]
+    assert not any(t.name.startswith("ceiling") for t in fig.data)
     # A rate of 1e-7 TFLOP/s is 0.1 MFLOP/s: ticks 0.1, 1, 10, never 100n or 10µ.
     assert fig.layout.yaxis.title.text == "MFLOP/s"
     ys = [y for t in fig.data for y in t.y]
@@ -183,7 +184,7 @@ def test_roofline_on_cpu_says_there_is_no_roof_and_reads_in_plain_numbers():
 
 def test_roofline_on_a_gpu_keeps_tflops_and_the_ridge_in_view():
     points = _interpreter_points().assign(achieved_tflops=lambda f: f.achieved_tflops * 1e7)  # 1 to 340 TFLOP/s
-    fig = plots.roofline_figure(points, 800.0, 4000.0)
+    fig = plots.roofline_figure(points, metrics.Peaks(bandwidth_gbs=4000.0, tflops=800.0, label="test"))
     assert fig.layout.title.text.startswith("Roofline") and fig.layout.yaxis.title.text == "TFLOP/s"
     lo, hi = fig.layout.xaxis.range
     assert hi > math.log10(800.0 * 1e3 / 4000.0)  # the ridge, at 200 FLOP/byte, where the roof turns flat
@@ -354,3 +355,34 @@ def test_the_text_under_the_counters_says_what_its_rows_show():
     tight = tight.assign(hbm_read_diff_pct=0.0, l2_read_diff_pct=0.0, verdict="PASS")
     _, tight_text = _counter_table(hierarchy.counters_html(meta, tight))
     assert f"All {len(rows)} cases agree" in tight_text and "within 0.0%" in tight_text
+
+
+@pytest.mark.parametrize("dtype, roof", [("bfloat16", "bf16 on tensor cores"), ("float32", "fp32 on CUDA cores")])
+def test_one_ridge_for_the_roofline_and_the_lessons_from_one_function(dtype, roof, monkeypatch):
+    """The roofline's title and the prefill and memory lessons' texts name the dtype their peak is of and the ridge,
+    each from roofs.ridge: with that function's answer replaced, every one of them shows the replacement."""
+    from explorer.app.lessons import memory, prefill_decode
+    from explorer.measure import roofs
+
+    peaks = metrics.Peaks(bandwidth_gbs=4247.0, tflops=791.0, label="test", dtype=dtype)
+    assert roofs.ridge(peaks.tflops, peaks.bandwidth_gbs) == pytest.approx(791.0e12 / 4247.0e9)  # FLOP/s over B/s
+    points = _interpreter_points().assign(achieved_tflops=lambda f: f.achieved_tflops * 1e7)
+    prefill = dict(prompt=256, prefill_ms=2.0, prefill_per_token_ms=0.01, decode_ms=1.0, prefill_gflop=80.0)
+    prefill |= dict(prefill_mb=300.0, decode_gflop=0.3, decode_mb=300.0, decode_position=300, prefill_kernel_ms=1.5)
+    prefill |= dict(decode_kernel_ms=0.1, prefill_tflops=53.0, decode_tflops=3.0, prefill_intensity=254.0)
+    prefill |= dict(decode_intensity=0.95, peak_tflops=peaks.tflops, peak_gbs=peaks.bandwidth_gbs, peak_dtype=dtype)
+    decode = dict(weights_mb=250.0, hbm_mb=260.0, l2_mb=270.0, position=300, last_floor_mb=255.0, top_kind="ffn")
+    decode |= dict(top_share=0.6, step_ms=0.1, achieved_gbs=2600.0, last_gflop=0.3, last_hbm_mb=260.0, intensity=1.1)
+    decode |= dict(peak_tflops=peaks.tflops, peak_gbs=peaks.bandwidth_gbs, peak_dtype=dtype)
+    run = lambda facts: types.SimpleNamespace(facts=facts, settings={"model": "bundled"}, device="NVIDIA H200")  # noqa: E731
+
+    def shown(ridge: str) -> None:
+        assert f"Roofline, {roof}" in (title := plots.roofline_figure(points, peaks).layout.title.text), title
+        assert f"ridge {ridge} FLOP/byte" in title
+        for lesson, facts in ((prefill_decode, prefill), (memory, decode)):
+            text = lesson.explain(run(facts))
+            assert f"{ridge} FLOP per byte" in text and roof in text, text
+
+    shown("186")
+    monkeypatch.setattr(roofs, "ridge", lambda tflops, gbs: 123.0)
+    shown("123")

@@ -2,6 +2,7 @@
 status 2, never a traceback."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,31 @@ def test_every_operation_has_its_benchmark_and_the_whole_run_holds_each_group():
         timeout=300,
     )
     assert done.returncode == 2 and "invalid choice: 'linear.nothing'" in done.stderr and "linear.decode" in done.stderr
+
+
+# Run by their paths from another directory, as a person who has not read `python -m` would: the same answer as by
+# `python -m` from the repository's root (here on CPU: one line saying a GPU is needed; --help's usage elsewhere).
+NOT_ALONE = ("page", "torch_loop")  # the page's timing starts a server (its --help below); torch_loop is a library
+AS_FILES = [
+    *(f"benchmarks/{p.name}" for p in sorted((ROOT / "benchmarks").glob("*.py")) if p.stem not in NOT_ALONE),
+    "benchmarks/page.py --help",
+    "explorer/bench.py --help",
+    "scripts/record_lessons.py --help",
+    "scripts/train_tiny.py --help",
+]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a GPU shows")
+@pytest.mark.parametrize("script", AS_FILES)
+def test_a_script_runs_by_its_path_from_any_directory(script, tmp_path):
+    path, *args = script.split()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / path), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    printed = done.stdout + done.stderr
+    assert "Error" not in printed and "Traceback" not in printed, printed[-2000:]
+    if args == ["--help"]:
+        assert done.returncode == 0 and "usage:" in done.stdout
+    else:
+        assert done.returncode == 2 and "needs a CUDA GPU" in printed, printed[-2000:]

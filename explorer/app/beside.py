@@ -65,10 +65,10 @@ def bandwidth(gpu: Counterpart) -> go.Figure:
 
 
 def roofline(gpu: Counterpart, profiled: str = "") -> go.Figure:
-    peaks = metrics.Peaks(gpu.bandwidth_gbs, gpu.tflops, gpu.label)
+    peaks = metrics.Peaks(gpu.bandwidth_gbs, gpu.tflops, gpu.label, gpu.tflops_dtype)
     points = metrics.roofline(gpu.tables["kernels"], peaks)
     note = gpu.label + ("" if gpu.recorded else ": on the bandwidth roof by construction")
-    return plots.roofline_figure(points, gpu.tflops, gpu.bandwidth_gbs, "; ".join(n for n in (note, profiled) if n))
+    return plots.roofline_figure(points, peaks, "; ".join(n for n in (note, profiled) if n))
 
 
 def compare(frame: pd.DataFrame, gpu: Counterpart, status: str) -> go.Figure:

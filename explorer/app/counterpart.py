@@ -38,6 +38,7 @@ class Counterpart:
     tflops: float
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # steps, kernels, compare, ladder
     summary: dict = field(default_factory=dict)
+    tflops_dtype: str = "float32"  # the dtype of the product `tflops` timed: the CPU's jobs, recorded in float32
 
 
 @dataclass
@@ -109,13 +110,16 @@ def _of(rec: Recording, kind: str, key: dict) -> Counterpart | None:
         rec.meta["tflops"],
         dict(job["tables"]),
         dict(job["summary"]),
+        rec.meta.get("tflops_dtype", "float32"),
     )
 
 
 def _modeled(rec: Recording, tables: dict[str, pd.DataFrame]) -> Counterpart:
     bw = rec.meta["bandwidth_gbs"]
     label = f"{rec.meta['gpu']}, modeled: each kernel's HBM bytes at its measured {bw:,.0f} GB/s (a floor)"
-    return Counterpart(False, rec.meta["gpu"], label, bw, rec.meta["tflops"], tables)
+    return Counterpart(
+        False, rec.meta["gpu"], label, bw, rec.meta["tflops"], tables, {}, rec.meta.get("tflops_dtype", "float32")
+    )
 
 
 def seconds_at(mb, bandwidth_gbs: float):

@@ -220,6 +220,9 @@ def make(ctx: Context) -> dict:
         try:
             which = validate.choice("table", values["which"], EXPORTS)
             fmt = validate.choice("format", values["fmt"], ["csv", "json"])
+            made = [label for label, key in EXPORTS.items() if (state or {}).get(key) is not None]
+            if which not in made and made:
+                raise UserError(f"Nothing to export yet as {which}: run it first, or export {' or '.join(made)}.")
             return exports.export((state or {}).get(EXPORTS[which]), EXPORTS[which], fmt)
         except UserError as e:
             raise fail(e) from None

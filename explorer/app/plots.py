@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from ..measure import roofs
 from .units import digits3, time_unit
 
 KIND_COLORS = {
@@ -346,25 +347,25 @@ def ladder_figure(ladder: pd.DataFrame, note: str = "", gpu_ms=None, gpu_title: 
 FLOP_RATES = (("TFLOP/s", 1.0), ("GFLOP/s", 1e-3), ("MFLOP/s", 1e-6), ("kFLOP/s", 1e-9))
 
 
-def roofline_figure(
-    points: pd.DataFrame, peak_tflops: float | None, peak_gbs: float | None, note: str = ""
-) -> go.Figure:
-    """Achieved FLOP rate against arithmetic intensity per kernel kind, under the measured ceilings. Kinds
-    with no arithmetic (the cache write) have no place on log axes and are left out. Without ceilings (a
-    CPU, where the rates are the interpreter's) the chart says it is no roofline."""
+def roofline_figure(points: pd.DataFrame, peaks, note: str = "") -> go.Figure:
+    """Achieved FLOP rate against arithmetic intensity per kernel kind, under the measured ceilings (`peaks`, a
+    metrics.Peaks or None), whose dtype (tensor cores or not) and ridge the title names. Kinds with no
+    arithmetic (the cache write) have no place on log axes and are left out. Without ceilings (a CPU, where the
+    rates are the interpreter's) the chart says it is no roofline."""
     fig = go.Figure()
     points = points[(points.intensity > 0) & (points.achieved_tflops > 0)] if not points.empty else points
+    peak_tflops, peak_gbs = (peaks.tflops, peaks.bandwidth_gbs) if peaks else (None, None)
     roof = bool(peak_tflops and peak_gbs)
     top = max([*points.achieved_tflops, *([peak_tflops] if roof else [])], default=1.0)
     unit, per = next(((u, p) for u, p in FLOP_RATES if top >= p), FLOP_RATES[-1])
     if not points.empty:
         lo, hi = points.intensity.min() / 2, points.intensity.max() * 2
         if roof:
-            hi = max(hi, peak_tflops * 1e3 / peak_gbs * 4)  # past the ridge, where the roof turns flat
+            hi = max(hi, roofs.ridge(peak_tflops, peak_gbs) * 4)  # past the ridge, where the roof turns flat
             xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
             ceiling = [min(peak_tflops, x * peak_gbs / 1e3) / per for x in xs]
             dashed = dict(color="black", dash="dash")
-            fig.add_trace(go.Scatter(x=xs, y=ceiling, mode="lines", line=dashed, name="measured ceiling"))
+            fig.add_trace(go.Scatter(x=xs, y=ceiling, mode="lines", line=dashed, name=f"ceiling, {peaks.roof}"))
         fig.update_xaxes(range=[math.log10(lo), math.log10(hi)])
     for (phase, kind), part in points.groupby(["phase", "kind"], sort=False):
         fig.add_trace(
@@ -379,7 +380,11 @@ def roofline_figure(
     fig.update_xaxes(type="log", exponentformat="none", dtick="D2")  # 1, 2, 5, 10: not every digit between
     fig.update_yaxes(type="log", exponentformat="none")
     if roof:
-        return _layout(fig, "Roofline", "arithmetic intensity (FLOP/byte)", unit, note, width=900)
+        title = (
+            f"Roofline, {peaks.roof}: {peak_tflops:,.0f} TFLOP/s and {peak_gbs:,.0f} GB/s measured, "
+            f"ridge {roofs.ridge(peak_tflops, peak_gbs):,.0f} FLOP/byte"
+        )
+        return _layout(fig, title, "arithmetic intensity (FLOP/byte)", unit, note, width=900)
     cpu = (
         "No GPU here, so no ceiling: each rate is the Triton interpreter running a kernel in Python, "
         "far below any GPU's."

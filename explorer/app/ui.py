@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import exports, handlers, lessons, views
+from . import exports, failed, handlers, lessons, views
 from .handlers import Context, api
 from .models import default_dtype
 from .settings import EXAMPLES, FIELDS, RUN, TILE_CHOICES, TILES, defaults, shape_text
@@ -20,6 +20,42 @@ CSS = """
 .lesson-text {font-size: 1.15em}
 #summary table td:not(:first-child), #summary table th:not(:first-child) {min-width: 8em}
 """
+# Talk mode (/?talk=1), for a 1280x720 projector read from the back of a room: larger type, no introduction, and
+# on each tab what is being explained in one screen. Generate: the status, the latency chart under it, the text and
+# the summary side by side under that, the controls in a column of their own on the right that scrolls by itself.
+# A lesson: its chart (drawn at three quarters) and its explanation side by side under the picker, the introduction
+# left out (the explanation opens with the lesson's title), the recorded GPU run below. The summary's opening
+# sentence is left out too: its table's columns name the GPU and this CPU.
+CSS += """
+body.talk .gradio-container {max-width: 100% !important; padding: 0 10px !important; font-size: 18px;
+  --text-md: 18px; --text-lg: 20px; --text-sm: 15px; --block-padding: 4px 8px; --layout-gap: 6px}
+body.talk #intro, body.talk #header {display: none}
+body.talk #generate-row {flex-wrap: nowrap}
+body.talk #controls {order: 2; flex: 0 0 320px !important; min-width: 320px !important;
+  max-height: calc(100vh - 56px); overflow-y: auto}
+body.talk #outputs {order: 1; display: grid !important; grid-template-columns: 1fr 1fr; align-content: start}
+body.talk #outputs > * {grid-column: 1 / 3}
+body.talk #outputs > #generate-status {grid-row: 1; min-height: 0}
+body.talk #outputs > #latency-plot {grid-row: 2}
+body.talk #outputs > .form:has(#out) {grid-column: 1 / 2; grid-row: 3}
+body.talk #outputs > #summary {grid-column: 2 / 3; grid-row: 3; max-height: 170px; overflow-y: auto; font-size: 15px}
+body.talk #out textarea {height: 110px !important; font-size: 18px}
+body.talk #summary p {display: none}
+body.talk #summary * {font-size: 15px}
+body.talk #summary table {table-layout: fixed; width: 100%}
+body.talk #summary table td, body.talk #summary table th {min-width: 0 !important; padding: 2px 6px}
+body.talk #summary table th:first-child {width: 40%}
+body.talk #lesson-picker label {padding: 2px 8px}
+body.talk #lesson-intro {display: none}
+body.talk #lesson-plot {zoom: 0.75}
+body.talk #lesson-live-row {flex-wrap: wrap}
+body.talk #lesson-live-col {min-width: 100% !important; display: grid !important; grid-template-columns: 60% 40%;
+  align-items: start}
+body.talk #lesson-live {max-height: calc(100vh - 250px); overflow-y: auto; font-size: 18px}
+"""
+TALK_JS = """() => {
+    if (new URLSearchParams(window.location.search).get("talk") === "1") document.body.classList.add("talk");
+}"""
 INTRO = """# Triton Decoder Explorer
 A small decoder (GPT-2, or a Llama-family block) generating token by token on our own Triton kernels. GPU speed is
 mostly about moving bytes between HBM and on-chip SRAM: pick tiles, fusion and the KV cache, and watch latency,
@@ -28,6 +64,7 @@ kernel from Python costs."""
 # One job at a time, the others wait with their place shown; a click while the page's own job still runs
 # (its profiling pass, say) is kept and runs next, not dropped.
 GPU = dict(concurrency_id="gpu", concurrency_limit=1, trigger_mode="always_last")
+NO_GRAPHS = "CUDA graphs need a GPU: on this CPU every kernel is launched from Python"
 EXAMPLE_LABELS = [e.replace("\n", " ⏎ ") for e in EXAMPLES]  # the newlines shown, not collapsed
 
 
@@ -43,7 +80,7 @@ def raw(component):
 def control(ctx: Context, name: str, **kw):
     """The control of settings.FIELDS[name]: its label, bounds, choices and this device's default."""
     f = FIELDS[name]
-    value = defaults(ctx.device, {"model": ctx.policy.default, "dtype": default_dtype()})[name]
+    value = kw.pop("value", defaults(ctx.device, {"model": ctx.policy.default, "dtype": default_dtype()})[name])
     choices = list(ctx.dynamic().get(name, f.choices))
     common = dict(label=f.label, info=f.info or None) | kw
     if f.widget == "dropdown":
@@ -74,8 +111,8 @@ def _tile_controls(ctx: Context) -> dict:
 def _generate_tab(ctx: Context) -> dict:
     c: dict = {}
     gpu = ctx.device == "cuda"
-    with gr.Row():
-        with gr.Column(scale=1, min_width=340):
+    with gr.Row(elem_id="generate-row"):
+        with gr.Column(scale=1, min_width=340, elem_id="controls"):
             c["model"] = control(ctx, "model")
             c["prompt"] = control(ctx, "prompt", lines=3)
             gr.Examples([[e] for e in EXAMPLES], [c["prompt"]], label="examples", example_labels=EXAMPLE_LABELS)
@@ -87,7 +124,7 @@ def _generate_tab(ctx: Context) -> dict:
             with gr.Row():
                 c["cache"] = control(ctx, "cache")
                 c["cuda_graph"] = control(
-                    ctx, "cuda_graph", value=gpu, interactive=gpu, info=None if gpu else "needs a GPU"
+                    ctx, "cuda_graph", value=gpu, interactive=gpu, info=None if gpu else NO_GRAPHS
                 )
                 c["overlay"] = control(ctx, "overlay")
             with gr.Accordion("sampling", open=False):
@@ -99,18 +136,21 @@ def _generate_tab(ctx: Context) -> dict:
                 c["go"] = gr.Button("Generate", variant="primary")
                 c["stop"] = gr.Button("Stop")
             c["note"] = gr.Markdown()
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_id="outputs"):
             c["status"] = gr.Markdown(elem_id="generate-status")
             c["text"] = gr.Textbox(label="output", lines=8, elem_id="out")
             c["summary"] = gr.Markdown(elem_id="summary")
             if gpu:
                 with gr.Row():
-                    c["latency"], c["traffic"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
+                    c["latency"], c["traffic"] = (
+                        gr.Plot(show_label=False, elem_id="latency-plot"),
+                        gr.Plot(show_label=False),
+                    )
                 with gr.Row():
                     c["kv"], c["share"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
                 c["bandwidth"] = gr.Plot(show_label=False)
             else:  # the latency chart holds two panels, the GPU's and the interpreter's: a whole row
-                c["latency"] = gr.Plot(show_label=False)
+                c["latency"] = gr.Plot(show_label=False, elem_id="latency-plot")
                 with gr.Row():
                     c["traffic"], c["kv"] = gr.Plot(show_label=False), gr.Plot(show_label=False)
                 with gr.Row():
@@ -125,14 +165,15 @@ def _lessons_tab(ctx: Context) -> dict:
             lessons.choices(),
             value=None,
             label="lessons: one click sets the controls, runs the lesson and explains what it measured",
+            elem_id="lesson-picker",
         )
     )
     with gr.Row():
-        c["intro"] = gr.Markdown("Pick a lesson above.")
+        c["intro"] = gr.Markdown("Pick a lesson above.", elem_id="lesson-intro")
         c["again"] = gr.Button("Run the lesson again", scale=0, min_width=220)
     # Each side: its chart, then what it measured. Without a GPU, the GPU recording beside the run.
-    with gr.Row(equal_height=False):
-        with gr.Column():
+    with gr.Row(equal_height=False, elem_id="lesson-live-row"):
+        with gr.Column(elem_id="lesson-live-col"):
             c["plot"] = gr.Plot(show_label=False, elem_id="lesson-plot")
             c["text"] = gr.Markdown(elem_classes="lesson-text", elem_id="lesson-live")
         with gr.Column(visible=ctx.device != "cuda"):
@@ -195,8 +236,8 @@ def build(ctx: Context, header: str = "") -> gr.Blocks:
     age = exports.MAX_AGE_S
     with gr.Blocks(title="Triton Decoder Explorer", delete_cache=(age, age)) as demo:
         state = gr.State(handlers.NEW_STATE)
-        gr.Markdown(INTRO)
-        gr.Markdown(header)
+        gr.Markdown(INTRO, elem_id="intro")
+        gr.Markdown(header, elem_id="header")
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
                 g = _generate_tab(ctx)
@@ -222,8 +263,8 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     names = [*RUN, "overlay", *TILES]
     out = [g[n] for n in handlers.GENERATE_OUT if n not in ("hierarchy", "roofline")]
     out[7:7] = [hierarchy, roofline]
-    generating = g["go"].click(
-        api(names, job["generate"]), [*run, g["overlay"], *tiles, state], [*out, state], api_name="generate", **GPU
+    generating = _job(
+        g["go"].click, api(names, job["generate"]), [*run, g["overlay"], *tiles, state], [*out, state], "generate"
     )
     # Stop cancels the run, then says so: a separate step after the cancel, so that no update of the run
     # still on its way can land over what Stop wrote (one in six Stops right after the first token did).
@@ -231,32 +272,35 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
         handlers.stopped, [g["summary"], g["status"]], [g["summary"], g["status"]], api_visibility="private"
     )
 
-    sweeping = sw["go"].click(
+    sweeping = _job(
+        sw["go"].click,
         api(["kernel", "shape", "dtype", "x", "y", "value"], job["sweep"]),
         [sw[n] for n in ("kernel", "shape", "dtype", "x", "y", "value")] + [state],
         [sw["heat"], sw["table"], sw["best"], state],
-        api_name="sweep",
-        **GPU,
+        "sweep",
     )
     sw["stop"].click(None, None, None, cancels=[sweeping], api_visibility="private")
     sw["kernel"].change(_sweep_axes(ctx), sw["kernel"], [sw["shape"], sw["x"], sw["y"]], api_visibility="private")
     sw["use"].click(_use_best, state, tiles, api_visibility="private")
 
-    comparing = co["go"].click(
+    comparing = _job(
+        co["go"].click,
         api([*RUN, "lengths", *TILES], job["compare"]),
         [*run, co["lengths"], *tiles, state],
         [co["plot"], co["fusion"], co["table"], co["status"], state],
-        api_name="compare",
-        **GPU,
+        "compare",
     )
     co["stop"].click(None, None, None, cancels=[comparing], api_visibility="private")
-    climbing = co["ladder"].click(
+    climbing = _job(
+        co["ladder"].click,
         api(["model", "dtype", "batch"], job["ladder"]),
         [g["model"], g["dtype"], g["batch"], state],
         [co["ladder_plot"], co["ladder_table"], co["ladder_status"], state],
-        api_name="ladder",
-        **GPU,
+        "ladder",
     )
+    # Export offers first the table the last job made.
+    for event, table in ((generating, "steps"), (sweeping, "sweep"), (comparing, "compare"), (climbing, "ladder")):
+        event.then(_offer(table), state, ex["which"], api_visibility="private", queue=False, show_progress="hidden")
     co["ladder_stop"].click(None, None, None, cancels=[climbing], api_visibility="private")
     ex["go"].click(api(["which", "fmt"], job["export"]), [ex["which"], ex["fmt"], state], ex["file"], api_name="export")
 
@@ -266,9 +310,11 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     picked = le["lesson"].change(
         handlers.picker(ctx), le["lesson"], [le["intro"], *lesson_controls], api_visibility="private", queue=False
     )
-    picked.then(api(["lesson"], job["lesson"]), le["lesson"], lesson_out, api_name="lesson", **GPU)
-    le["again"].click(_again(job["lesson"]), le["lesson"], [le["intro"], *lesson_out], api_visibility="private", **GPU)
+    _job(picked.then, api(["lesson"], job["lesson"]), le["lesson"], lesson_out, "lesson", status=0, panels=[1])
+    again = failed.on_page(_again(job["lesson"]), 1 + len(lesson_out), status_at=1, panels=[2])
+    le["again"].click(again, le["lesson"], [le["intro"], *lesson_out], api_visibility="private", **GPU)
     demo.load(handlers.open_link, None, [tabs, le["lesson"]], api_visibility="private")  # queued: it may warn
+    demo.load(None, None, None, js=TALK_JS, api_visibility="private")
     # The estimates under Generate and Compare follow their controls, from the page's first load on.
     # and again once a job has run, whose time is the next estimate's rate.
     for fn, inputs, names_, note, event in (
@@ -285,6 +331,25 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
         triggers = [demo.load, *(c.change for c in inputs)]
         gr.on(triggers, estimate_note, inputs, note, api_visibility="private", queue=False, show_progress="hidden")
         event.then(estimate_note, inputs, note, api_visibility="private", queue=False, show_progress="hidden")
+
+
+def _job(trigger, handler, inputs, outputs, api_name: str, status: int = -2, panels: list[int] | None = None):
+    """A job's event: on the page, a refusal or failure ends it with its status output saying so (failed.on_page);
+    for API clients, the endpoint `api_name` of the handler itself, on a hidden button's event, where a refusal is
+    an error the client raises. `status`: the status output's index (by default the one before the page's state);
+    `panels`: the outputs a failed run clears if it had filled any (by default all but the status and the state)."""
+    gr.Button(visible=False).click(handler, inputs, outputs, api_name=api_name, **GPU)
+    at = status % len(outputs)
+    if panels is None:
+        panels = [i for i, o in enumerate(outputs) if i != at and not isinstance(o, gr.State)]
+    page = failed.on_page(handler, len(outputs), at, panels)
+    return trigger(page, inputs, outputs, api_visibility="private", **GPU)
+
+
+def _offer(table: str):
+    """The Export tab's choice set to `table` once the page's state holds it."""
+    label = next(k for k, v in handlers.EXPORTS.items() if v == table)
+    return lambda state: gr.update(value=label) if (state or {}).get(table) is not None else gr.skip()
 
 
 def _note(ctx, fn, names):

@@ -203,11 +203,9 @@ def roofline(kernels: pd.DataFrame, peaks, profiled: str = "", gpu: Counterpart 
     """Each kernel kind's profiled decode and prefill work against the measured ceilings, as JSON; on CPU
     the same job's on a GPU (`gpu`)."""
     if gpu is not None:
-        return figure_json(beside.roofline(gpu, profiled if gpu.recorded else ""))
+        return figure_json(beside.roofline(gpu))  # the GPU's chart: how this CPU's run was timed is not its note
     points = metrics.roofline(kernels, peaks)
-    fig = plots.roofline_figure(
-        points, peaks.tflops if peaks else None, peaks.bandwidth_gbs if peaks else None, profiled
-    )
+    fig = plots.roofline_figure(points, peaks, profiled)
     return figure_json(fig)
 
 

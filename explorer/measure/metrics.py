@@ -25,6 +25,7 @@ from kernels.norm.kernel import traffic as layer_norm_traffic
 from kernels.norm.kernel import traffic_unfused as layer_norm_unfused
 
 from ..model.ops import Tiles
+from .roofs import ROOFS
 from .traffic import step_traffic
 
 MB = 1 << 20
@@ -35,8 +36,13 @@ class Peaks:
     """The device's ceilings, measured once per process."""
 
     bandwidth_gbs: float  # device-to-device copy, bytes read + written per second
-    tflops: float  # a large matrix product in the run's dtype
+    tflops: float  # a large matrix product in `dtype`
     label: str
+    dtype: str = "bfloat16"  # the product's dtype: which units its rate is the peak of (ROOFS)
+
+    @property
+    def roof(self) -> str:
+        return ROOFS.get(self.dtype, self.dtype)
 
 
 CPU_LABEL = "CPU: Triton interpreter, timings are not GPU timings"
@@ -50,7 +56,9 @@ def device_peaks(device: str, dtype: torch.dtype = torch.bfloat16) -> Peaks | No
         return None
     bandwidth, tflops = _copy_gbs(dev), _matmul_tflops(dev, dtype)
     name = device_limits(dev).name  # "NVIDIA H200", or "NVIDIA H200 standing for sm_120 (RTX Pro 6000)"
-    return Peaks(bandwidth, tflops, f"{name}: measured {bandwidth:.0f} GB/s copy, {tflops:.0f} TFLOP/s {dtype}")
+    dtype_name = str(dtype).removeprefix("torch.")
+    label = f"{name}: measured {bandwidth:.0f} GB/s copy, {tflops:.0f} TFLOP/s {ROOFS.get(dtype_name, dtype_name)}"
+    return Peaks(bandwidth, tflops, label, dtype_name)
 
 
 def _copy_gbs(dev) -> float:

@@ -19,7 +19,7 @@ from ...measure.clock import timed
 from ...measure.profile import NoKernelTime, Profiler, profile_run
 from ...model.ops import Tiles
 from ...model.weights import load_model
-from .. import counterpart, estimate, models, views
+from .. import counterpart, estimate, models, tile_fit, views
 from ..settings import RunSettings
 from .base import Control
 from .warm import compile_note, peaks, remember_warm
@@ -38,8 +38,9 @@ _counted: dict[tuple, launches.StepLaunches] = {}
 
 def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int) -> None:
     """Resolve every kernel's tiles for this run's shapes up front, so a config the device cannot run
-    is refused before the first launch rather than in the middle of a step. The shapes are the model's own
-    (a Llama's stacked q/k/v, its SwiGLU's gate and up), read from its first block."""
+    is refused before the first launch rather than in the middle of a step, in the page's words (tile_fit).
+    The shapes are the model's own (a Llama's stacked q/k/v, its SwiGLU's gate and up), read from its first
+    block."""
     from kernels.attn.decode import resolve_decode_config
     from kernels.attn.kernel import resolve_config as attention_tiles
     from kernels.matmul import swiglu
@@ -48,7 +49,8 @@ def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int
 
     cfg, dev, dt = model.config, model.device, model.dtype
     llama = model.family == "Llama"
-    norm_tiles(tiles.fixed("layer_norm"), batch * prompt_len, cfg.n_embd, dev, "rms_norm" if llama else "layer_norm")
+    at = lambda rule, *shape: lambda c: rule(c, *shape)  # a kernel's tile rule at one shape: a check of a config
+    rules = {"layer_norm": [at(norm_tiles, batch * prompt_len, cfg.n_embd, dev, "rms_norm" if llama else "layer_norm")]}
     block = model.transformer.h[0]
     for linear in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
         out_f, in_f = linear.weight.shape
@@ -56,13 +58,24 @@ def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int
         for rows, which in ((batch * prompt_len, "linear"), (batch, "linear_decode")):
             if which == "linear" and rows <= 16:
                 continue  # a prompt this short runs as decode-shaped rows
-            if gated:
-                swiglu.resolve_config(tiles.fixed(which), rows, out_f // 2, in_f, dt, dev)
-            else:
-                linear_tiles(tiles.fixed(which), rows, out_f, in_f, dt, dev)
+            rule = (
+                at(swiglu.resolve_config, rows, out_f // 2, in_f, dt, dev)
+                if gated
+                else at(linear_tiles, rows, out_f, in_f, dt, dev)
+            )
+            rules.setdefault(which, []).append(rule)
     if not llama:  # grouped-query attention takes its own tiles (kernels.attn.grouped.plan)
-        attention_tiles(tiles.fixed("attention"), prompt_len, cfg.head_dim, dt, dev)
-        resolve_decode_config(tiles.fixed("decode_attention"), batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)
+        rules["attention"] = [at(attention_tiles, prompt_len, cfg.head_dim, dt, dev)]
+        rules["decode_attention"] = [at(resolve_decode_config, batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)]
+    for kernel, kernel_rules in rules.items():
+        chosen = tiles.fixed(kernel)
+        fits = lambda c, kernel_rules=kernel_rules: [rule(c) for rule in kernel_rules]
+        try:
+            fits(chosen)
+        except ValueError as e:
+            if chosen is None:  # the kernel's own defaults: nothing of the visitor's to name
+                raise
+            raise tile_fit.refusal(kernel, chosen, fits, e) from None
 
 
 def prepare(s: RunSettings):

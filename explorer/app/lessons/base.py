@@ -21,7 +21,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from ...measure import metrics
+from ...measure import metrics, roofs
 from ...measure.clock import timed
 from ...model.gpt import GPT, GPTConfig
 from ...model.weights import load_model
@@ -214,6 +214,13 @@ def clock(r: Result) -> str:
 
 
 # --- numbers as the explanations write them ----------------------------------------------------------
+
+
+def roof(facts: dict) -> str:
+    """What a lesson's peak rate is the peak of: its dtype, and whether tensor cores count. Lessons recorded
+    before the facts named it ran in the GPU's default dtype, bf16."""
+    dtype = facts.get("peak_dtype") or "bfloat16"
+    return roofs.ROOFS.get(dtype, dtype)
 
 
 def num(x: float) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ...measure import metrics
+from ...measure import metrics, roofs
 from . import base
 
 
@@ -47,6 +47,7 @@ def measure(s: dict) -> tuple[dict, dict]:
         top_share=float(top.hbm_mb / kinds.hbm_mb.sum()),
         peak_gbs=peaks.bandwidth_gbs if peaks else None,
         peak_tflops=peaks.tflops if peaks else None,
+        peak_dtype=peaks.dtype if peaks else None,
     )
     facts["intensity"] = facts["last_gflop"] * 1e9 / (facts["last_hbm_mb"] * metrics.MB)
     return facts, {"kinds": kinds, "steps": frame}
@@ -71,13 +72,14 @@ def explain(r) -> str:
         f"The step took **{base.ms(f['step_ms'])}** (median). "
     )
     if f.get("peak_gbs"):
-        ridge = f["peak_tflops"] * 1e3 / f["peak_gbs"]
+        ridge = roofs.ridge(f["peak_tflops"], f["peak_gbs"])
         text += (
             f"Its HBM bytes over that time are **{base.num(f['achieved_gbs'])} GB/s**, "
             f"{base.pct(f['achieved_gbs'] / f['peak_gbs'])} of the {base.num(f['peak_gbs'])} GB/s copy bandwidth "
             f"measured on this GPU. It did {base.num(f['last_gflop'] * 1e3)} MFLOP on those bytes: "
             f"**{base.num(f['intensity'])} FLOP per byte**, where this GPU needs "
-            f"{base.num(ridge)} FLOP per byte ({base.num(f['peak_tflops'])} TFLOP/s measured ÷ its bandwidth) "
+            f"{base.num(ridge)} FLOP per byte ({base.num(f['peak_tflops'])} TFLOP/s {base.roof(f)}, measured, ÷ its "
+            "bandwidth) "
             "before arithmetic becomes the limit: decode sits "
             + ("left of the roofline's ridge, memory-bound." if f["intensity"] < ridge else "right of the ridge.")
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...measure import metrics
+from ...measure import metrics, roofs
 from ...measure.profile import profile_run
 from .. import units
 from . import base
@@ -47,6 +47,7 @@ def measure(s: dict) -> tuple[dict, dict]:
         decode_kernel_ms=float(kernel_ms["decode"]),
         peak_tflops=p.tflops if p else None,
         peak_gbs=p.bandwidth_gbs if p else None,
+        peak_dtype=p.dtype if p else None,
     )
     facts["prefill_per_token_ms"] = facts["prefill_ms"] / facts["prompt"]
     for phase in ("prefill", "decode"):
@@ -72,12 +73,12 @@ def explain(r) -> str:
         f"{base.ms(f['decode_kernel_ms'])}, **{base.num(f['decode_tflops'])} TFLOP/s**. "
     )
     if f.get("peak_tflops"):
-        ridge = f["peak_tflops"] * 1e3 / f["peak_gbs"]
+        ridge = roofs.ridge(f["peak_tflops"], f["peak_gbs"])
         side = "above" if f["prefill_intensity"] > ridge else "below"
         text += (
-            f"This GPU's ridge, {base.num(f['peak_tflops'])} TFLOP/s over {base.num(f['peak_gbs'])} GB/s (both "
-            f"measured), is at **{base.num(ridge)} FLOP per byte**: the prefill sits {side} it, decode far below, "
-            "so decode is bound by memory and batching (more tokens per weight read) is how it gets faster."
+            f"This GPU's ridge, {base.num(f['peak_tflops'])} TFLOP/s ({base.roof(f)}) over {base.num(f['peak_gbs'])} "
+            f"GB/s (both measured), is at **{base.num(ridge)} FLOP per byte**: the prefill sits {side} it, decode far "
+            "below, so decode is bound by memory and batching (more tokens per weight read) is how it gets faster."
         )
     else:
         text += (
@@ -103,7 +104,7 @@ def figure(r) -> go.Figure:
         fig.add_trace(bars, 1, col)
         fig.update_yaxes(range=[0, 1.25 * max(values)], title_text=titles[col], row=1, col=col)
     if f.get("peak_tflops"):
-        ridge = f["peak_tflops"] * 1e3 / f["peak_gbs"]
+        ridge = roofs.ridge(f["peak_tflops"], f["peak_gbs"])
         fig.add_hline(y=ridge, line_dash="dash", row=1, col=2, annotation_text=f"ridge {base.num(ridge)}")
         fig.update_yaxes(range=[0, 1.25 * max(ridge, f["prefill_intensity"])], row=1, col=2)
     return base.big(fig, "Prefill vs decode, per token", r)
