@@ -57,9 +57,11 @@ def test_the_note_says_it_is_an_estimate_and_where_its_rate_comes_from():
     units = estimate.layer_steps("bundled", 8, 200, True)
     note = estimate.note(estimate.seconds("cpu", "triton", units), "cpu")
     assert note.startswith("*Estimate: about ") and "on this CPU (before any run here: a rough guess" in note
-    estimate.record("cpu", "triton", units, wall_s=estimate.FIXED_S["cpu"] + units * 0.01)
-    assert estimate.seconds("cpu", "triton", units) == pytest.approx(estimate.FIXED_S["cpu"] + units * 0.01)
-    assert "from the last run here" in estimate.note(estimate.seconds("cpu", "triton", units), "cpu")
+    key = ("the settings' key",)
+    estimate.record("cpu", "triton", units, wall_s=estimate.FIXED_S["cpu"] + units * 0.01, key=key)
+    assert estimate.seconds("cpu", "triton", units, key) == pytest.approx(estimate.FIXED_S["cpu"] + units * 0.01)
+    assert "from the last runs of these settings here" in estimate.note(10, "cpu", key=key)
+    assert "from runs of other settings here, scaled to these" in estimate.note(10, "cpu", key=("others",))
     assert estimate.note(0.2, "cpu") == "*Estimate: under a second on this CPU.*"
     # A few seconds in tenths (a whole second would be a third of 3 s), a whole number as one, longer in seconds.
     assert [estimate.shown(x) for x in (1.46, 3.0, 9.2, 41.4, 600)] == ["1.5 s", "3 s", "9.2 s", "41 s", "10 min"]
@@ -345,7 +347,8 @@ def test_costs_counted_in_the_reference_machines_seconds_follow_this_cpus_speed(
     lesson = lambda name: lessons.LESSONS[name].estimate(lessons.LESSONS[name].settings("cpu"))
     before = sweep(), lesson("tiling"), lesson("blocks") - fixed
     units = 500
-    estimate.record("cpu", "triton", units, wall_s=fixed + units * 2 * estimate.RATES[("cpu", "triton")])
+    for key in ("one setting", "another", "a third"):  # the machine's speed, once three settings agree on it
+        estimate.record("cpu", "triton", units, wall_s=fixed + units * 2 * estimate.RATES[("cpu", "triton")], key=key)
     assert estimate.cpu_speed() == pytest.approx(2)
     after = sweep(), lesson("tiling"), lesson("blocks") - fixed
     assert after == pytest.approx(tuple(2 * b for b in before))
@@ -368,3 +371,69 @@ def test_a_generate_that_overlays_the_last_run_counts_its_charts_in_the_note_and
     s = settings.RunSettings(prompt="def f(x):", new_tokens=900)
     added = estimate.generation_seconds(s, "cuda", overlaid=True) - estimate.generation_seconds(s, "cuda")
     assert added == pytest.approx(estimate.OVERLAY_S["cuda"]) and estimate.OVERLAY_S["cpu"] == 0
+
+
+def test_one_slow_run_moves_no_other_settings_rate_and_the_median_of_a_settings_runs_holds():
+    """Rates are kept per setting (estimate.rate_key) as the median of its last runs: a run 50 times slower
+    than usual (an odd setting the estimate mis-counted, or a busy machine) moves neither another setting's
+    rate nor the rate of settings never run here; among one setting's runs, one outlier moves nothing."""
+    prior = estimate.RATES[("cpu", "triton")]
+    usual, odd = ("default tiles",), ("tiny tiles",)
+    units = 1000
+    took = lambda rate: estimate.fixed_s("cpu") + units * rate
+    for _ in range(3):
+        estimate.record("cpu", "triton", units, took(0.5 * prior), key=usual)
+    estimate.record("cpu", "triton", units, took(50 * prior), key=odd)
+    assert estimate.rate("cpu", "triton", usual) == pytest.approx(0.5 * prior)
+    assert estimate.rate("cpu", "triton", odd) == pytest.approx(50 * prior)
+    assert estimate.rate("cpu", "triton", ("never run",)) == pytest.approx(prior)  # nor the generic rate
+    estimate.record("cpu", "triton", units, took(40 * prior), key=usual)  # one slow run among four of them
+    assert estimate.rate("cpu", "triton", usual) == pytest.approx(0.5 * prior)
+    for _ in range(estimate.RECENT):  # the machine itself became slower: the setting's last runs say so
+        estimate.record("cpu", "triton", units, took(2 * prior), key=usual)
+    assert estimate.rate("cpu", "triton", usual) == pytest.approx(2 * prior)
+
+
+def test_smaller_tiles_cost_more_in_the_interpreter():
+    """On CPU every program and loop step of a kernel runs in Python: decode-linear tiles of 16 x 32 make a
+    decode step of the bundled model about 60 times the default's (timed: 50-64 s against 0.9-1.2 s a step on
+    the 2-core machine), and each halving of a tile costs more. A GPU's estimate does not follow the tiles."""
+    from explorer.model.ops import Tiles
+    from kernels import TileConfig
+
+    def seconds(device="cpu", **tiles):
+        s = settings.RunSettings(model="bundled", prompt_tokens=8, new_tokens=50, tiles=Tiles(**tiles))
+        return estimate.generation_seconds(s, device) - estimate.fixed_s(device)
+
+    base = seconds()
+    sizes = [(256, 256), (64, 64), (32, 32), (16, 32)]
+    costs = [seconds(linear_decode=TileConfig(block_n=n, block_k=k)) for n, k in sizes]
+    assert costs == sorted(costs) and base < costs[1]
+    assert 20 < costs[-1] / base < 120
+    assert seconds(decode_attention=TileConfig(block_n=16, split_k=8)) > base  # 58 positions: more programs
+    assert seconds("cuda", linear_decode=TileConfig(block_n=16, block_k=32)) == pytest.approx(seconds("cuda"))
+    run = lambda batch: settings.RunSettings(model="bundled", prompt_tokens=8, new_tokens=50, batch=batch)
+    assert estimate.generation_seconds(run(4), "cpu") > 2 * estimate.generation_seconds(run(1), "cpu")  # timed: 2.5x
+
+
+def test_a_run_whose_first_steps_say_it_will_overrun_the_budget_stops_naming_the_control():
+    """After its first decode steps, a Generate whose steps project past the time left stops, and says what the
+    run would take and which control makes it cheaper; one that fits goes on."""
+    from types import SimpleNamespace
+
+    from explorer.app.jobs.generate import overrun
+    from explorer.model.ops import Tiles
+    from kernels import TileConfig
+
+    s = settings.RunSettings(new_tokens=200, tiles=Tiles(linear_decode=TileConfig(block_n=16, block_k=32)))
+    step = lambda phase, ms: SimpleNamespace(phase=phase, latency_ms=ms)
+    steps = [step("prefill", 30_000), step("decode", 54_000)]
+    assert overrun(s, steps, left_s=520) is None  # one decode step: it may still be warming up
+    steps.append(step("decode", 54_000))
+    why = overrun(s, steps, left_s=460)
+    assert why.startswith("after 3 of 200 tokens: at 54 s a token this run would take about ")
+    assert "past the 10 min budget" in why and "decode-linear tiles (block N × block K)" in why
+    assert "fewer new tokens" in why
+    fast = [step("prefill", 300), step("decode", 100), step("decode", 120)]
+    assert overrun(s, fast, left_s=590) is None  # 197 tokens at 0.11 s fit the time left
+    assert "KV cache on" in overrun(settings.RunSettings(new_tokens=200, cache=False), steps, left_s=100)

@@ -161,3 +161,23 @@ def for_ladder(s: RunSettings, context: int, frame: pd.DataFrame, folder=None) -
     if found is not None:
         return found
     return _modeled(rec, {"ladder": frame.assign(step_ms=seconds_at(frame.hbm_mb, rec.meta["bandwidth_gbs"]))})
+
+
+def cache_note(compare: pd.DataFrame, gpu: str) -> str:
+    """Why a GPU's Compare shows the cache off as fast as on, or faster, where it does: at a small model's size
+    and a short context, a cache-off step's recompute is a prefill of a few rows, whose kernels cost what a
+    one-row step's do (each a launch and one read of the weights), and the cache-on step launches more of them
+    (its cache writes and attention over the cache). The cache pays off once the context is long enough for the
+    recompute's work to outweigh that (the KV-cache lesson shows where)."""
+    eager = compare[(compare.phase == "decode") & (compare.get("launch_mode", "eager") == "eager")]
+    medians = eager.groupby(["backend", "cache"]).latency_ms.median()
+    slower = [b for b in medians.index.get_level_values(0).unique() if medians[b].get("off", 1e9) <= medians[b]["on"]]
+    if not slower:
+        return ""
+    times = ", ".join(f"{b}: {medians[b]['off']:.2f} ms off against {medians[b]['on']:.2f} on" for b in slower)
+    return (
+        f"On the {gpu} the cache off ran as fast as on here ({times}, launched one by one): at this size a cache-off "
+        "step recomputes a prefix of a few tokens, which costs a GPU what a one-token step does (each kernel a "
+        "launch and one read of the weights), and a cache-on step launches more kernels (its cache writes). The "
+        "cache pays once the context is long enough for the recompute to outweigh that: see the KV-cache lesson."
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import threading
 
 from kernels.config import H200, next_pow2
@@ -100,7 +101,7 @@ PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times 
 # for GPT-2 small's 12, once cuDNN's attention planned no new length there).
 PROFILED_STEP = 60
 
-_measured: dict[tuple[str, str], float] = {}  # the device's speed, not a visitor's data: shared
+_measured: dict[tuple, tuple[float, ...]] = {}  # (device, backend, rate_key): the last rates; a device's speed, shared
 _fixed: dict[str, float] = {}  # a job's fixed seconds on this device, learned from the short jobs run here
 _compiled: set[tuple] = set()  # (device type, (kind, model, bucket)) compiled for this server
 _lock = threading.Lock()
@@ -136,22 +137,31 @@ def advice(kind: str) -> str:
 
 
 def layer_steps(
-    model: str, prompt: int, new_tokens: int, cache: bool, batch: int = 1, profiled: int = 0, device: str = "cpu"
+    model: str,
+    prompt: int,
+    new_tokens: int,
+    cache: bool,
+    batch: int = 1,
+    profiled: int = 0,
+    device: str = "cpu",
+    per_step: float = 1.0,
+    per_pass: float = 1.0,
 ) -> float:
     """Layer-steps of one generation: its prefill and decode steps, `profiled` steps of a profiling pass
     after it (each rebuilt from a pass over the whole run), and on a GPU a warm-up prefill and decode step
     before it. The interpreter's time grows with the width (every program runs in Python); a GPU's, for
     these small models, with the layers only: their launches, not their bytes, set a step's time (the
-    bundled model's default Generate and GPT-2 small's at 256 tokens, H200, 2026-12-01)."""
+    bundled model's default Generate and GPT-2 small's at 256 tokens, H200, 2026-12-01). `per_step`, `per_pass`:
+    what the run's settings cost a decode step and a pass against the reference settings (setting_factors)."""
 
     def full(tokens: int) -> float:  # a pass over `tokens` tokens of each sequence
-        return PASS_BASE + batch * tokens / TOKENS_PER_UNIT
+        return (PASS_BASE + batch * tokens / TOKENS_PER_UNIT) * per_pass
 
-    decode = [1.0 if cache else full(prompt + i) for i in range(1, new_tokens)]
+    decode = [per_step if cache else full(prompt + i) for i in range(1, new_tokens)]
     steps = full(prompt) + sum(decode)
     if profiled and device == "cpu":  # the prefill again, then each decode position rebuilt: with the cache,
         # PyTorch's prefill (next to nothing beside the interpreter) and our step; without it, our whole pass
-        steps += full(prompt) + (profiled - 1) * (1.0 if cache else full(prompt + new_tokens // 2))
+        steps += full(prompt) + (profiled - 1) * (per_step if cache else full(prompt + new_tokens // 2))
     elif profiled:  # on a GPU each rebuilt step runs twice (untimed, then op by op behind spins) after PyTorch's
         # prefill of its cache (without the cache, our whole pass): work the host's pace sets, PROFILED_STEP each
         steps += min(profiled, new_tokens) * (PROFILED_STEP + (0 if cache else full(prompt + new_tokens // 2)))
@@ -176,15 +186,33 @@ def interpreter_width(width: int) -> float:
 
 def cpu_speed() -> float:
     """How much slower this CPU runs the interpreter than the machine RATES were measured on (below 1: faster),
-    from the last Generate here: what a cost counted in that machine's seconds is multiplied by."""
-    reference = RATES[("cpu", "triton")]
-    return _measured.get(("cpu", "triton"), reference) / reference
+    from the Generates here: what a cost counted in that machine's seconds is multiplied by."""
+    return generic_rate("cpu", "triton") / RATES[("cpu", "triton")]
 
 
-def seconds(device: str, backend: str, units: float) -> float:
+def rate_key(s) -> tuple:
+    """What sets a Generate's seconds per layer-step beyond its length: each such setting keeps rates of its own."""
+    return (s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache)
+
+
+def rate(device: str, backend: str, key=None) -> float:
+    """Seconds per layer-step: the median of the last runs of these settings (`key`, rate_key) here, else
+    generic_rate. The layer-steps already count what the settings cost (setting_factors)."""
+    own = _measured.get((device, backend, key)) if key is not None else None
+    return statistics.median(own) if own else generic_rate(device, backend)
+
+
+def generic_rate(device: str, backend: str) -> float:
+    """The rate of settings not yet run here: the median of each run setting's own median and of RATES counted
+    twice, so that one setting, however slow or odd its runs, does not move it; three settings that agree do."""
+    prior = RATES[(device, backend)]
+    own = [statistics.median(v) for (d, b, _), v in _measured.items() if (d, b) == (device, backend)]
+    return statistics.median([prior, prior, *own])
+
+
+def seconds(device: str, backend: str, units: float, key=None) -> float:
     """Seconds for `units` layer-steps and a job's fixed cost."""
-    rate = _measured.get((device, backend), RATES[(device, backend)])
-    return fixed_s(device) + units * rate
+    return fixed_s(device) + units * rate(device, backend, key)
 
 
 def fixed_s(device: str) -> float:
@@ -215,31 +243,54 @@ def compiled(device: str, keys) -> None:
         _compiled.update((device, key) for key in keys)
 
 
-def record(device: str, backend: str, units: float, wall_s: float) -> None:
-    """A finished job's speed, for the next estimate on this device and backend. A job whose steps cost more
-    than its fixed part sets the rate. One whose steps should cost less cannot tell the rate apart from the
-    fixed part and leaves the rate as it was (a 2-token run that took 2.5 s on a busy machine would otherwise
-    make a 1000-token run's estimate 700 s); it moves the fixed part halfway to what it took beyond its
-    steps, within FIXED_RANGE of FIXED_S. On a GPU most jobs are such short ones, and the same job's seconds
-    differ between machines of one kind by up to 1.6x (benchmarks/RESULTS.md, 2026-12-02)."""
-    rate = _measured.get((device, backend), RATES[(device, backend)])
+def record(device: str, backend: str, units: float, wall_s: float, key=None) -> None:
+    """A finished job's speed, for the next estimate of the same settings (`key`, rate_key) on this device and
+    backend: its rate joins the last RECENT of that key, whose median is the key's rate, so one slow run
+    (a busy machine) moves no rate and an odd setting moves only its own. A job whose steps cost more than
+    its fixed part sets a rate. One whose steps should cost less cannot tell the rate apart from the fixed part
+    and leaves the rate as it was (a 2-token run that took 2.5 s on a busy machine would otherwise make a
+    1000-token run's estimate 700 s); it moves the fixed part halfway to what it took beyond its steps,
+    within FIXED_RANGE of FIXED_S. On a GPU most jobs are such short ones, and the same job's seconds differ
+    between machines of one kind by up to 1.6x (benchmarks/RESULTS.md, 2026-12-02)."""
     if units <= 0 or wall_s <= 0:
         return
     fixed = fixed_s(device)
     with _lock:
-        if units * rate >= fixed:
-            _measured[(device, backend)] = max(wall_s - fixed, 0.1 * wall_s) / units
+        if units * rate(device, backend, key) >= fixed:
+            runs = _measured.get((device, backend, key), ())
+            _measured[(device, backend, key)] = (*runs, max(wall_s - fixed, 0.1 * wall_s) / units)[-RECENT:]
         else:
             lo, hi = (f * FIXED_S[device] for f in FIXED_RANGE)
-            _fixed[device] = min(max((fixed + wall_s - units * rate) / 2, lo), hi)
+            _fixed[device] = min(max((fixed + wall_s - units * rate(device, backend, key)) / 2, lo), hi)
+
+
+RECENT = 5  # runs of one setting whose median is its rate
+LESSON = "lesson"  # the backend under which a lesson's own seconds are kept, by its name
+
+
+def record_lesson(name: str, wall_s: float) -> None:
+    """A lesson's run on CPU took `wall_s`: the median of its last RECENT runs is its next estimate."""
+    with _lock:
+        _measured[("cpu", LESSON, name)] = (*_measured.get(("cpu", LESSON, name), ()), wall_s)[-RECENT:]
+
+
+def lesson_seconds(name: str, modeled: float) -> float:
+    """A lesson's seconds on CPU: its own runs here when there are some, else `modeled` at this CPU's speed."""
+    runs = _measured.get(("cpu", LESSON, name))
+    return statistics.median(runs) if runs else modeled
 
 
 FIXED_RANGE = (0.5, 4.0)
 
 
-def source(device: str, backends) -> str:
-    measured = all((device, b) in _measured for b in backends)
-    return "from the last run here" if measured else "before any run here: a rough guess"
+def source(device: str, backends, key=None) -> str:
+    """Where an estimate's rate comes from: runs of the same settings (`key`: rate_key, or a lesson's name),
+    runs of others, or neither."""
+    if key is not None and (all((device, b, key) in _measured for b in backends) or (device, LESSON, key) in _measured):
+        return "from the last runs of these settings here"
+    if all(any(k[:2] == (device, b) for k in _measured) for b in backends):
+        return "from runs of other settings here, scaled to these"
+    return "before any run here: a rough guess"
 
 
 def about(seconds: float, device: str) -> str:
@@ -248,16 +299,48 @@ def about(seconds: float, device: str) -> str:
     return f"{'about ' if seconds >= 1 else ''}{shown(seconds)} on {where}"
 
 
-def note(total_s: float, device: str, backends=("triton",)) -> str:
+def note(total_s: float, device: str, backends=("triton",), key=None) -> str:
     """'Estimate: about 40 s on this CPU (...)', or under a second."""
     if total_s < 1:
         return f"*Estimate: {about(total_s, device)}.*"
-    return f"*Estimate: {about(total_s, device)} ({source(device, backends)}).*"
+    return f"*Estimate: {about(total_s, device)} ({source(device, backends, key)}).*"
 
 
 def generation_units(s, device: str) -> float:
     tokens = prompt_tokens(s)
-    return layer_steps(s.model, tokens, s.new_tokens, s.cache, s.batch, profiled=PROFILED[device], device=device)
+    per_step, per_pass = setting_factors(s, device)
+    return layer_steps(
+        s.model,
+        tokens,
+        s.new_tokens,
+        s.cache,
+        s.batch,
+        profiled=PROFILED[device],
+        device=device,
+        per_step=per_step,
+        per_pass=per_pass,
+    )
+
+
+def setting_factors(s, device: str) -> tuple[float, float]:
+    """(decode step, pass) at the run's tiles, rung, dtype and batch against the reference settings: in the
+    interpreter, from the programs and loop steps each kernel's tile rules give (interpreter_cost); on a GPU,
+    or with PyTorch, 1 (launches set a small model's step there, and RATES hold that). Tiles the device cannot
+    run count as 1: the run refuses them before any work."""
+    if device != "cpu" or s.backend != "triton":
+        return 1.0, 1.0
+    from . import interpreter_cost
+    from .models import DTYPES
+
+    dtype = DTYPES.get(s.dtype or "float32")
+    tokens = prompt_tokens(s)
+    middle = tokens + s.new_tokens // 2  # the cache's length halfway: decode attention's steps follow it
+    try:
+        per_step = interpreter_cost.decode_factor(s, dtype, middle)
+        per_pass = interpreter_cost.pass_factor(s, dtype, tokens if s.cache else middle)
+    except ValueError:
+        return 1.0, 1.0
+    return per_step, per_pass
 
 
 def prompt_tokens(s) -> int:
@@ -330,7 +413,8 @@ def decode_key(s, positions: int) -> tuple:
 def generation_seconds(s, device: str, overlaid: bool = False) -> float:
     """A Generate's seconds; `overlaid`: its charts draw the previous run's lines beside its own."""
     overlay = OVERLAY_S[device] if overlaid else 0.0
-    return seconds(device, s.backend, generation_units(s, device)) + compile_s(device, generation_keys(s)) + overlay
+    run = seconds(device, s.backend, generation_units(s, device), rate_key(s))
+    return run + compile_s(device, generation_keys(s)) + overlay
 
 
 def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
@@ -460,7 +544,7 @@ def sweep_s(kernel: str, shape: dict, device: str, dtype: str = "float32") -> fl
 
 
 def generation_note(s, device: str, overlaid: bool = False) -> str:
-    return note(generation_seconds(s, device, overlaid), device, [s.backend])
+    return note(generation_seconds(s, device, overlaid), device, [s.backend], rate_key(s))
 
 
 def compare_note(s, lengths: list[int], device: str) -> str:

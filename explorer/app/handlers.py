@@ -138,7 +138,8 @@ def make(ctx: Context) -> dict:
             # The run's own seconds, a model's first load left out, are the next estimate's rate; a run that
             # compiled kernels along the way (new lengths, a new model) would make that rate seconds too slow.
             if ran is not None and not compiling:
-                estimate.record(ctx.device, s.backend, units, ran - (estimate.OVERLAY_S[ctx.device] if overlaid else 0))
+                ran -= estimate.OVERLAY_S[ctx.device] if overlaid else 0
+                estimate.record(ctx.device, s.backend, units, ran, key=estimate.rate_key(s))
         except UserError as e:
             raise fail(e) from None
 
@@ -209,10 +210,12 @@ def make(ctx: Context) -> dict:
             seconds = lessons.estimate(name, ctx.runner.compiled)
             title = lessons.LESSONS[name].title.lower()
             yield f"*Running {title} ({estimate.about(seconds, ctx.device)})…*", None, *recorded
+            view = {}
             async for view in run_job(ctx, "lesson", dict(lesson=name), seconds, lessons.compiles(name)):
                 if ctx.lesson_picks.get(session) != mine:
                     return  # closing the job's updates stops it
                 yield (*outputs(view, ["text", "plot"]), *recorded)
+            lessons.ran(name, view.get("ran_s"))
         except UserError as e:
             raise fail(e) from None
 

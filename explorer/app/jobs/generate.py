@@ -10,6 +10,7 @@ operation is timed in the run.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pandas as pd
@@ -147,7 +148,7 @@ def run(payload: dict, control: Control):
         texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
         waited = waited if waited is not None else time.time() - started
         final = bool(step.stop_reason)
-        stopped = None if final else control.why()
+        stopped = None if final else control.why() or overrun(s, steps, control.deadline - time.monotonic())
         if stopped:
             break
         now = time.monotonic()
@@ -213,6 +214,41 @@ def run(payload: dict, control: Control):
     drawn = charts(profiled, where if profiled is not None else "")
     update = finish(s, model, ids, p, drawn, summary, None, "Done", counted=counted, after_run=where)
     yield update | {"ran_s": ran_s(ran_from, steps)}
+
+
+# Decode steps timed before a run's length is projected: the first decode step may still warm up (a graph's
+# capture, the interpreter's first launch of a kernel), so the projection takes the median of these.
+PROJECT_AFTER = 2
+
+
+def overrun(s: RunSettings, steps, left_s: float) -> str | None:
+    """Why the run stops now, if the time its decode steps have taken says the rest will not fit the `left_s`
+    seconds left of the budget: the projection and the control to change, or None. Cache-off steps grow with the
+    sequence, so the projection from the steps so far is a floor, never a stop too early."""
+    decode = [t.latency_ms / 1e3 for t in steps if t.phase == "decode"]
+    remaining = s.new_tokens - len(steps)
+    if len(decode) < PROJECT_AFTER or remaining <= 0:
+        return None
+    per = statistics.median(decode)
+    if remaining * per <= left_s:
+        return None
+    total = sum(t.latency_ms for t in steps) / 1e3 + remaining * per
+    return (
+        f"after {len(steps)} of {s.new_tokens} tokens: at {estimate.shown(per)} a token this run would take about "
+        f"{estimate.shown(total)}, past the {estimate.shown(estimate.budget_s())} budget. {faster(s)}"
+    )
+
+
+def faster(s: RunSettings) -> str:
+    """The control that would make a slow run's steps cheaper, in a sentence."""
+    tiles = s.tiles if s.backend == "triton" else Tiles()
+    if tiles.fixed("linear_decode") is not None:
+        return "Use larger decode-linear tiles (block N × block K) or fewer new tokens."
+    if tiles.fixed("decode_attention") is not None:
+        return "Use larger decode-attention tiles (block N) or fewer splits, or fewer new tokens."
+    if not s.cache:
+        return "Turn the KV cache on (each step without it recomputes the whole sequence), or ask fewer new tokens."
+    return "Ask fewer new tokens, or lower the batch or the prompt length."
 
 
 def ran_s(ran_from: float, steps) -> float:

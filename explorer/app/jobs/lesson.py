@@ -10,4 +10,5 @@ def run(payload: dict, control: Control):
     name = payload["lesson"]
     result = lessons.run(name)
     lesson = lessons.LESSONS[name]
-    yield {"text": lessons.live_markdown(result), "plot": views.figure_json(lesson.figure(result))}
+    figure = views.figure_json(lesson.figure(result))
+    yield {"text": lessons.live_markdown(result), "plot": figure, "ran_s": result.seconds}

@@ -69,7 +69,7 @@ def estimate(
     lesson, size_ = LESSONS[name], size_ or size()
     modeled = lesson.estimate(lesson.settings(size_))
     if size_ != "gpu":
-        return modeled
+        return cost.lesson_seconds(name, modeled)
     rec = recorded.latest(folder)
     r = rec.results.get(name) if rec else None
     warm = r.seconds if r else modeled
@@ -87,6 +87,12 @@ def estimate(
     else:
         compiling = first - rebuilt if fresh else 0.0
     return SERVED_S + warm + (rebuilt - warm if unbuilt else 0.0) + compiling
+
+
+def ran(name: str, seconds: float | None) -> None:
+    """A lesson's run here took `seconds` (None: it did not finish): its next estimate on this device."""
+    if seconds and size() != "gpu":
+        cost.record_lesson(name, seconds)
 
 
 def compiles(name: str, size_: str | None = None) -> list:
@@ -118,7 +124,7 @@ def intro(name: str) -> str:
     lesson = LESSONS[name]
     s = lesson.settings(size())
     backends = [s.get("backend", "triton")]
-    note = cost.note(estimate(name), models.device().type, backends)
+    note = cost.note(estimate(name), models.device().type, backends, name)
     return f"### {lesson.title}\n{lesson.summary}\n\nRuns {describe(s)}. {note}"
 
 

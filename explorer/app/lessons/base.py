@@ -192,6 +192,13 @@ def ends(values, k: int | None = None) -> tuple[float, float]:
     return statistics.median(values[:k]), statistics.median(values[-k:])
 
 
+def speed(before_ms: float, after_ms: float) -> str:
+    """'18.9× faster', or 'N× slower' where the second time is the longer."""
+    if after_ms <= before_ms:
+        return f"{num(before_ms / after_ms)}× faster"
+    return f"{num(after_ms / before_ms)}× slower"
+
+
 def on_what(settings: dict, device: str) -> str:
     """Where and how a run ran, e.g. "CPU, Triton interpreter" or "NVIDIA H200, Triton kernels"."""
     if device != "CPU":

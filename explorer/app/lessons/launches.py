@@ -67,7 +67,7 @@ def explain(r) -> str:
     return (
         f"A decode step ran **{f['kernels']} GPU kernels** (counted by torch.profiler) from {f['operations']} "
         f"operations. Launched one by one from Python it took **{base.ms(f['eager_ms'])}** (median); replayed as one "
-        f"CUDA graph, **{base.ms(f['graph_ms'])}**: {base.num(f['eager_ms'] / f['graph_ms'])}× faster, with the "
+        f"CUDA graph, **{base.ms(f['graph_ms'])}**: {base.speed(f['eager_ms'], f['graph_ms'])}, with the "
         f"same kernels doing the same work. The difference, spread over the kernels, is "
         f"**{base.num(f['per_launch_us'])} µs per kernel**: what launching it from Python cost while the GPU waited. "
         f"{capture} Tokens reached the caller at "

@@ -63,7 +63,7 @@ def explain(r) -> str:
         f"The **prefill** ran the {f['prompt']}-token prompt in one pass: **{base.ms(f['prefill_ms'])}**, "
         f"{base.ms(f['prefill_per_token_ms'])} per token. Each **decode** step ran one token: "
         f"**{base.ms(f['decode_ms'])}** (median). Per token, the prefill was "
-        f"**{base.num(f['decode_ms'] / f['prefill_per_token_ms'])}× cheaper**.\n\n"
+        f"{cheaper(f['decode_ms'], f['prefill_per_token_ms'])}.\n\n"
         f"Why: the prefill did {base.num(f['prefill_gflop'])} GFLOP on {base.mb(f['prefill_mb'])} of HBM traffic, "
         f"**{base.num(f['prefill_intensity'])} FLOP per byte**: each weight read serves all {f['prompt']} tokens. "
         f"A decode step (position {f['decode_position']}) did {base.num(f['decode_gflop'] * 1e3)} MFLOP on "
@@ -86,6 +86,13 @@ def explain(r) -> str:
             "tokens per weight read) is how decode gets faster."
         )
     return text
+
+
+def cheaper(decode_ms: float, prefill_per_token_ms: float) -> str:
+    """'**7.2× cheaper**', or dearer where the recording says so."""
+    if prefill_per_token_ms <= decode_ms:
+        return f"**{base.num(decode_ms / prefill_per_token_ms)}× cheaper**"
+    return f"**{base.num(prefill_per_token_ms / decode_ms)}× dearer**"
 
 
 def figure(r) -> go.Figure:

@@ -1,0 +1,173 @@
+"""What a run's settings cost Triton's interpreter, relative to the settings its rate was measured at.
+
+The interpreter runs every program of a grid in Python, one after another, and every loop step of a program
+as a few numpy calls: a launch costs a part of its own (its arguments bound, its grid set up) and a part per
+program loop step, whatever the tile's size (a tile's numpy work is small beside Python's per call). So tiles
+that make more programs or more K steps cost more, and the count follows from each kernel's own tile rules
+(resolve_config of each kernel: the same tiles the run will launch with). A decode step's launches are counted
+by walking one block's operations at the run's fusion rung; a pass over T tokens (a prefill, every cache-off
+step) by its matmuls, attention and norms.
+
+`decode_factor` and `pass_factor` say how many times the reference settings' decode step or pass these settings
+cost (the reference: default tiles, the default rung, float32, one sequence: what RATES in estimate.py was
+measured at). The estimate multiplies its layer-steps by them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from kernels.config import cdiv
+
+from ..model.ops import DECODE_RUNGS, DEFAULT_FUSION, Tiles
+
+# Milliseconds of the interpreter per launch, per program and per loop step of a program, by kernel (2-core
+# machine, 2026-12-05, the bundled model's decode step, each operation timed in the run: at the default tiles a
+# bias launch took 2 ms, a projection of one program 16 ms, decode attention's four programs 55 ms; at
+# linear_decode 16 x 32 c_proj's 16 programs of 8 steps took 0.49 s, c_fc's 64 with the LayerNorm 3.2 s; the
+# tile kernel's split-K path at its CPU tiles 32 ms for c_attn's 3 programs of 4 steps). float16 ran as float32.
+# Attention's launch costs more of its own: at batch 4 decode attention's 16 programs took 139 ms.
+LAUNCH_MS = {"attention": 27.0}
+PROGRAM_MS = {"decode_linear": 4.0, "prefetch": 12.0, "norm": 20.0, "linear": 2.0, "attention": 7.0, "other": 2.5}
+STEP_MS = {"decode_linear": 3.5, "prefetch": 0.0, "linear": 2.0, "attention": 3.0, "other": 0.0}
+CPU = torch.device("cpu")
+
+
+def launch(kind: str, programs: int, steps: int = 0, norm: bool = False) -> float:
+    """One launch's milliseconds: its own, its programs' (with a norm's statistics in each), their loop steps'."""
+    per_program = PROGRAM_MS[kind] + (PROGRAM_MS["norm"] if norm else 0.0)
+    return LAUNCH_MS.get(kind, 2.0) + programs * per_program + steps * STEP_MS[kind]
+
+
+@functools.lru_cache(maxsize=4096)
+def decode_linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype, fused: bool, norm: bool = False) -> float:
+    """A decode-shaped projection: the decode rung's kernel (kernels.matmul.decode_tiles), its LayerNorm in
+    each program where `norm`, or below that rung the tile kernel's split-K path (kernels.matmul.kernel)."""
+    if not fused:
+        return linear_ms(tiles, rows, out_f, in_f, dtype)
+    from kernels.matmul import decode_tiles
+
+    cfg = decode_tiles.resolve_config(tiles, rows, out_f, in_f, dtype, CPU)
+    k_per_split, splits = decode_tiles.splits_of(cfg, in_f)
+    programs = cdiv(out_f, cfg.block_n) * splits
+    if decode_tiles.prefetches(cfg):  # the whole slice in one or two loads
+        return launch("prefetch", programs, norm=norm)
+    return launch("decode_linear", programs, programs * cdiv(k_per_split, cfg.block_k), norm=norm)
+
+
+@functools.lru_cache(maxsize=4096)
+def linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype) -> float:
+    from kernels.matmul.kernel import resolve_config
+
+    cfg = resolve_config(tiles, rows, out_f, in_f, dtype, CPU)
+    programs = cdiv(rows, cfg.block_m) * cdiv(out_f, cfg.block_n) * cfg.split_k
+    return launch("linear", programs, programs * cdiv(cdiv(in_f, cfg.block_k), cfg.split_k))
+
+
+@functools.lru_cache(maxsize=4096)
+def attention_ms(tiles, batch: int, heads: int, tokens: int, head_dim: int, dtype) -> float:
+    """A causal prefill: each query tile walks the key tiles up to its diagonal."""
+    from kernels.attn.kernel import resolve_config
+
+    cfg = resolve_config(tiles, tokens, head_dim, dtype, CPU)
+    q_tiles = cdiv(tokens, cfg.block_m)
+    walked = sum(cdiv(min(tokens, (i + 1) * cfg.block_m), cfg.block_n) for i in range(q_tiles))
+    return launch("attention", batch * heads * q_tiles, batch * heads * walked)
+
+
+@functools.lru_cache(maxsize=4096)
+def decode_attention_ms(tiles, batch: int, heads: int, positions: int, head_dim: int, dtype) -> float:
+    from kernels.attn.decode_tiles import decode_split, resolve_decode_config
+
+    cfg = resolve_decode_config(tiles, batch * heads, positions, head_dim, dtype, CPU)
+    chunk, splits = decode_split(positions, cfg)
+    programs = batch * heads * splits
+    return launch("attention", programs, programs * max(0, cdiv(chunk, cfg.block_n) - 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def norm_ms(tiles, rows: int, width: int) -> float:
+    from kernels.norm.kernel import resolve_config
+
+    return launch("other", cdiv(rows, resolve_config(tiles, rows, width, CPU).block_m))
+
+
+def shape(model: str) -> dict:
+    """The model's sizes as the cost walk needs them (the families' defaults for a model it does not know)."""
+    from .estimate import ATTENTION_HEADS, SHAPES
+
+    layers, width = SHAPES.get(model, SHAPES["gpt2"])
+    heads, kv_heads, head_dim = ATTENTION_HEADS.get(model, (width // 64, width // 64, 64))
+    hidden = {"bundled-llama": 512, "HuggingFaceTB/SmolLM2-135M": 1536}.get(model, 4 * width)
+    vocab = VOCAB.get(model, 50257)
+    llama = model in ATTENTION_HEADS
+    sizes = dict(layers=layers, width=width, heads=heads, kv_heads=kv_heads, head_dim=head_dim, hidden=hidden)
+    return sizes | dict(vocab=vocab, llama=llama)
+
+
+VOCAB = {"bundled": 4096, "bundled-llama": 4096, "HuggingFaceTB/SmolLM2-135M": 49152}  # GPT-2's 50257 otherwise
+
+
+def projections(m: dict) -> list[tuple[int, int, bool, bool]]:
+    """(out, in, with bias, normalised first) of a block's four matmuls."""
+    c, kv = m["width"], 2 * m["kv_heads"] * m["head_dim"]
+    if m["llama"]:  # q with k and v stacked, the output, gate and up stacked, down
+        return [
+            (c + kv, c, False, True),
+            (c, c, False, False),
+            (2 * m["hidden"], c, False, True),
+            (c, m["hidden"], False, False),
+        ]
+    return [(3 * c, c, True, True), (c, c, True, False), (m["hidden"], c, True, True), (c, m["hidden"], True, False)]
+
+
+def decode_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, positions: int) -> float:
+    """One block's decode step and its share of the LM head, in the reference machine's milliseconds."""
+    m = shape(model)
+    fused = fusion in DECODE_RUNGS and batch <= 16
+    linear_tiles = tiles.fixed("linear_decode")
+    ms = 0.0
+    for out_f, in_f, bias, norm in projections(m):
+        ms += decode_linear_ms(linear_tiles, batch, out_f, in_f, dtype, fused, norm)
+        if fusion == "none" and bias:  # the bias, then GELU or the residual, each a launch of its own
+            ms += 2 * launch("other", 1)
+    if m["llama"]:  # grouped attention takes no tiles: a program per key/value head
+        ms += launch("attention", batch * m["kv_heads"])
+    else:
+        ms += decode_attention_ms(tiles.fixed("decode_attention"), batch, m["heads"], positions, m["head_dim"], dtype)
+    if not fused:  # the two norms and the cache write, each a launch of its own
+        ms += 2 * norm_ms(tiles.fixed("layer_norm"), batch, m["width"]) + launch("other", 2)
+    head = decode_linear_ms(linear_tiles, batch, m["vocab"], m["width"], dtype, fused, True)
+    return ms + head / m["layers"]
+
+
+def pass_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, tokens: int) -> float:
+    """One block's pass over `tokens` tokens of each sequence (a prefill; a cache-off step) and its share of the
+    LM head over each sequence's last row, in the reference machine's milliseconds."""
+    m, rows = shape(model), batch * tokens
+    which = "linear_decode" if rows <= 16 else "linear"  # decode-shaped rows take linear_decode's tiles
+    ms = 0.0
+    for out_f, in_f, bias, _ in projections(m):
+        ms += linear_ms(tiles.fixed(which), rows, out_f, in_f, dtype)
+        ms += 2 * launch("other", 1) if fusion == "none" and bias else 0.0
+    if m["llama"]:
+        ms += launch("attention", batch * m["heads"], batch * m["heads"] * max(1, tokens // 16))
+    else:
+        ms += attention_ms(tiles.fixed("attention"), batch, m["heads"], tokens, m["head_dim"], dtype)
+    ms += 2 * norm_ms(tiles.fixed("layer_norm"), rows, m["width"]) + launch("other", 2)
+    return ms + linear_ms(tiles.fixed("linear_decode"), batch, m["vocab"], m["width"], dtype) / m["layers"]
+
+
+def decode_factor(s, dtype, positions: int) -> float:
+    """A decode step at these settings against one at the reference settings (one sequence) at this length."""
+    ref = decode_ms(s.model, Tiles(), DEFAULT_FUSION, torch.float32, 1, positions)
+    return decode_ms(s.model, s.tiles, s.fusion, dtype, s.batch, positions) / ref
+
+
+def pass_factor(s, dtype, tokens: int) -> float:
+    """A pass at these settings against one at the reference tiles, rung and dtype, of as many tokens and
+    sequences (the estimate counts a pass's batch and tokens itself)."""
+    ref = pass_ms(s.model, Tiles(), DEFAULT_FUSION, torch.float32, s.batch, tokens)
+    return pass_ms(s.model, s.tiles, s.fusion, dtype, s.batch, tokens) / ref
