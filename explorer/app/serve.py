@@ -4,6 +4,7 @@ the server's surface to what the page uses. app.py launches it; the tests start 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
@@ -181,8 +182,10 @@ def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=
     warmed = getattr(r, "warm", None)  # what the worker's warm-up ran, and so compiled
     if warmed:
         estimate.compiled(device, estimate.generation_keys(warmed["settings"]))
-        if warmed["ladder"]:
+        if warmed["ladder"]:  # on a GPU, where the warm-up also compiled the bundled Llama's decoder (jobs.warm)
             estimate.compiled(device, estimate.ladder_keys(warmed["settings"]))
+            llama = dataclasses.replace(warmed["settings"], model="bundled-llama")
+            estimate.compiled(device, [estimate.model_key(llama)])
     header = ZERO_GPU_HEADER if zero_gpu() else r.info.get("header", "")
     ctx = handlers.Context(r, models.Policy(default_model, offered, downloads), device)
     return ui.build(ctx, header), launch_options(), r

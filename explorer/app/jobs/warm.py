@@ -9,6 +9,7 @@ has not run before says on the page that kernels are compiling, and about how lo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -85,6 +86,9 @@ def warm_up(settings: dict):
         t3 = time.monotonic()
         torch_first_calls()
         yield f"PyTorch's first prefills at GPT-2 small's shape in {time.monotonic() - t3:.1f} s"
+        t4 = time.monotonic()
+        triton_first_calls(s)
+        yield f"Triton's kernels for the lessons' shape and the bundled Llama in {time.monotonic() - t4:.1f} s"
     yield f"warm in {time.monotonic() - t0:.1f} s"
 
 
@@ -98,4 +102,26 @@ def torch_first_calls(rows=(128, 143, 159)) -> None:
     model = base.model(dict(model=base.GPT2_SHAPE, dtype="bfloat16", backend="torch"))
     for n in rows:
         list(generate(model, base.prompt(model, n), max_new_tokens=1, warmup=False, graph=False, eos_token_id=-1))
+    torch.cuda.synchronize()
+
+
+def triton_first_calls(s: RunSettings) -> None:
+    """The Triton kernels a visitor's first clicks would otherwise compile after the page says it is ready: the
+    lessons' model (GPT-2 small's shape, bfloat16) with the cache on and off, and the bundled Llama's Generate with
+    the cache on and off. Their lengths do not matter (the kernels do not specialise on them): a prompt past the
+    decode rows, one step each. The rest is Triton's cache on disk, which a restart reads instead."""
+    from ...model.generate import generate
+    from ..lessons import base
+    from . import generate as generate_job
+    from .base import Control
+
+    model = base.model(dict(model=base.GPT2_SHAPE, dtype="bfloat16", backend="triton"))
+    for cache in (True, False):
+        ids = base.prompt(model, 40)
+        list(generate(model, ids, max_new_tokens=2, cache=cache, warmup=False, graph=False, eos_token_id=-1))
+    never = Control(lambda: False, float("inf"))
+    llama = dataclasses.replace(s, model="bundled-llama", new_tokens=2)
+    for cache in (True, False):
+        for _ in generate_job.run({"settings": dataclasses.replace(llama, cache=cache)}, never):
+            pass
     torch.cuda.synchronize()
