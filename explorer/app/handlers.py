@@ -107,7 +107,6 @@ async def run_job(ctx: Context, kind: str, payload: dict, seconds: float, compil
             f"{estimate.shown(budget)}. {estimate.advice(kind)}"
         )
     view: dict = {}
-    payload = payload | {"compile_s": estimate.compile_s(ctx.device, compiles)}  # what the job's process cannot know
     async for update in ctx.runner.run(Job(kind, payload, budget, seconds)):
         view |= update
         yield view
@@ -127,8 +126,10 @@ def make(ctx: Context) -> dict:
             overlaid = overlays(overlay, state)
             seconds = estimate.generation_seconds(s, ctx.device, overlaid)
             keys = estimate.generation_keys(s)
-            compiling = estimate.compile_s(ctx.device, keys) > 0
-            payload = dict(settings=s, previous=state.get("steps") if overlay else None, started=time.time())
+            compile_s = estimate.compile_s(ctx.device, keys)  # what the job's process, if new, cannot know
+            compiling = compile_s > 0
+            previous = state.get("steps") if overlay else None
+            payload = dict(settings=s, previous=previous, started=time.time(), compile_s=compile_s)
             ran = None
             async for view in run_job(ctx, "generate", payload, seconds, keys):
                 if "state" in view:
