@@ -18,6 +18,9 @@ import os
 import random
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
 

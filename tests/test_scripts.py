@@ -12,11 +12,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_TOO = ("sampling", "stream_check")  # experiments that run on CPU as well
+# Benchmarks that run on CPU too: the page (a server), the estimates (the interpreter), torch_loop (a library).
+CPU_BENCHMARKS = ("page", "estimates", "torch_loop")
 GPU_ONLY = [
     *sorted(f"-m experiments.{p.stem}" for p in (ROOT / "experiments").glob("*.py") if p.stem not in CPU_TOO),
-    *sorted(
-        f"-m benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in ("page", "torch_loop")
-    ),
+    *sorted(f"-m benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in CPU_BENCHMARKS),
 ]
 OPERATIONS = ("attention", "kv_cache", "linear", "norm", "rope")  # one benchmark per operation
 
@@ -85,10 +85,10 @@ def test_every_operation_has_its_benchmark_and_the_whole_run_holds_each_group():
 
 # Run by their paths from another directory, as a person who has not read `python -m` would: the same answer as by
 # `python -m` from the repository's root (here on CPU: one line saying a GPU is needed; --help's usage elsewhere).
-NOT_ALONE = ("page", "torch_loop")  # the page's timing starts a server (its --help below); torch_loop is a library
 AS_FILES = [
-    *(f"benchmarks/{p.name}" for p in sorted((ROOT / "benchmarks").glob("*.py")) if p.stem not in NOT_ALONE),
-    "benchmarks/page.py --help",
+    *(f"benchmarks/{p.name}" for p in sorted((ROOT / "benchmarks").glob("*.py")) if p.stem not in CPU_BENCHMARKS),
+    "benchmarks/page.py --help",  # the CPU benchmarks' whole runs take minutes: their --help
+    "benchmarks/estimates.py --help",
     "explorer/bench.py --help",
     "scripts/record_lessons.py --help",
     "scripts/train_tiny.py --help",

@@ -512,7 +512,10 @@ def _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision):
 
     (rows, in_features), out_features = x2.shape, weight.shape[0]
     tiles = cdiv(rows, cfg.block_m) * cdiv(out_features, cfg.block_n)
-    programs = min(tiles, device_limits(x2.device).num_sms)
+    # One program per SM, fewer where there are fewer tiles; the walk's stride is the SM count either way (with
+    # fewer tiles than SMs each program takes just its own tile), so the compiled kernel does not depend on rows.
+    sms = device_limits(x2.device).num_sms
+    programs = min(tiles, sms)
     xd = TensorDescriptor.from_tensor(x2, [cfg.block_m, cfg.block_k])
     wd = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
     yd = TensorDescriptor.from_tensor(y, [cfg.block_m, cfg.block_n])
@@ -534,7 +537,7 @@ def _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision):
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
         GROUP_M=cfg.group_m,
-        PROGRAMS=programs,
+        PROGRAMS=sms,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
