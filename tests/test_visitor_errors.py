@@ -63,6 +63,14 @@ def test_attention_tiles_that_cannot_fit_name_one_field_when_one_was_chosen():
         list(jobs.JOBS["generate"]({"settings": s}, NEVER))
 
 
+def test_compare_refuses_tiles_that_cannot_fit_before_its_first_run_in_the_same_words():
+    tiles = settings.Tiles(linear_decode=TileConfig(block_n=256, block_k=256))
+    s = settings.RunSettings(new_tokens=2, dtype="float32", tiles=tiles)
+    updates = jobs.JOBS["compare"]({"settings": s, "lengths": [4, 9]}, NEVER)
+    with pytest.raises(UserError, match=r"^Tiles, linear decode: block_n 256 and block_k 256 need about "):
+        next(updates)  # not even the fusion chart: nothing ran
+
+
 def collect(agen) -> list:
     async def go():
         return [x async for x in agen]

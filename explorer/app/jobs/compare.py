@@ -13,6 +13,7 @@ from ...model.weights import load_model
 from .. import beside, counterpart, models, plots, views
 from ..settings import RunSettings
 from .base import Control
+from .generate import check_tiles
 
 LADDER_CONTEXT = {"cuda": 1000, "cpu": 16}  # keys in the cache at the ladder's timed decode step
 
@@ -23,6 +24,8 @@ def run(payload: dict, control: Control):
     models.check_fits(s.model)
     model, _ = load_model(s.model, device=models.device(), dtype=models.dtype_of(s.dtype))
     model = model.with_fusion(s.fusion)
+    for n in sorted(set(lengths)):  # tiles this device cannot run are refused before the first run, as Generate's are
+        check_tiles(model, s.tiles, 1, n, n + s.new_tokens)
     fusion = metrics.fusion_lessons(
         model.config, max(lengths), model.dtype.itemsize, s.tiles, model.dtype, model.device
     )
