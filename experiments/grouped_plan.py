@@ -3,7 +3,7 @@
     python -m experiments.grouped_plan [1x1024 1x4096 1x8192 8x1024 8x4096 8x8192]   (batch x keys)
 
 SmolLM2's 9 query heads over 3 key/value heads, bf16, cold L2. For each shape: SDPA with enable_gqa, the plan's
-default (kernels.attn.grouped.plan) and a plain read of the same bytes (grouped_variants.baseline), then key tiles
+default (kernels.attn.grouped.plan) and a plain read of the same bytes (read_floor.read), then key tiles
 of 32, 64 and 128 in 1, 2 and 4 warps at the default split count and twice it, each checked against SDPA first;
 the fastest ten are printed. Whether the default is the fastest, or within the run's noise of it, is what keeps
 or changes the plan's rule.
@@ -13,11 +13,37 @@ import itertools
 import sys
 
 import torch
+import torch.nn.functional as F
 import triton
 
-from experiments.grouped_variants import KV_HEADS, baseline
+from experiments.read_floor import read
 from kernels import grouped_decode_attention
 from kernels.attn import grouped
+from kernels.timing import device_time, rotated_inputs
+
+HEADS, KV_HEADS, D = 9, 3, 64
+
+
+def baseline(batch, n):
+    """Random inputs rotated past L2, SDPA's answer, a timer in µs over those inputs, and SDPA's time; prints SDPA,
+    the plan's default and the fastest pure read of the same bytes. Returns (inputs, want, time, sdpa)."""
+
+    def make():
+        q = torch.randn(batch, HEADS, 1, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(batch, KV_HEADS, n, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        return q, k, v, torch.full((batch,), n, device="cuda", dtype=torch.int32)
+
+    kv_bytes = 4 * batch * KV_HEADS * n * D
+    sets = rotated_inputs(make, bytes_per_set=kv_bytes)
+    q, k, v, _ = sets[0]
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    time = lambda fn: device_time(fn, sets, bytes_per_set=kv_bytes).ms * 1e3
+    sdpa = time(lambda q, k, v, n: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+    ours = time(lambda q, k, v, n: grouped_decode_attention(q, k, v, n))
+    floor = min(time(lambda q, k, v, n, c=c: read(k, v, *c)) for c in ((2048, 2, 4), (4096, 2, 8), (8192, 1, 8)))
+    print(f"\nB={batch} keys={n}: SDPA {sdpa:.2f} us, ours today {ours:.2f} us ({sdpa / ours:.2f}x)", end="")
+    print(f", read only {floor:.2f}")
+    return sets[0], want, time, sdpa
 
 
 def run(batch, n):

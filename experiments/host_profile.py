@@ -1,13 +1,11 @@
 """Where an eager decode step's host time goes, and each kernel's launch cost next to PyTorch's.
 
-    python -m experiments.host_profile [--steps 30] [--calls] [--split]
+    python -m experiments.host_profile [--steps 30] [--calls]
 
 GPU only. Host time per call: the mean of many back-to-back calls timed by the wall clock (the median of
 seven rounds, alternating ours and PyTorch's), with the device kept ahead (the GPU finishes each small
 kernel before the host issues the next, so the host is the bottleneck being measured); then cProfile over
-eager decode steps of GPT-2 small's shape. `--split` takes one LayerNorm launch apart: the whole call, the
-allocation of its output, our launch path, Triton's C entry point alone, timed without waiting for the GPU
-(each far shorter than the kernel it launches).
+eager decode steps of GPT-2 small's shape.
 """
 
 import argparse
@@ -47,48 +45,10 @@ def paired_us(ours, theirs, rounds=7):
     return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
 
 
-def split_layer_norm(x, ln):
-    """Where one eager LayerNorm launch's host time goes, part by part."""
-    from triton.runtime.driver import driver
-
-    from kernels.norm.kernel import _layer_norm_kernel, resolve_config
-
-    rows, width = x.shape
-    cfg = resolve_config(None, rows, width, x.device)
-    y = torch.empty_like(x)
-    args = (x, x, y, y, ln[0], ln[1], width, width, width, width, rows, width, ln[2])
-    kw = dict(HAS_RESIDUAL=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
-    grid = (-(-rows // cfg.block_m),)
-    fast = launch.fast(_layer_norm_kernel)
-    fast[grid](*args, **kw)
-    spec, at = launch._bind(args)
-    kernel, tail, entry, between = fast.bound[(x.get_device(), spec, *kw.items())]
-    stream = driver.active.get_current_stream(x.get_device())
-    full = (*at, *tail)
-    parts = [
-        ("kernels.layer_norm, the whole call", lambda: kernels.layer_norm(x, *ln)),
-        ("F.layer_norm", lambda: F.layer_norm(x, (width,), *ln)),
-        ("torch.empty of the output", lambda: torch.empty(x.shape, dtype=x.dtype, device=x.device)),
-        ("launch.fast(...)[grid](...), outputs made", lambda: fast[grid](*args, **kw)),
-        ("launch._bind of the 13 arguments", lambda: launch._bind(args)),
-        (
-            "the launcher's C entry point alone",
-            lambda: entry(
-                grid[0], 1, 1, stream, kernel.function, *between, kernel.packed_metadata, None, None, None, *full
-            ),
-        ),
-    ]
-    print(f"\n### one LayerNorm {rows}x{width} launch: host µs, issued without waiting (bound: {launch.ENABLED})")
-    print("| part | µs |\n|---|---:|")
-    for name, fn in parts:
-        print(f"| {name} | {host_us(fn, 200, wait=False):.1f} |", flush=True)
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--calls", action="store_true", help="also cProfile each of our calls")
-    parser.add_argument("--split", action="store_true", help="also take one LayerNorm launch apart")
     args = parser.parse_args()
     dev, dt = "cuda", torch.bfloat16
     x = torch.randn(1, 768, device=dev, dtype=dt)
@@ -132,9 +92,6 @@ def main():
             torch.cuda.synchronize()
             print(f"\n### {name}: 2000 calls")
             pstats.Stats(prof).sort_stats("tottime").print_stats(14)
-    if args.split:
-        split_layer_norm(big, ln)
-        split_layer_norm(big[:1], ln)
     print(f"compiled kernels bound per signature (kernels.launch): {launch.ENABLED}")
     print("| call | ours µs | PyTorch µs | ours / PyTorch |\n|---|---:|---:|---:|")
     for name, ours, theirs in rows:

@@ -15,8 +15,8 @@ import argparse
 import torch
 
 import kernels.layer.kernel as DL
-from experiments.overlap_sweep import logits, steps
-from explorer.measure.ladder import rung_row
+from explorer.measure.ladder import random_cache, reset, rung_row
+from explorer.model.graphs import DecodeGraph
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 VARIANTS = {  # name: (PDL, attention's key tile, items per program): a tile of 128 keys holds a split of 128 keys
@@ -27,6 +27,32 @@ VARIANTS = {  # name: (PDL, attention's key tile, items per program): a tile of 
     "PDL, attention held (the default)": (True, 128, 1),
     "PDL, attention held, 2 column tiles per program": (True, 128, 2),
 }
+
+
+def logits(model, rung, context, graph):
+    """One decode step's logits at `context` keys, eager or replayed from a CUDA graph."""
+    m = model.with_fusion(rung) if rung != "torch" else model.with_backend("torch")
+    cache = random_cache(m, 1, context, torch.Generator().manual_seed(1))
+    ids = torch.tensor([123], device="cuda")
+    if graph:
+        g = DecodeGraph(m, cache)
+        reset(cache, context)
+        return g.step(ids).float().clone()
+    return m.decode(ids, cache).float()
+
+
+def steps(model, rung, context, n=48):
+    """n greedy steps replayed from one graph, from context - n on: (n, vocab) logits."""
+    m = model.with_fusion(rung)
+    cache = random_cache(m, 1, context, torch.Generator().manual_seed(2))
+    g = DecodeGraph(m, cache)
+    reset(cache, context - n)
+    ids, out = torch.tensor([123], device="cuda"), []
+    for _ in range(n):
+        logits = g.step(ids)
+        out.append(logits.float().clone())
+        ids = logits.argmax(-1)
+    return torch.stack(out)
 
 
 def main():
