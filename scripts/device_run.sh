@@ -12,7 +12,7 @@
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 #     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
 #     ncu       the traffic models against the hardware counters (python -m kernels.ncu_check under ncu)
-#     grouped   grouped decode attention's variants at one tiling, B=8 and B=1 (experiments.grouped_variants)
+#     grouped   grouped decode attention's tile plan against its neighbours, B=8 and B=1 (experiments.grouped_plan)
 # The page and the recording each start from an empty Triton cache: their first runs compile, as on a new machine.
 set -u
 OUT=${OUT:-/tmp/device-out}
@@ -56,8 +56,7 @@ for PART in "${@:-page}"; do
     timeout 200 python3 -m benchmarks.generation --repeats 2 2>&1 | tail -n 20 | tee -a "$LOG" ;;
   grouped)
     say "grouped decode attention's variants, 4096 keys"
-    timeout 200 python3 -m experiments.grouped_variants --config 64,16,4,3 8x4096 2>&1 | grep -v Warn | tail -n 24 | tee -a "$LOG"
-    timeout 120 python3 -m experiments.grouped_variants --config 128,32,4,3 1x4096 2>&1 | grep -v Warn | tail -n 24 | tee -a "$LOG" ;;
+    timeout 300 python3 -m experiments.grouped_plan 8x4096 1x4096 2>&1 | grep -v Warn | tail -n 30 | tee -a "$LOG" ;;
   ops)
     say "every operation next to PyTorch"
     timeout "${OPS_S:-240}" python3 -m benchmarks.operations --out "$OUT/operations.md" 2>&1 | tail -n 80 | tee -a "$LOG" ;;

@@ -429,7 +429,7 @@ def test_one_launch_saves_hbm_bytes_and_pays_for_the_norm_in_l2_reads(rows):
 
 
 def test_a_tile_rule_holds_within_its_block_and_the_default_comes_back():
-    """experiments/overlap_sweep.py compares tile rules through ruled_by, not by writing the modules' rules."""
+    """An experiment (overlap_sweep) compares tile rules through ruled_by, not by writing the modules' rules."""
     from kernels.attn import decode_tiles as attn_tiles
     from kernels.matmul import decode_tiles
 

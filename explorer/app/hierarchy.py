@@ -79,7 +79,8 @@ def _ratio(a: float, b: float) -> str:
 
 def _l1(r, way: str) -> float:
     """A recorded row's L1 counter (requests through L1) for "read" or "write", NaN where none was recorded:
-    kernels.ncu_check's own column, or for loads the L1 probe of the tiled kernels (experiments/ncu_l1_probe.py).
+    kernels.ncu_check's own column, or for loads the L1 probe of the tiled kernels
+    (ncu_l1_probe, experiments/README.md).
     A case whose loads take no L1 path (TMA) has 0 there."""
     value = getattr(r, f"counter_l1_{way}_mb", math.nan)
     if way == "read" and not (value is not None and pd.notna(value)):

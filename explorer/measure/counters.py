@@ -1,5 +1,5 @@
 """The traffic models against hardware counters, as recorded on a GPU by `python -m kernels.ncu_check`
-(and, for the tiled kernels, experiments/ncu_l1_probe.py) and shipped in assets/recorded/ncu_*.json, so a
+(and, for the tiled kernels, ncu_l1_probe in experiments/README.md) and shipped in assets/recorded/ncu_*.json, so a
 visitor without a GPU, or without ncu, sees how far each modeled number can be trusted."""
 
 from __future__ import annotations

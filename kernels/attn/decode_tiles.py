@@ -72,7 +72,7 @@ _rule = default_decode_config  # the rule resolve_decode_config applies (ruled_b
 @contextlib.contextmanager
 def ruled_by(rule):
     """Within the block, decode attention's default tiles come from rule(batch_heads, max_len, device) in place
-    of default_decode_config: for comparing tile rules (experiments/overlap_sweep.py)."""
+    of default_decode_config: for comparing tile rules (overlap_sweep, experiments/README.md)."""
     global _rule
     saved, _rule = _rule, rule
     resolve_decode_config.cache_clear()

@@ -220,7 +220,7 @@ def _grouped_merge(
     """One program per (sequence, query head) and slice of BLOCK_DM of its dimensions: each split's partial
     weighed by exp2(its max - the head's largest max), over the weighed sums (decode attention's merge). Spread
     this wide, the partials of a hundred splits arrive in one memory round trip, where the last split to arrive
-    reading them alone took 18.5 µs at 64 splits and B=8 (experiments/grouped_warps.py). The maths is
+    reading them alone took 18.5 µs at 64 splits and B=8 (experiments/README.md, grouped_warps). The maths is
     decode._decode_merge's, but all three loads come first: called through that function, the sm_90 PTX
     requests the sums and outputs only after the maxes' reduction, which may cost the tail a second round trip."""
     pdl.launch_dependents(TRIGGER)  # the decode step's next projection may start loading its weights

@@ -141,7 +141,7 @@ def grouped_attention(q, k, v, *, causal=True, block_m=None, block_n=None, num_w
     block_m: rows of the query tile, each a (position, query head) of one group, so block_m // G positions per
     program (G = H / H_kv); block_n: keys per tile. On a GPU 64-key tiles, and 64 rows in 4 warps, or 128 rows
     in 8 warps where those still make four programs per SM (the fastest of 18 tilings at B=1 and 1024 positions,
-    and at B=4 and 4096, on an H200: experiments/grouped_sweep.py); on CPU 128 rows over 128-key tiles (the
+    and at B=4 and 4096, on an H200: experiments/README.md, grouped_sweep); on CPU 128 rows over 128-key tiles (the
     interpreter's cost is per program and loop step)."""
     group = check_groups("grouped_attention", q, k, v)
     batch, heads, tq, head_dim = q.shape

@@ -79,7 +79,7 @@ _rule = default_config  # the rule resolve_config applies (ruled_by swaps it wit
 @contextlib.contextmanager
 def ruled_by(rule):
     """Within the block, decode_linear's default tiles come from rule(rows, out_features, in_features, dtype,
-    device) in place of default_config: for comparing tile rules (experiments/overlap_sweep.py)."""
+    device) in place of default_config: for comparing tile rules (overlap_sweep, experiments/README.md)."""
     global _rule
     saved, _rule = _rule, rule
     resolve_config.cache_clear()

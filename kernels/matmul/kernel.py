@@ -284,7 +284,7 @@ def default_config(
             block_m=16, block_n=block_n, block_k=block_k, group_m=1, split_k=split_k, num_warps=4, num_stages=stages + 1
         )
     if persistent_form(rows, dtype, device):  # sm_90/sm_100, 16-bit, unless forced_form says otherwise
-        # The fastest of 9 tile rules on an H200 (scripts/linear_sweep.py, benchmarks/RESULTS.md): 128x256 in
+        # The fastest of 9 tile rules on an H200 (linear_sweep in experiments/README.md): 128x256 in
         # 8 warps, 3 stages, for c_fc + GELU at M = 1024-8192. With a residual that tile leaves room for only
         # 2 stages (the residual's layout change needs shared memory too), and 128x128 in 4 stages won.
         if residual:
