@@ -53,7 +53,7 @@ def triton_cache_dir() -> str:
 
 def main():
     args = parse_args()
-    from explorer.app.runner import zero_gpu
+    from explorer.app.zerogpu import zero_gpu
 
     if zero_gpu():
         import spaces  # noqa: F401  before torch, which it patches for ZeroGPU (its documented order)

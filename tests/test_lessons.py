@@ -14,7 +14,7 @@ import gradio as gr
 import pytest
 import torch
 
-from explorer.app import handlers, lessons
+from explorer.app import handlers, lessons, recordings
 from explorer.app.lessons import base, recorded
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,7 +254,7 @@ def test_a_recording_round_trips_and_is_labelled_with_its_gpu_and_date(runs, tmp
     assert rec.label == "recorded on NVIDIA H200, 2026-11-30" and "triton 3.9.0" in rec.versions
     for name in names:
         original, loaded = results[name], rec.results[name]
-        assert loaded.facts == json.loads(json.dumps(recorded._plain(original.facts)))
+        assert loaded.facts == json.loads(json.dumps(recordings.plain(original.facts)))
         assert (loaded.first_s, tuple(loaded.kernels)) == (9.5, ("3f2a", "9c01"))
         assert (loaded.rebuilt_s, loaded.compile_s) == (1.5, compiling)
         assert lessons.LESSONS[name].explain(loaded) == lessons.LESSONS[name].explain(original)

@@ -43,9 +43,9 @@ def test_each_gpu_call_asks_for_seconds_from_its_own_estimate_and_its_job_ends_b
 
 def test_elsewhere_jobs_run_in_a_worker_process(monkeypatch):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
-    from explorer.app import runner
+    from explorer.app.zerogpu import zero_gpu
 
-    assert not runner.zero_gpu()
+    assert not zero_gpu()
 
 
 def test_the_inline_runner_hands_the_call_its_seconds_and_ends_the_job_before_them():
@@ -81,10 +81,10 @@ def test_triton_keeps_its_kernels_where_they_outlive_each_gpu_call(monkeypatch, 
 
 
 def test_a_fresh_process_says_kernels_compile_only_where_the_server_has_not_run_those_settings(monkeypatch):
-    from explorer.app.jobs import warm
-    from explorer.app.jobs.warm import compile_note
+    from explorer.app.jobs import compiling
+    from explorer.app.jobs.compiling import compile_note
 
-    monkeypatch.setitem(warm._state, "compile_s", None)  # a process with no warm-up of its own, as on ZeroGPU
+    monkeypatch.setitem(compiling._state, "compile_s", None)  # a process with no warm-up of its own, as on ZeroGPU
 
     key = ("generate", "a model no test ran")
     assert compile_note(key, "cuda", known_s=0) is None  # ran before: Triton's cache on disk has its kernels

@@ -21,7 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..measure.metrics import MB
-from .lessons.recorded import FOLDER, _frame, _plain, _table
+from . import recordings
+from .recordings import FOLDER
 from .settings import RunSettings
 
 FORMAT = 1
@@ -65,9 +66,13 @@ def save(path: str | Path, meta: dict, jobs: dict) -> Path:
     """jobs: kind -> (key, tables, summary)."""
     body = {
         "format": FORMAT,
-        **_plain(meta),
+        **recordings.plain(meta),
         "jobs": {
-            kind: {"key": _plain(key), "tables": {k: _table(v) for k, v in tables.items()}, "summary": _plain(summary)}
+            kind: {
+                "key": recordings.plain(key),
+                "tables": {k: recordings.table(v) for k, v in tables.items()},
+                "summary": recordings.plain(summary),
+            }
             for kind, (key, tables, summary) in jobs.items()
         },
     }
@@ -84,7 +89,11 @@ def _load(path: str, mtime: float) -> Recording:
         raise ValueError(f"{path}: recording format {data.get('format')!r}, this app reads {FORMAT}")
     meta = {k: v for k, v in data.items() if k not in ("format", "jobs")}
     jobs = {
-        kind: {"key": j["key"], "tables": {k: _frame(v) for k, v in j["tables"].items()}, "summary": j["summary"]}
+        kind: {
+            "key": j["key"],
+            "tables": {k: recordings.frame(v) for k, v in j["tables"].items()},
+            "summary": j["summary"],
+        }
         for kind, j in data["jobs"].items()
     }
     return Recording(meta, jobs)

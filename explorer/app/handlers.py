@@ -13,6 +13,7 @@ import html
 import inspect
 import re
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import gradio as gr
@@ -113,125 +114,166 @@ async def run_job(ctx: Context, kind: str, payload: dict, seconds: float, compil
     estimate.compiled(ctx.device, compiles)
 
 
+@dataclass
+class Plan:
+    """A job as its endpoint's checks make it: its payload, about how long it takes (refused past the time
+    budget), the kinds of work it leaves compiled, and what the page keeps and shows of it besides its views."""
+
+    payload: dict
+    seconds: float
+    compiles: Iterable = ()
+    keep: Callable[[dict, dict], dict] = lambda state, new: {**state, **new}  # the page's state with the job's
+    done: Callable[[dict], None] = lambda view: None  # the job ended by itself, its view (every update merged)
+    first: tuple | None = None  # what the page shows before the job's first update
+    after: tuple = ()  # outputs after the job's own, the same all through the run
+    current: Callable[[], bool] = lambda: True  # False once the page has asked for another job in its place
+
+
+def job(ctx: Context, kind: str, plan: Callable, shown: list[str], page: str = "state", about: str | None = None):
+    """The handler of a job endpoint: `plan(ctx, values, page)` checks what was sent and says what to run (a
+    Plan); the job's views go to the `shown` outputs as they come, then `page`: "state", the page's state (the
+    job's own merged in, as the last output), or "request", Gradio's request (the endpoint keeps no state). A
+    refusal or failure, in the checks or in the job, is one message (gr.Error). `about`: the API's description."""
+    keeps = page == "state"
+
+    async def handler(values: dict, arg=None):
+        try:
+            state = dict(arg or NEW_STATE) if keeps else None
+            p = plan(ctx, values, state if keeps else arg)
+            if p.first is not None:
+                yield p.first
+            view: dict = {}
+            async for view in run_job(ctx, kind, p.payload, p.seconds, p.compiles):
+                if not p.current():
+                    return  # closing the job's updates stops it
+                if keeps and "state" in view:
+                    state = p.keep(state, view.pop("state"))
+                yield (*outputs(view, shown), *p.after, *((state,) if keeps else ()))
+            p.done(view)
+        except UserError as e:
+            raise fail(e) from None
+
+    # Gradio reads a handler's parameters (it fills one annotated gr.Request itself), its name and its docstring
+    # (the API's description).
+    kind_ = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    second = inspect.Parameter(page, kind_) if keeps else inspect.Parameter(page, kind_, default=None)
+    handler.__annotations__ = {"values": dict} | ({} if keeps else {page: gr.Request})
+    handler.__signature__ = inspect.Signature([inspect.Parameter("values", kind_), second])
+    handler.__name__ = handler.__qualname__ = kind
+    handler.__doc__ = about
+    return handler
+
+
+def plan_generate(ctx: Context, values: dict, state: dict) -> Plan:
+    s = settings.parse(values, ctx.dynamic())
+    overlay = settings.check("overlay", values["overlay"])
+    ctx.policy.check(s.model)
+    units = estimate.generation_units(s, ctx.device)
+    overlaid = overlays(overlay, state)
+    seconds = estimate.generation_seconds(s, ctx.device, overlaid)
+    keys = estimate.generation_keys(s)
+    compile_s = estimate.compile_s(ctx.device, keys)  # what the job's process, if new, cannot know
+    compiling = compile_s > 0
+    previous = state.get("steps") if overlay else None
+    payload = dict(settings=s, previous=previous, started=time.time(), compile_s=compile_s)
+
+    def done(view: dict) -> None:
+        # The run's own seconds, a model's first load left out, are the next estimate's rate; a run that
+        # compiled kernels along the way (new lengths, a new model) would make that rate seconds too slow.
+        ran = view.get("ran_s")
+        if ran is not None and not compiling:
+            ran -= estimate.OVERLAY_S[ctx.device] if overlaid else 0
+            estimate.record(ctx.device, s.backend, units, ran, key=estimate.rate_key(s))
+
+    def keep(state: dict, new: dict) -> dict:
+        return {**state, "previous": state.get("steps"), **new}
+
+    return Plan(payload, seconds, keys, keep=keep, done=done)
+
+
+def plan_sweep(ctx: Context, values: dict, state: dict) -> Plan:
+    kernel = settings.check("kernel", values["kernel"])
+    dtype = settings.check("dtype", values["dtype"], ctx.dynamic())
+    shape = validate.shape("shape", validate.text("shape", values["shape"]), estimate.sweep_keys(kernel))
+    axes = estimate.sweep_axes(kernel)
+    x, y = validate.choice("x", values["x"], axes), validate.choice("y", values["y"], axes)
+    if x == y:
+        raise UserError(f"x and y are both {x}: pick two different tile fields to lay the sweep out.")
+    value = settings.check("value", values["value"])
+    estimate.check_sweep_inputs(kernel, shape, settings.ITEMSIZE[dtype], ctx.device)
+    payload = dict(kernel=kernel, shape=shape, dtype=dtype, x=x, y=y, value=value)
+    seconds = estimate.sweep_s(kernel, shape, ctx.device, dtype)
+    return Plan(payload, seconds, estimate.sweep_compiles(kernel, shape, dtype))
+
+
+def plan_compare(ctx: Context, values: dict, state: dict) -> Plan:
+    s = settings.parse(values, ctx.dynamic())
+    lengths = settings.check("lengths", values["lengths"])
+    ctx.policy.check(s.model)
+    estimate.check_lengths(s.model, lengths, s.new_tokens)
+    seconds, keys = estimate.compare_seconds(s, lengths, ctx.device), estimate.compare_keys(s, lengths)
+    return Plan(dict(settings=s, lengths=lengths), seconds, keys)
+
+
+def plan_ladder(ctx: Context, values: dict, state: dict) -> Plan:
+    dynamic = ctx.dynamic()
+    s = settings.RunSettings(
+        model=settings.check("model", values["model"], dynamic),
+        dtype=settings.check("dtype", values["dtype"], dynamic),
+        batch=settings.check("batch", values["batch"]),
+    )
+    ctx.policy.check(s.model)
+    return Plan(dict(settings=s), estimate.ladder_seconds(s, ctx.device), estimate.ladder_keys(s))
+
+
+LESSON_ABOUT = (  # the /lesson endpoint's description for API clients
+    "A lesson's job; another lesson picked on the same page meanwhile ends it (the pick's own job\n"
+    "runs next), since a visitor who picks another lesson wants that one, not the one before."
+)
+
+
+def plan_lesson(ctx: Context, values: dict, request: gr.Request | None) -> Plan:
+    """The lesson's recorded side is shown from the start, beside its run; a newer pick on the page ends it."""
+    session = getattr(request, "session_hash", None)
+    mine = ctx.lesson_picks.get(session)
+    name = validate.choice("lesson", values["lesson"], lessons.names())
+    text, figure = lessons.recorded_view(name)
+    recorded = (text, gr.update(value=figure, visible=figure is not None))
+    seconds = lessons.estimate(name, ctx.runner.compiled)
+    title = lessons.LESSONS[name].title.lower()
+    return Plan(
+        dict(lesson=name),
+        seconds,
+        lessons.compiles(name),
+        done=lambda view: lessons.ran(name, view.get("ran_s")),
+        first=(f"*Running {title} ({estimate.about(seconds, ctx.device)})…*", None, *recorded),
+        after=recorded,
+        current=lambda: ctx.lesson_picks.get(session) == mine,
+    )
+
+
+def export(values: dict, state):
+    try:
+        which = validate.choice("table", values["which"], EXPORTS)
+        fmt = validate.choice("format", values["fmt"], ["csv", "json"])
+        made = [label for label, key in EXPORTS.items() if (state or {}).get(key) is not None]
+        if which not in made and made:
+            raise UserError(f"Nothing to export yet as {which}: run it first, or export {' or '.join(made)}.")
+        return exports.export((state or {}).get(EXPORTS[which]), EXPORTS[which], fmt)
+    except UserError as e:
+        raise fail(e) from None
+
+
 def make(ctx: Context) -> dict:
     """The handlers of the page's jobs, bound to this server's context, by endpoint name."""
-
-    async def generate(values: dict, state):
-        try:
-            s = settings.parse(values, ctx.dynamic())
-            overlay = settings.check("overlay", values["overlay"])
-            ctx.policy.check(s.model)
-            units = estimate.generation_units(s, ctx.device)
-            state = dict(state or NEW_STATE)
-            overlaid = overlays(overlay, state)
-            seconds = estimate.generation_seconds(s, ctx.device, overlaid)
-            keys = estimate.generation_keys(s)
-            compile_s = estimate.compile_s(ctx.device, keys)  # what the job's process, if new, cannot know
-            compiling = compile_s > 0
-            previous = state.get("steps") if overlay else None
-            payload = dict(settings=s, previous=previous, started=time.time(), compile_s=compile_s)
-            ran = None
-            async for view in run_job(ctx, "generate", payload, seconds, keys):
-                if "state" in view:
-                    state = {**state, "previous": state.get("steps"), **view.pop("state")}
-                ran = view.pop("ran_s", ran)
-                yield (*outputs(view, GENERATE_OUT), state)
-            # The run's own seconds, a model's first load left out, are the next estimate's rate; a run that
-            # compiled kernels along the way (new lengths, a new model) would make that rate seconds too slow.
-            if ran is not None and not compiling:
-                ran -= estimate.OVERLAY_S[ctx.device] if overlaid else 0
-                estimate.record(ctx.device, s.backend, units, ran, key=estimate.rate_key(s))
-        except UserError as e:
-            raise fail(e) from None
-
-    async def sweep(values: dict, state):
-        try:
-            kernel = settings.check("kernel", values["kernel"])
-            dtype = settings.check("dtype", values["dtype"], ctx.dynamic())
-            shape = validate.shape("shape", validate.text("shape", values["shape"]), estimate.sweep_keys(kernel))
-            axes = estimate.sweep_axes(kernel)
-            x, y = validate.choice("x", values["x"], axes), validate.choice("y", values["y"], axes)
-            if x == y:
-                raise UserError(f"x and y are both {x}: pick two different tile fields to lay the sweep out.")
-            value = settings.check("value", values["value"])
-            estimate.check_sweep_inputs(kernel, shape, settings.ITEMSIZE[dtype], ctx.device)
-            payload = dict(kernel=kernel, shape=shape, dtype=dtype, x=x, y=y, value=value)
-            state = dict(state or NEW_STATE)
-            seconds = estimate.sweep_s(kernel, shape, ctx.device, dtype)
-            compiles = estimate.sweep_compiles(kernel, shape, dtype)
-            async for view in run_job(ctx, "sweep", payload, seconds, compiles):
-                if "state" in view:
-                    state = {**state, **view.pop("state")}
-                yield (*outputs(view, SWEEP_OUT), state)
-        except UserError as e:
-            raise fail(e) from None
-
-    async def compare(values: dict, state):
-        try:
-            s = settings.parse(values, ctx.dynamic())
-            lengths = settings.check("lengths", values["lengths"])
-            ctx.policy.check(s.model)
-            estimate.check_lengths(s.model, lengths, s.new_tokens)
-            seconds, keys = estimate.compare_seconds(s, lengths, ctx.device), estimate.compare_keys(s, lengths)
-            state = dict(state or NEW_STATE)
-            async for view in run_job(ctx, "compare", dict(settings=s, lengths=lengths), seconds, keys):
-                if "state" in view:
-                    state = {**state, **view.pop("state")}
-                yield (*outputs(view, COMPARE_OUT), state)
-        except UserError as e:
-            raise fail(e) from None
-
-    async def ladder(values: dict, state):
-        try:
-            dynamic = ctx.dynamic()
-            s = settings.RunSettings(
-                model=settings.check("model", values["model"], dynamic),
-                dtype=settings.check("dtype", values["dtype"], dynamic),
-                batch=settings.check("batch", values["batch"]),
-            )
-            ctx.policy.check(s.model)
-            state = dict(state or NEW_STATE)
-            seconds = estimate.ladder_seconds(s, ctx.device)
-            async for view in run_job(ctx, "ladder", dict(settings=s), seconds, estimate.ladder_keys(s)):
-                if "state" in view:
-                    state = {**state, **view.pop("state")}
-                yield (*outputs(view, LADDER_OUT), state)
-        except UserError as e:
-            raise fail(e) from None
-
-    async def lesson(values: dict, request: gr.Request = None):
-        """A lesson's job; another lesson picked on the same page meanwhile ends it (the pick's own job
-        runs next), since a visitor who picks another lesson wants that one, not the one before."""
-        session = getattr(request, "session_hash", None)
-        mine = ctx.lesson_picks.get(session)
-        try:
-            name = validate.choice("lesson", values["lesson"], lessons.names())
-            text, figure = lessons.recorded_view(name)
-            recorded = (text, gr.update(value=figure, visible=figure is not None))
-            seconds = lessons.estimate(name, ctx.runner.compiled)
-            title = lessons.LESSONS[name].title.lower()
-            yield f"*Running {title} ({estimate.about(seconds, ctx.device)})…*", None, *recorded
-            view = {}
-            async for view in run_job(ctx, "lesson", dict(lesson=name), seconds, lessons.compiles(name)):
-                if ctx.lesson_picks.get(session) != mine:
-                    return  # closing the job's updates stops it
-                yield (*outputs(view, ["text", "plot"]), *recorded)
-            lessons.ran(name, view.get("ran_s"))
-        except UserError as e:
-            raise fail(e) from None
-
-    def export(values: dict, state):
-        try:
-            which = validate.choice("table", values["which"], EXPORTS)
-            fmt = validate.choice("format", values["fmt"], ["csv", "json"])
-            made = [label for label, key in EXPORTS.items() if (state or {}).get(key) is not None]
-            if which not in made and made:
-                raise UserError(f"Nothing to export yet as {which}: run it first, or export {' or '.join(made)}.")
-            return exports.export((state or {}).get(EXPORTS[which]), EXPORTS[which], fmt)
-        except UserError as e:
-            raise fail(e) from None
-
-    return dict(generate=generate, sweep=sweep, compare=compare, ladder=ladder, lesson=lesson, export=export)
+    return dict(
+        generate=job(ctx, "generate", plan_generate, GENERATE_OUT),
+        sweep=job(ctx, "sweep", plan_sweep, SWEEP_OUT),
+        compare=job(ctx, "compare", plan_compare, COMPARE_OUT),
+        ladder=job(ctx, "ladder", plan_ladder, LADDER_OUT),
+        lesson=job(ctx, "lesson", plan_lesson, ["text", "plot"], page="request", about=LESSON_ABOUT),
+        export=export,
+    )
 
 
 # --- events that run no job --------------------------------------------------------------------------

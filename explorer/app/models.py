@@ -12,7 +12,7 @@ from kernels.config import supported_dtypes
 
 from ..model.weights import BUNDLED_LLAMA, DEFAULT_MODEL, model_status, resolve_name
 from .errors import UserError
-from .runner import zero_gpu
+from .zerogpu import zero_gpu
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Parameters of the hub models, to refuse one that would not fit the device before fetching it.

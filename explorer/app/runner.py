@@ -28,7 +28,6 @@ import asyncio
 import contextvars
 import itertools
 import math
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -340,7 +339,7 @@ class InlineRunner:
         return self._lock.locked()
 
     async def run(self, job: Job) -> AsyncIterator[dict]:
-        from . import jobs
+        from . import jobs  # torch and the model layer: in the server's process only where it runs the jobs itself
 
         async with self._lock:
             stop = threading.Event()
@@ -366,7 +365,3 @@ class InlineRunner:
                 raise
             except Exception as e:
                 raise jobs.friendly(e) from None
-
-
-def zero_gpu() -> bool:
-    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")

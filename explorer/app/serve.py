@@ -13,8 +13,9 @@ from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
 from . import estimate, events, handlers, models, ui, validate
-from .runner import InlineRunner, ProcessRunner, zero_gpu, zero_gpu_duration
-from .settings import RunSettings
+from .runner import InlineRunner, ProcessRunner, zero_gpu_duration
+from .settings import RunSettings, defaults
+from .zerogpu import zero_gpu
 
 ZERO_GPU_HEADER = (
     "**ZeroGPU: a GPU is attached for each run** (an NVIDIA RTX Pro 6000 Blackwell on ZeroGPU since May 2026), "
@@ -153,8 +154,6 @@ def launch_options() -> dict:
 
 def default_job(device: str) -> dict:
     """What the worker runs before it takes jobs: the default Generate, and on a GPU the default ladder."""
-    from .settings import defaults
-
     d = defaults(device, {"dtype": models.default_dtype()})
     s = RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype=d["dtype"])
     return {"settings": s, "ladder": device == "cuda"}

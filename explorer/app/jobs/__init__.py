@@ -9,8 +9,9 @@ interpreter launch) is stopped by its worker being ended.
 
 from __future__ import annotations
 
+from ..friendly import friendly
 from . import compare, generate, lesson, sweep, warm
-from .base import Control, friendly
+from .base import Control
 
 JOBS = {
     "generate": generate.run,

@@ -23,7 +23,7 @@ from ...model.weights import load_model
 from .. import counterpart, estimate, models, tile_fit, views
 from ..settings import RunSettings
 from .base import Control
-from .warm import compile_note, peaks, remember_warm
+from .compiling import compile_note, peaks, remember_warm
 
 TEXT_INTERVAL_S = {"cuda": 0.04, "cpu": 0.0}  # at least this long between two text updates
 CHART_INTERVAL_S = {"cuda": 1.0, "cpu": 3.0}  # charts at most this often while tokens stream

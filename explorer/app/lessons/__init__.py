@@ -2,20 +2,54 @@
 what it measured, next to the same lesson recorded on a GPU.
 
 A lesson is a module with a LESSON (base.Lesson); the app, the /lesson endpoint, the ?lesson= link and
-scripts/record_lessons.py all read this registry, so a new lesson is a module and one line below.
+scripts/record_lessons.py all read this registry, so a new lesson is a module and one line in MODULES below.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+
 from .. import estimate as cost
 from .. import models
-from ..jobs.base import friendly
-from . import base, blocks, decode_step, fusion, kv_cache, launches, memory, prefill_decode, recorded, tiling
+from ..friendly import friendly
+from . import base, recorded
 from .base import Lesson, Result, size
 
-LESSONS: dict[str, Lesson] = {
-    m.LESSON.name: m.LESSON for m in (memory, decode_step, kv_cache, tiling, launches, prefill_decode, fusion, blocks)
+# Each lesson's name and its module here, in teaching order.
+MODULES = {
+    "memory": "memory",
+    "decode-step": "decode_step",
+    "kv-cache": "kv_cache",
+    "tiling": "tiling",
+    "cuda-graphs": "launches",
+    "prefill-decode": "prefill_decode",
+    "fusion": "fusion",
+    "blocks": "blocks",
 }
+
+
+class Registry(Mapping[str, Lesson]):
+    """The lessons by name, in teaching order: a lesson's module is imported the first time it is asked for, so
+    that a name checked against the registry (a link's ?lesson=, the /lesson endpoint) costs no lesson its import."""
+
+    def __init__(self, modules: dict[str, str]):
+        self._modules = modules
+
+    def __getitem__(self, name: str) -> Lesson:
+        return importlib.import_module(f"{__name__}.{self._modules[name]}").LESSON
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._modules
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+
+LESSONS: Mapping[str, Lesson] = Registry(MODULES)
 
 
 def names() -> list[str]:
@@ -41,7 +75,7 @@ def forget_models() -> None:
     decode graphs each keeps: the next lesson builds and captures them again, as a fresh server's first would
     (scripts/record_lessons.py, before each lesson's first run)."""
     base._gpt2_shape.cache_clear()
-    blocks.pair.cache_clear()
+    importlib.import_module(f"{__name__}.blocks").pair.cache_clear()
 
 
 # A lesson's compilation on a GPU when no recording says how long it took.

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
+from .. import recordings
+from ..recordings import FOLDER
 from .base import Result
 
-FOLDER = Path(__file__).resolve().parents[3] / "assets" / "recorded"
 FORMAT = 1
 NONE_YET = (
     "**No GPU recording is available yet.** `python scripts/record_lessons.py` on a GPU writes one to "
@@ -48,52 +46,22 @@ def slug(gpu: str) -> str:
     return "-".join("".join(c for c in w if c.isalnum()) for w in words) or "gpu"
 
 
-def _plain(value):
-    """JSON without NaN: missing numbers as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if hasattr(value, "item"):  # numpy scalars
-        return _plain(value.item())
-    return value
-
-
-def _table(frame: pd.DataFrame) -> dict:
-    def cell(v):
-        return float(f"{v:.5g}") if isinstance(v, float) and math.isfinite(v) else v  # five significant digits
-
-    rows = [[cell(_plain(v)) for v in row] for row in frame.itertuples(index=False)]
-    return {"columns": list(frame.columns), "data": rows}
-
-
-def _frame(table: dict) -> pd.DataFrame:
-    frame = pd.DataFrame(table["data"], columns=table["columns"])
-    for column in frame.columns:
-        values = frame[column]
-        if values.map(lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool))).all():
-            frame[column] = pd.to_numeric(values.astype(float))
-    return frame
-
-
 def to_json(meta: dict, results: dict[str, Result]) -> dict:
     lessons = {
         name: dict(
-            settings=_plain(r.settings),
-            facts=_plain(r.facts),
+            settings=recordings.plain(r.settings),
+            facts=recordings.plain(r.facts),
             device=r.device,
             seconds=round(r.seconds, 2),
             first_s=None if r.first_s is None else round(r.first_s, 2),
             kernels=list(r.kernels),
             rebuilt_s=None if r.rebuilt_s is None else round(r.rebuilt_s, 2),
             compile_s={k: round(v, 3) for k, v in r.compile_s.items()},
-            tables={k: _table(v) for k, v in r.tables.items()},
+            tables={k: recordings.table(v) for k, v in r.tables.items()},
         )
         for name, r in results.items()
     }
-    return {"format": FORMAT, **_plain(meta), "lessons": lessons}
+    return {"format": FORMAT, **recordings.plain(meta), "lessons": lessons}
 
 
 def save(path: str | Path, meta: dict, results: dict[str, Result]) -> Path:
@@ -115,7 +83,7 @@ def _load(path: str, mtime: float) -> Recording:
     meta = {k: v for k, v in data.items() if k not in ("format", "lessons")}
     recording = Recording(meta, {})
     for name, d in data["lessons"].items():
-        tables = {k: _frame(v) for k, v in d["tables"].items()}
+        tables = {k: recordings.frame(v) for k, v in d["tables"].items()}
         recording.results[name] = Result(
             name,
             d["settings"],
