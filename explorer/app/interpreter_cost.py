@@ -74,8 +74,15 @@ def linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype) -> float:
     from kernels.matmul.kernel import resolve_config
 
     cfg = resolve_config(tiles, rows, out_f, in_f, dtype, CPU)
-    programs = cdiv(rows, cfg.block_m) * cdiv(out_f, cfg.block_n) * cfg.split_k
-    return launch("linear", programs, programs * cdiv(cdiv(in_f, cfg.block_k), cfg.split_k))
+    if cfg.split_k == 1:
+        programs = cdiv(rows, cfg.block_m) * cdiv(out_f, cfg.block_n)
+        return launch("linear", programs, programs * cdiv(in_f, cfg.block_k))
+    # The split-K path (all rows in one tile): each split takes whole BLOCK_K steps, so the splits of a column tile
+    # walk K's steps once between them (and may be fewer than asked); then a launch sums their partials, a program
+    # per 128 columns.
+    columns, k_per_split = cdiv(out_f, cfg.block_n), cdiv(cdiv(in_f, cfg.split_k), cfg.block_k) * cfg.block_k
+    splits = launch("linear", columns * cdiv(in_f, k_per_split), columns * cdiv(in_f, cfg.block_k))
+    return splits + launch("other", cdiv(out_f, 128))
 
 
 @functools.lru_cache(maxsize=4096)
