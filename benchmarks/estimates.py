@@ -6,9 +6,10 @@ Draws settings from the settings table (explorer.app.settings: the model, dtype,
 tile control), small enough for the interpreter: a short prompt and a few new tokens. A draw the run would refuse
 (tiles this device cannot run) is drawn again, and so is one whose estimate is above --most-s: the app refuses
 what is over its budget, and this keeps the whole benchmark within minutes on a 2-core machine (how many were
-redrawn is printed). Each runs in this process as the server's worker runs it (explorer.app.jobs.generate), and
-its time is recorded for the next estimate as the server records it (estimate.record, by its settings). Prints
-estimate, measured and their ratio per run, and exits non-zero if any is off by more than --within (2x).
+redrawn is printed). Each runs in this process as the server's worker runs it (explorer.app.jobs.generate), numpy's
+BLAS on one thread (below), and its time is recorded for the next estimate as the server records it
+(estimate.record, by its settings). Prints estimate, measured and their ratio per run, and exits non-zero if any
+is off by more than --within (2x).
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from any directory too
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
+# One BLAS thread, before numpy is first imported: the interpreter's tl.dot is a numpy matmul, and on a 2-core machine
+# another process keeps busy OpenBLAS's threads spin waiting for each other: a float16 Generate then took 2.5-7x its
+# float32 twin (10.7-27 s against 4.1 s; 4.9-6.5 s against 4.6-6.1 s with one thread, 2026-12-06), which no estimate
+# of the run's own work can foresee. The server's worker would gain the same from it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def draw(rng: random.Random, models: list[str]):

@@ -437,3 +437,63 @@ def test_a_run_whose_first_steps_say_it_will_overrun_the_budget_stops_naming_the
     fast = [step("prefill", 300), step("decode", 100), step("decode", 120)]
     assert overrun(s, fast, left_s=590) is None  # 197 tokens at 0.11 s fit the time left
     assert "KV cache on" in overrun(settings.RunSettings(new_tokens=200, cache=False), steps, left_s=100)
+
+
+@pytest.mark.parametrize("split_k", [1, 2, 4])
+def test_the_tile_kernels_cost_for_decode_shaped_rows_is_its_launches_programs_and_steps(monkeypatch, split_k):
+    """Below the decode rungs a batch's decode-shaped rows take the tile kernel, at small tiles one program per 16
+    columns, split along K where asked: interpreter_cost prices the launches the kernel makes, their programs
+    (from the grids it launches) and each program's K steps (from its K slice), and the sum of the splits'
+    partials a launch of its own."""
+    from explorer.app import interpreter_cost
+    from kernels import TileConfig, launch, linear
+    from kernels.config import cdiv
+
+    launched = []  # (kernel, programs, K steps of each program)
+    real = launch._Fast.launch
+
+    def counting(self, grid, args, kwargs):
+        name, programs = self.fn.__name__, int(torch.tensor(grid).prod())
+        if name == "_linear_kernel":
+            launched.append((name, programs, cdiv(args[7], kwargs["BLOCK_K"])))  # K, one program's whole row
+        elif name == "_linear_split_k_kernel":
+            k, k_per_split = args[5], args[6]  # the last split walks what is left of K
+            steps = sum(cdiv(min(k_per_split, k - s * k_per_split), kwargs["BLOCK_K"]) for s in range(grid[1]))
+            launched.append((name, programs, steps / grid[1]))
+        else:
+            launched.append((name, programs, 0))
+        return real(self, grid, args, kwargs)
+
+    monkeypatch.setattr(launch._Fast, "launch", counting)
+    rows, out_f, in_f = 3, 96, 224  # 7 K steps: the last split shorter
+    tiles = TileConfig(block_m=16, block_n=16, block_k=32, split_k=split_k)
+    x, w = torch.randn(rows, in_f, dtype=torch.float16), torch.randn(out_f, in_f, dtype=torch.float16)
+    torch.testing.assert_close(linear(x, w, config=tiles), (x.float() @ w.float().T).half(), atol=0.1, rtol=0.02)
+    per = interpreter_cost
+    want = 0.0
+    for name, programs, steps in launched:
+        kind = "other" if name == "_split_k_reduce_kernel" else "linear"
+        want += per.LAUNCH_MS + programs * (per.PROGRAM_MS[kind] + steps * per.STEP_MS.get(kind, 0.0))
+    assert len(launched) == (1 if split_k == 1 else 2)
+    assert interpreter_cost.linear_ms(tiles, rows, out_f, in_f, torch.float16) == pytest.approx(want)
+
+
+def test_a_decode_step_off_the_decode_rungs_costs_against_the_reference_what_it_was_timed_at():
+    """The reference step (the decode rung, one sequence) runs each projection in one program of the prefetch
+    form and decode attention in one launch; the epilogue rung at 3 sequences runs the tile kernel, at linear_decode
+    block_n 16 one program per 16 columns (the LM head 256 of them). Timed every operation in the run, the bundled
+    model on the 2-core machine (2026-12-06): 0.46 s a reference step, 6.2 s at block_n 16 (13.5x), 1.24 s at the
+    default tiles (2.7x); the bundled Llama's reference step 0.37 s. A cost model that priced the prefetch form and
+    decode attention at twice their time read these 6.2x and 1.4x, and the estimates 2.5x short."""
+    from explorer.app import interpreter_cost
+    from explorer.model.ops import Tiles
+    from kernels import TileConfig
+
+    run = lambda **kw: settings.RunSettings(**dict(model="bundled", dtype="float16", prompt_tokens=7) | kw)
+    factor = lambda s: interpreter_cost.decode_factor(s, torch.float16, 9)
+    small = factor(run(fusion="epilogue", batch=3, tiles=Tiles(linear_decode=TileConfig(block_n=16))))
+    default = factor(run(fusion="epilogue", batch=3))
+    assert 13.5 / 1.3 < small < 13.5 * 1.3 and 2.7 / 1.3 < default < 2.7 * 1.3
+    # Each model's reference step counts as its layers at their width (model_scale): the Llama's as 0.37 / 0.46.
+    llama = estimate.model_scale("bundled-llama", "cpu") / estimate.model_scale("bundled", "cpu")
+    assert 0.37 / 0.46 / 1.3 < llama < 0.37 / 0.46 * 1.3

@@ -25,12 +25,12 @@ from ..measure.sweeps import DEFAULT_SHAPES, GRIDS
 from ..model.ops import DECODE_RUNGS
 from .errors import UserError
 
-# Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (a decode step of the
-# bundled model, 6 layers, in about 0.8 s); PyTorch on that CPU (the KV-cache lesson's two runs there, 2026-12-02:
-# 2.1-2.7 s for 2406 layer-steps); an H200, eager launches included. And
-# seconds a job costs whatever its size, per device: on the H200 the default Generate timed through the
+# Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (the bundled model's default
+# Generate of 10 + 6 tokens, 2026-12-06: 3.1 s, a decode step of its 6 layers in 0.45 s); PyTorch on that CPU (the
+# KV-cache lesson's two runs there, 2026-12-02: 2.1-2.7 s for 2406 layer-steps); an H200, eager launches included.
+# And seconds a job costs whatever its size, per device: on the H200 the default Generate timed through the
 # server took 0.48-0.78 s, of which its steps and profiling pass count about 0.26 (benchmarks/page.py, 2026-12-02).
-RATES = {("cpu", "triton"): 0.13, ("cpu", "torch"): 0.0008, ("cuda", "triton"): 0.0001, ("cuda", "torch"): 0.0003}
+RATES = {("cpu", "triton"): 0.065, ("cpu", "torch"): 0.0008, ("cuda", "triton"): 0.0001, ("cuda", "torch"): 0.0003}
 FIXED_S = {"cpu": 0.4, "cuda": 0.25}
 # Triton's compilation on a GPU, the first time a kind of work meets its key, in seconds on the H200
 # (benchmarks/page.py and a probe of prefills, 2026-12-02): a model's decode kernels at a dtype and fusion level
@@ -66,11 +66,11 @@ SHAPES = {"bundled": (6, 256), "distilgpt2": (6, 768), "gpt2": (12, 768), "gpt2-
 SHAPES |= {"blocks-cpu": (2, 192), "blocks-gpu": (12, 768)}  # the blocks lesson's two models, each
 SHAPES |= {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 1600)}
 SHAPES |= {"bundled-llama": (6, 192), "HuggingFaceTB/SmolLM2-135M": (30, 576)}  # the Llama family's
-# In the interpreter a Llama layer costs about twice a GPT-2 layer of its width: its prefill launches rotary and a
-# third matrix, and every launch's programs run in Python (the bundled Llama's default Generate on the 2-core
-# machine, 2026-12-02: 75 s against 35 s for the bundled GPT-2, 6 x 192 against 6 x 256). On a GPU its layers
-# cost as GPT-2's (launches set a step's time: 15.6 us a layer at SmolLM2's shape, 20.7 at GPT-2 small's).
-INTERPRETER_COST = {"bundled-llama": 1.84, "HuggingFaceTB/SmolLM2-135M": 1.84}
+# In the interpreter a Llama layer costs as a GPT-2 layer of its width: its extra launches (rotary, a third matrix)
+# are few beside its matrices' programs, which interpreter_cost counts (the bundled Llama's default Generate of
+# 10 + 6 tokens on the 2-core machine, 2026-12-06: 2.5 s against 3.1 s for the bundled GPT-2, 6 x 192 against 6 x
+# 256, a decode step 0.37 s against 0.45). On a GPU its layers cost as GPT-2's too (launches set a step's time:
+# 15.6 us a layer at SmolLM2's shape, 20.7 at GPT-2 small's).
 # The interpreter's time for a layer grows faster than its width: each of a matrix's programs loops over its
 # inputs, so that part goes as the width squared, beside a part per launch that does not (2-core machine,
 # 2026-12-02: the bundled 6 x 256 model's Generate at 0.110 s per layer-step counted linearly in the width,
@@ -172,10 +172,10 @@ def layer_steps(
 
 def model_scale(model: str, device: str) -> float:
     """Layer-steps of the model's step, per layer-step of one 256 wide: layers x width / 256 in the
-    interpreter (times INTERPRETER_COST for a Llama), the layers alone on a GPU (see layer_steps)."""
+    interpreter, the layers alone on a GPU (see layer_steps)."""
     layers, width = SHAPES.get(model, SHAPES["gpt2"])
     if device == "cpu":
-        return layers * interpreter_width(width) * INTERPRETER_COST.get(model, 1.0)
+        return layers * interpreter_width(width)
     return layers
 
 

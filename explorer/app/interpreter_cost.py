@@ -2,7 +2,8 @@
 
 The interpreter runs every program of a grid in Python, one after another, and every loop step of a program
 as a few numpy calls: a launch costs a part of its own (its arguments bound, its grid set up) and a part per
-program loop step, whatever the tile's size (a tile's numpy work is small beside Python's per call). So tiles
+program and loop step, whatever the tile's size (a tile's numpy work is small beside Python's per call; only the
+decode rung's prefetch form, which loads a program's whole weight slice at once, pays for its size). So tiles
 that make more programs or more K steps cost more, and the count follows from each kernel's own tile rules
 (resolve_config of each kernel: the same tiles the run will launch with). A decode step's launches are counted
 by walking one block's operations at the run's fusion rung; a pass over T tokens (a prefill, every cache-off
@@ -23,22 +24,33 @@ from kernels.config import cdiv
 
 from ..model.ops import DECODE_RUNGS, DEFAULT_FUSION, Tiles
 
-# Milliseconds of the interpreter per launch, per program and per loop step of a program, by kernel (2-core
-# machine, 2026-12-05, the bundled model's decode step, each operation timed in the run: at the default tiles a
-# bias launch took 2 ms, a projection of one program 16 ms, decode attention's four programs 55 ms; at
-# linear_decode 16 x 32 c_proj's 16 programs of 8 steps took 0.49 s, c_fc's 64 with the LayerNorm 3.2 s; the
-# tile kernel's split-K path at its CPU tiles 32 ms for c_attn's 3 programs of 4 steps). float16 ran as float32.
-# Attention's launch costs more of its own: at batch 4 decode attention's 16 programs took 139 ms.
-LAUNCH_MS = {"attention": 27.0}
-PROGRAM_MS = {"decode_linear": 4.0, "prefetch": 12.0, "norm": 20.0, "linear": 2.0, "attention": 7.0, "other": 2.5}
-STEP_MS = {"decode_linear": 3.5, "prefetch": 0.0, "linear": 2.0, "attention": 3.0, "other": 0.0}
+# Milliseconds of the interpreter per launch, per program and per loop step of a program, by kernel: the 2-core
+# machine, 2026-12-06, every operation of ten Generates timed in the run (the reference settings, both bundled models,
+# and tiles, rungs, dtypes and batches the estimates benchmark drew), fitted per kernel to the programs and steps
+# counted below; each kernel's operations then fall within 0.8-1.2x of the fit. A launch costs about 1 ms of its
+# own. The tile kernel: 3.6 ms a program, 0.75 a K step (the LM head at 16 x 16 tiles, 256 programs of one step,
+# 1.05 s). The decode rung's K loop: 2 ms a program, 1.6 a step, and its LayerNorm or RMSNorm 3.7 more a program.
+# Its prefetch form loads a program's whole weight slice at once, so its numpy work grows with the slice: 5 ms a
+# program and 0.015 ms a thousand weights (the bundled model's LM head in one program, 1M weights, 25-33 ms; a
+# 256 x 256 projection 7 ms). Decode attention: 6 ms a program (4 heads, 25 ms), and below the decode rungs its
+# splits merged by a second launch of a program per head. Prefill attention: 3.8 ms a program, 2.5 a key tile
+# walked. Grouped-query attention (the Llama family's, prefill and decode): about 5.5 ms a program (9-16 ms for
+# the bundled Llama's two key/value heads). A norm, a bias, GELU, rotary or the cache write: 1.5 ms a program.
+# float16 cost as float32 in these.
+LAUNCH_MS = 1.0
+PROGRAM_MS = dict(linear=3.6, decode_linear=2.0, prefetch=5.0, attention=3.8, decode_attention=6.0)
+PROGRAM_MS |= dict(grouped=5.5, other=1.5)
+STEP_MS = dict(linear=0.75, decode_linear=1.6, attention=2.5, decode_attention=2.5)
+NORM_MS = 3.7  # a decode-linear program's norm of its rows, either form
+PREFETCH_WEIGHT_MS = 0.015e-3  # per weight element a prefetch program loads and multiplies
 CPU = torch.device("cpu")
 
 
-def launch(kind: str, programs: int, steps: int = 0, norm: bool = False) -> float:
-    """One launch's milliseconds: its own, its programs' (with a norm's statistics in each), their loop steps'."""
-    per_program = PROGRAM_MS[kind] + (PROGRAM_MS["norm"] if norm else 0.0)
-    return LAUNCH_MS.get(kind, 2.0) + programs * per_program + steps * STEP_MS[kind]
+def launch(kind: str, programs: int, steps: int = 0, norm: bool = False, weights: int = 0) -> float:
+    """One launch's milliseconds: its own, its programs' (with a norm's statistics in each, and `weights` elements
+    of a prefetch slice each), their loop steps'."""
+    per_program = PROGRAM_MS[kind] + (NORM_MS if norm else 0.0) + weights * PREFETCH_WEIGHT_MS
+    return LAUNCH_MS + programs * per_program + steps * STEP_MS.get(kind, 0.0)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -53,7 +65,7 @@ def decode_linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype, fused: bool
     k_per_split, splits = decode_tiles.splits_of(cfg, in_f)
     programs = cdiv(out_f, cfg.block_n) * splits
     if decode_tiles.prefetches(cfg):  # the whole slice in one or two loads
-        return launch("prefetch", programs, norm=norm)
+        return launch("prefetch", programs, norm=norm, weights=min(cfg.block_n, out_f) * min(k_per_split, in_f))
     return launch("decode_linear", programs, programs * cdiv(k_per_split, cfg.block_k), norm=norm)
 
 
@@ -62,8 +74,15 @@ def linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype) -> float:
     from kernels.matmul.kernel import resolve_config
 
     cfg = resolve_config(tiles, rows, out_f, in_f, dtype, CPU)
-    programs = cdiv(rows, cfg.block_m) * cdiv(out_f, cfg.block_n) * cfg.split_k
-    return launch("linear", programs, programs * cdiv(cdiv(in_f, cfg.block_k), cfg.split_k))
+    if cfg.split_k == 1:
+        programs = cdiv(rows, cfg.block_m) * cdiv(out_f, cfg.block_n)
+        return launch("linear", programs, programs * cdiv(in_f, cfg.block_k))
+    # The split-K path (all rows in one tile): each split takes whole BLOCK_K steps, so the splits of a column tile
+    # walk K's steps once between them (and may be fewer than asked); then a launch sums their partials, a program
+    # per 128 columns.
+    columns, k_per_split = cdiv(out_f, cfg.block_n), cdiv(cdiv(in_f, cfg.split_k), cfg.block_k) * cfg.block_k
+    splits = launch("linear", columns * cdiv(in_f, k_per_split), columns * cdiv(in_f, cfg.block_k))
+    return splits + launch("other", cdiv(out_f, 128))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -78,13 +97,14 @@ def attention_ms(tiles, batch: int, heads: int, tokens: int, head_dim: int, dtyp
 
 
 @functools.lru_cache(maxsize=4096)
-def decode_attention_ms(tiles, batch: int, heads: int, positions: int, head_dim: int, dtype) -> float:
+def decode_attention_ms(tiles, batch: int, heads: int, positions: int, head_dim: int, dtype, fused: bool) -> float:
     from kernels.attn.decode_tiles import decode_split, resolve_decode_config
 
     cfg = resolve_decode_config(tiles, batch * heads, positions, head_dim, dtype, CPU)
     chunk, splits = decode_split(positions, cfg)
     programs = batch * heads * splits
-    return launch("attention", programs, programs * max(0, cdiv(chunk, cfg.block_n) - 1))
+    ms = launch("decode_attention", programs, programs * max(0, cdiv(chunk, cfg.block_n) - 1))
+    return ms if fused else ms + launch("other", batch * heads)  # below the decode rungs a merge launch follows
 
 
 @functools.lru_cache(maxsize=4096)
@@ -123,6 +143,11 @@ def projections(m: dict) -> list[tuple[int, int, bool, bool]]:
     return [(3 * c, c, True, True), (c, c, True, False), (m["hidden"], c, True, True), (c, m["hidden"], True, False)]
 
 
+def rotary(m: dict, batch: int) -> float:
+    """A Llama's rotary positions, a launch of a program per sequence and head of q and k (none for GPT-2)."""
+    return launch("other", batch * (m["heads"] + m["kv_heads"])) if m["llama"] else 0.0
+
+
 def decode_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, positions: int) -> float:
     """One block's decode step and its share of the LM head, in the reference machine's milliseconds."""
     m = shape(model)
@@ -134,11 +159,13 @@ def decode_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, position
         if fusion == "none" and bias:  # the bias, then GELU or the residual, each a launch of its own
             ms += 2 * launch("other", 1)
     if m["llama"]:  # grouped attention takes no tiles: a program per key/value head
-        ms += launch("attention", batch * m["kv_heads"])
+        ms += launch("grouped", batch * m["kv_heads"])
     else:
-        ms += decode_attention_ms(tiles.fixed("decode_attention"), batch, m["heads"], positions, m["head_dim"], dtype)
-    if not fused:  # the two norms and the cache write, each a launch of its own
-        ms += 2 * norm_ms(tiles.fixed("layer_norm"), batch, m["width"]) + launch("other", 2)
+        attention = tiles.fixed("decode_attention")
+        ms += decode_attention_ms(attention, batch, m["heads"], positions, m["head_dim"], dtype, fused)
+    if not fused:  # the two norms, the cache write (a program per head) and a Llama's rotary, each a launch
+        ms += 2 * norm_ms(tiles.fixed("layer_norm"), batch, m["width"]) + launch("other", batch * m["kv_heads"])
+        ms += rotary(m, batch)
     head = decode_linear_ms(linear_tiles, batch, m["vocab"], m["width"], dtype, fused, True)
     return ms + head / m["layers"]
 
@@ -152,11 +179,11 @@ def pass_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, tokens: in
     for out_f, in_f, bias, _ in projections(m):
         ms += linear_ms(tiles.fixed(which), rows, out_f, in_f, dtype)
         ms += 2 * launch("other", 1) if fusion == "none" and bias else 0.0
-    if m["llama"]:
-        ms += launch("attention", batch * m["heads"], batch * m["heads"] * max(1, tokens // 16))
+    if m["llama"]:  # a program per key/value head, whatever the prompt's length (14-16 ms at 10-23 tokens)
+        ms += launch("grouped", batch * m["kv_heads"])
     else:
         ms += attention_ms(tiles.fixed("attention"), batch, m["heads"], tokens, m["head_dim"], dtype)
-    ms += 2 * norm_ms(tiles.fixed("layer_norm"), rows, m["width"]) + launch("other", 2)
+    ms += 2 * norm_ms(tiles.fixed("layer_norm"), rows, m["width"]) + rotary(m, batch)  # the cache: a copy
     return ms + linear_ms(tiles.fixed("linear_decode"), batch, m["vocab"], m["width"], dtype) / m["layers"]
 
 
