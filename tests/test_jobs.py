@@ -311,6 +311,16 @@ def test_on_cpu_compare_and_the_ladder_show_the_gpus_time_first():
     assert panels == ["NVIDIA H200, modeled", "this CPU (interpreter)"], panels
 
 
+def test_on_cpu_the_recorded_compare_runs_every_run_beside_its_gpu_note():
+    """The default Compare, whose H200 recording carries a note on the cache: the note is not a reason to stop."""
+    d = settings.defaults("cpu", {"dtype": "float32"})
+    s = settings.RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype="float32")
+    lengths = settings.check("lengths", d["lengths"])
+    statuses = [u["status"] for u in jobs.JOBS["compare"]({"settings": s, "lengths": lengths}, NEVER) if "status" in u]
+    runs = len(statuses)
+    assert runs > 1 and statuses[-1] == f"all {runs} runs", statuses
+
+
 @pytest.mark.parametrize("timeout_api", [True, False], ids=["asyncio.timeout", "without it (Python 3.10)"])
 def test_a_cancel_that_comes_as_a_message_does_is_not_lost(monkeypatch, timeout_api):
     """The runner waits for the worker's next message with runner.next_message. A Stop that comes just as a

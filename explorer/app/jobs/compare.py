@@ -44,8 +44,8 @@ def run(payload: dict, control: Control):
         both = pd.concat(frames, ignore_index=True)
         gpu = counterpart.for_compare(s, lengths, both) if model.device.type == "cpu" else None
         if gpu is not None:
-            why = counterpart.cache_note(gpu.tables["compare"], gpu.gpu) if gpu.recorded else ""
-            figure = beside.compare(both, gpu, f"{status}. {why}" if why else status)
+            note = counterpart.cache_note(gpu.tables["compare"], gpu.gpu) if gpu.recorded else ""
+            figure = beside.compare(both, gpu, f"{status}. {note}" if note else status)
             table = views.compare_table(both, gpu.tables["compare"], beside.short(gpu))
         else:
             note = "; ".join(x for x in ("" if model.device.type == "cuda" else "CPU interpreter timings", status) if x)
