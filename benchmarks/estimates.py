@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
 # One BLAS thread, before numpy is first imported: the interpreter's tl.dot is a numpy matmul, and on a 2-core machine
 # another process keeps busy OpenBLAS's threads spin waiting for each other: a float16 Generate then took 2.5-7x its
-# float32 twin (10.7-27 s against 4.1 s; 4.9-6.5 s against 4.6-6.1 s with one thread, 2026-12-06), which no estimate
+# float32 twin (10.7-27 s against 4.1 s; 4.9-6.5 s against 4.6-6.1 s with one thread, 2026-12-04), which no estimate
 # of the run's own work can foresee. The server's worker would gain the same from it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -482,7 +482,7 @@ def test_a_decode_step_off_the_decode_rungs_costs_against_the_reference_what_it_
     """The reference step (the decode rung, one sequence) runs each projection in one program of the prefetch
     form and decode attention in one launch; the epilogue rung at 3 sequences runs the tile kernel, at linear_decode
     block_n 16 one program per 16 columns (the LM head 256 of them). Timed every operation in the run, the bundled
-    model on the 2-core machine (2026-12-06): 0.46 s a reference step, 6.2 s at block_n 16 (13.5x), 1.24 s at the
+    model on the 2-core machine (2026-12-04): 0.46 s a reference step, 6.2 s at block_n 16 (13.5x), 1.24 s at the
     default tiles (2.7x); the bundled Llama's reference step 0.37 s. A cost model that priced the prefetch form and
     decode attention at twice their time read these 6.2x and 1.4x, and the estimates 2.5x short."""
     from explorer.app import interpreter_cost

@@ -26,7 +26,7 @@ from ..model.ops import DECODE_RUNGS
 from .errors import UserError
 
 # Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (the bundled model's default
-# Generate of 10 + 6 tokens, 2026-12-06: 3.1 s, a decode step of its 6 layers in 0.45 s); PyTorch on that CPU (the
+# Generate of 10 + 6 tokens, 2026-12-04: 3.1 s, a decode step of its 6 layers in 0.45 s); PyTorch on that CPU (the
 # KV-cache lesson's two runs there, 2026-12-02: 2.1-2.7 s for 2406 layer-steps); an H200, eager launches included.
 # And seconds a job costs whatever its size, per device: on the H200 the default Generate timed through the
 # server took 0.48-0.78 s, of which its steps and profiling pass count about 0.26 (benchmarks/page.py, 2026-12-02).
@@ -68,7 +68,7 @@ SHAPES |= {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 
 SHAPES |= {"bundled-llama": (6, 192), "HuggingFaceTB/SmolLM2-135M": (30, 576)}  # the Llama family's
 # In the interpreter a Llama layer costs as a GPT-2 layer of its width: its extra launches (rotary, a third matrix)
 # are few beside its matrices' programs, which interpreter_cost counts (the bundled Llama's default Generate of
-# 10 + 6 tokens on the 2-core machine, 2026-12-06: 2.5 s against 3.1 s for the bundled GPT-2, 6 x 192 against 6 x
+# 10 + 6 tokens on the 2-core machine, 2026-12-04: 2.5 s against 3.1 s for the bundled GPT-2, 6 x 192 against 6 x
 # 256, a decode step 0.37 s against 0.45). On a GPU its layers cost as GPT-2's too (launches set a step's time:
 # 15.6 us a layer at SmolLM2's shape, 20.7 at GPT-2 small's).
 # The interpreter's time for a layer grows faster than its width: each of a matrix's programs loops over its

@@ -25,7 +25,7 @@ from kernels.config import cdiv
 from ..model.ops import DECODE_RUNGS, DEFAULT_FUSION, Tiles
 
 # Milliseconds of the interpreter per launch, per program and per loop step of a program, by kernel: the 2-core
-# machine, 2026-12-06, every operation of ten Generates timed in the run (the reference settings, both bundled models,
+# machine, 2026-12-04, every operation of ten Generates timed in the run (the reference settings, both bundled models,
 # and tiles, rungs, dtypes and batches the estimates benchmark drew), fitted per kernel to the programs and steps
 # counted below; each kernel's operations then fall within 0.8-1.2x of the fit. A launch costs about 1 ms of its
 # own. The tile kernel: 3.6 ms a program, 0.75 a K step (the LM head at 16 x 16 tiles, 256 programs of one step,
