@@ -4,6 +4,7 @@ import math
 import re
 import types
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -127,6 +128,30 @@ def test_sweep_heatmap_marks_invalid_cells():
     assert heat.text[0][1] == "✗ shared memory"
 
 
+def test_sweep_heatmap_marks_the_fastest_cell_and_only_it():
+    rng = np.random.default_rng(3)
+    rows = [
+        dict(block_m=m, block_n=n, valid=True, reason="", ms=float(rng.uniform(1, 9)))
+        for m in (16, 32, 64)
+        for n in (16, 48)
+    ]
+    rows.append(dict(block_m=128, block_n=48, valid=False, reason="needs too much shared memory", ms=None))
+    sweep = pd.DataFrame(rows)
+    fig = plots.sweep_heatmap(sweep, "block_m", "block_n")
+    heat = fig.data[0]
+    fastest = sweep[sweep.valid].ms.idxmin()
+    i = ["16", "32", "64", "128"].index(str(sweep.block_m[fastest]))
+    j = ["16", "48"].index(str(sweep.block_n[fastest]))
+    starred = [(r, c) for r, row in enumerate(heat.text) for c, t in enumerate(row) if t.startswith("★")]
+    assert starred == [(j, i)], (starred, heat.text)
+    (box,) = fig.layout.shapes
+    assert (box.x0 + box.x1) / 2 == i and (box.y0 + box.y1) / 2 == j
+    rates = plots.sweep_heatmap(sweep.assign(gbs=1e3 / sweep.ms), "block_m", "block_n", "gbs")  # higher is better
+    top = fastest
+    k = ["16", "32", "64", "128"].index(str(sweep.block_m[top]))
+    assert rates.data[0].text[["16", "48"].index(str(sweep.block_n[top]))][k].startswith("★")
+
+
 def test_bandwidth_figure_draws_the_peak():
     fig = plots.bandwidth_figure(metrics.step_frame(_steps()), peak_gbs=4300.0)
     assert any("4300" in (a.text or "") for a in fig.layout.annotations)
@@ -230,7 +255,7 @@ def test_interpreter_sized_times_read_in_seconds_on_the_other_charts():
     assert plots.latency_figure(steps).layout.yaxis.title.text == "ms"
     sweep = pd.DataFrame([dict(block_m=16, block_n=16, valid=True, reason="", ms=1196.0)])
     heat = plots.sweep_heatmap(sweep, "block_m", "block_n")
-    assert heat.data[0].text[0][0] == "1.20" and heat.data[0].colorbar.title.text == "s"  # not 1.2e+03 ms
+    assert heat.data[0].text[0][0] == "★ 1.20" and heat.data[0].colorbar.title.text == "s"  # not 1.2e+03 ms
     rows = [
         dict(backend="triton", cache="on", prompt_tokens=4, phase="decode", position=p, latency_ms=2500.0)
         for p in (4, 5)

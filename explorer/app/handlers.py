@@ -26,10 +26,10 @@ from .runner import Job
 
 NEW_STATE = {"steps": None, "kernels": None, "previous": None, "sweep": None, "compare": None, "ladder": None}
 GENERATE_OUT = ["text", "summary", "latency", "traffic", "kv", "share", "bandwidth", "hierarchy", "roofline", "status"]
-SWEEP_OUT = ["heat", "table", "best"]
+SWEEP_OUT = ["heat", "table", "best", "heat_gpu"]
 COMPARE_OUT = ["plot", "fusion", "table", "status"]
 LADDER_OUT = ["plot", "table", "status"]
-PLOTS = {"latency", "traffic", "kv", "share", "bandwidth", "roofline", "heat", "plot", "fusion"}
+PLOTS = {"latency", "traffic", "kv", "share", "bandwidth", "roofline", "heat", "heat_gpu", "plot", "fusion"}
 EXPORTS = {
     "last run: steps": "steps",
     "last run: kernels": "kernels",

@@ -226,6 +226,12 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
     unit, per = time_unit(sweep[sweep.valid].ms if "valid" in sweep else sweep.ms) if value == "ms" else (value, 1.0)
     xs = sorted(sweep[x].dropna().unique())
     ys = sorted(sweep[y].dropna().unique())
+    valid_rows = sweep[sweep.valid] if "valid" in sweep else sweep
+    valid_rows = valid_rows[valid_rows[value].notna()]
+    best = None  # the (x, y) cell of the fastest config
+    if not valid_rows.empty:
+        at = valid_rows[value].idxmin() if lower_is_better else valid_rows[value].idxmax()
+        best = (valid_rows.loc[at, x], valid_rows.loc[at, y])
     z, text = [], []
     for yv in ys:
         row_z, row_t = [], []
@@ -237,9 +243,9 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
                 reason = cell.reason.iloc[0] if len(cell) and "reason" in cell else ""
                 row_t.append("✗ " + _short(reason))
             else:
-                best = (valid[value].min() if lower_is_better else valid[value].max()) / per
-                row_z.append(best)
-                row_t.append(digits3(best))
+                cell_best = (valid[value].min() if lower_is_better else valid[value].max()) / per
+                row_z.append(cell_best)
+                row_t.append(("★ " if best == (xv, yv) else "") + digits3(cell_best))
         z.append(row_z)
         text.append(row_t)
     fig = go.Figure(
@@ -254,7 +260,10 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
             colorbar=dict(title=unit),
         )
     )
-    title = f"Tile sweep: {unit} ({'lower' if lower_is_better else 'higher'} is better)"
+    if best is not None and best[0] in xs and best[1] in ys:  # the fastest config's cell, outlined
+        i, j = xs.index(best[0]), ys.index(best[1])
+        fig.add_shape(type="rect", x0=i - 0.5, x1=i + 0.5, y0=j - 0.5, y1=j + 0.5, line=dict(color="#e45756", width=3))
+    title = f"Tile sweep: {unit} ({'lower' if lower_is_better else 'higher'} is better; ★ the fastest)"
     return _layout(fig, title, x, y, note, plot_px=320, width=900)
 
 

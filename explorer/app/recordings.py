@@ -1,8 +1,10 @@
-"""What the GPU recordings (assets/recorded/: the lessons', lessons/recorded.py, and the jobs', counterpart.py)
-share: where they are, and how a value or a table is written to JSON and read back."""
+"""What the GPU recordings (assets/recorded/: the lessons', lessons/recorded.py; the jobs', counterpart.py; the
+matrix of settings, gpu_time.py; the sweeps, gpu_sweeps.py) share: where they are, how a value or a table is
+written to JSON and read back, and the stamp of the machine that made one."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -42,3 +44,38 @@ def frame(data: dict) -> pd.DataFrame:
         if values.map(lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool))).all():
             df[column] = pd.to_numeric(values.astype(float))
     return df
+
+
+def write(path: str | Path, body: dict) -> Path:
+    """A recording's JSON (already plain) to `path`, its folder made where missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body, separators=(",", ":"), allow_nan=False))
+    return path
+
+
+def read(path: str | Path, what: str, fmt: int, body: str) -> tuple[dict, dict]:
+    """A recording's JSON: (its meta, every key but "format" and `body`; its `body`). A recording in another
+    format than `fmt` is refused, naming `what` it is."""
+    data = json.loads(Path(path).read_text())
+    if data.get("format") != fmt:
+        raise ValueError(f"{path}: {what} format {data.get('format')!r}, this app reads {fmt}")
+    return {k: v for k, v in data.items() if k not in ("format", body)}, data[body]
+
+
+def stamp(command: str) -> dict:
+    """Where and when a recording is made on this machine's GPU: its name, the time, the versions that ran."""
+    import datetime
+    import importlib.metadata
+    import platform
+
+    import torch
+
+    return dict(
+        gpu=torch.cuda.get_device_name(),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        torch=torch.__version__,
+        triton=importlib.metadata.version("triton"),
+        python=platform.python_version(),
+        command=command,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import exports, failed, handlers, lessons, views
+from . import exports, failed, gpu_sweeps, handlers, lessons, views
 from .handlers import Context, api
 from .models import default_dtype
 from .settings import EXAMPLES, FIELDS, RUN, TILE_CHOICES, TILES, defaults, shape_text
@@ -198,6 +198,9 @@ def _sweep_tab(ctx: Context) -> dict:
         c["stop"] = gr.Button("Stop")
         c["use"] = gr.Button("Use best in Generate")
     c["best"] = gr.Markdown()
+    # Without a GPU, the GPU's recorded sweep of the kernel (where one is shipped) first, then the interpreter's.
+    recorded = ctx.device == "cpu" and gpu_sweeps.latest() is not None
+    c["heat_gpu"] = gr.Plot(show_label=False, visible=recorded, elem_id="sweep-gpu")
     c["heat"] = gr.Plot(show_label=False)
     c["table"] = gr.Dataframe(views.SWEEP_VIEW_EMPTY, label="every config, impossible ones with the reason")
     return c
@@ -276,7 +279,7 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
         sw["go"].click,
         api(["kernel", "shape", "dtype", "x", "y", "value"], job["sweep"]),
         [sw[n] for n in ("kernel", "shape", "dtype", "x", "y", "value")] + [state],
-        [sw["heat"], sw["table"], sw["best"], state],
+        [sw["heat"], sw["table"], sw["best"], sw["heat_gpu"], state],
         "sweep",
     )
     sw["stop"].click(None, None, None, cancels=[sweeping], api_visibility="private")

@@ -5,14 +5,30 @@ interpreter call on CPU."""
 from __future__ import annotations
 
 from ...measure import sweeps
-from .. import models, plots, views
+from .. import gpu_sweeps, models, plots, views
 from .base import Control
+
+
+def recorded_heatmap(kernel: str, x: str, y: str, value: str) -> str | None:
+    """The GPU's recorded sweep of `kernel` (at its default GPU shape) as a heatmap's JSON, or None."""
+    rec = gpu_sweeps.latest()
+    if rec is None or kernel not in rec.frames:
+        return None
+    frame = rec.frames[kernel]
+    best = _best(frame)
+    note = f"{rec.label(kernel)}; fastest {views.describe(best)}" if best else rec.label(kernel)
+    note += f" ({views.sweep_note(frame)}). The interpreter's sweep of this machine is below it."
+    fig = plots.sweep_heatmap(frame, x, y, value, note=note)
+    fig.update_layout(title_text=f"{rec.meta['gpu']}, recorded: " + fig.layout.title.text)
+    return views.figure_json(fig)
 
 
 def run(payload: dict, control: Control):
     kernel, shape, dtype = payload["kernel"], payload["shape"], payload["dtype"]
     x, y, value = payload["x"], payload["y"], payload["value"]
-    timed = sweeps.tile_sweep_rows(kernel, shape, dtype=models.dtype_of(dtype), device=models.device())
+    device = models.device()
+    timed = sweeps.tile_sweep_rows(kernel, shape, dtype=models.dtype_of(dtype), device=device)
+    gpu = recorded_heatmap(kernel, x, y, value) if device.type == "cpu" else None
     rows = []
     for i, n, row in timed:
         rows.append(row)
@@ -24,6 +40,7 @@ def run(payload: dict, control: Control):
             status = f"stopped {why}: {i + 1} of {n} configs"
         yield {
             "heat": views.figure_json(plots.sweep_heatmap(frame, x, y, value, note=views.sweep_note(frame))),
+            "heat_gpu": gpu,
             "table": views.sweep_view(frame),
             "best": f"{views.best_text(frame, best)} Timed: {status}.",
             "state": {"sweep": frame, "best": (kernel, best)},

@@ -8,7 +8,6 @@ chart is drawn from: the lesson's own explain() and figure() redraw it exactly a
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +64,7 @@ def to_json(meta: dict, results: dict[str, Result]) -> dict:
 
 
 def save(path: str | Path, meta: dict, results: dict[str, Result]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_json(meta, results), separators=(",", ":"), allow_nan=False))
-    return path
+    return recordings.write(path, to_json(meta, results))
 
 
 def load(path: str | Path) -> Recording:
@@ -77,12 +73,9 @@ def load(path: str | Path) -> Recording:
 
 @functools.lru_cache(maxsize=8)
 def _load(path: str, mtime: float) -> Recording:
-    data = json.loads(Path(path).read_text())
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: recording format {data.get('format')!r}, this app reads {FORMAT}")
-    meta = {k: v for k, v in data.items() if k not in ("format", "lessons")}
+    meta, lessons = recordings.read(path, "recording", FORMAT, "lessons")
     recording = Recording(meta, {})
-    for name, d in data["lessons"].items():
+    for name, d in lessons.items():
         tables = {k: recordings.frame(v) for k, v in d["tables"].items()}
         recording.results[name] = Result(
             name,
