@@ -27,7 +27,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first importe
 # One BLAS thread, before numpy is first imported: the interpreter's tl.dot is a numpy matmul, and on a 2-core machine
 # another process keeps busy OpenBLAS's threads spin waiting for each other: a float16 Generate then took 2.5-7x its
 # float32 twin (10.7-27 s against 4.1 s; 4.9-6.5 s against 4.6-6.1 s with one thread, 2026-12-04), which no estimate
-# of the run's own work can foresee. The server's worker would gain the same from it.
+# of the run's own work can foresee. The server's worker runs with one too (supervisor.py).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 

@@ -89,6 +89,33 @@ def test_a_worker_killed_while_idle_is_replaced_and_the_next_job_runs(runner):
     assert runner.worker.deaths == 1
 
 
+def _environ(pid: int) -> dict:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(item.decode().split("=", 1) for item in f.read().split(b"\0") if b"=" in item)
+
+
+def test_every_worker_and_its_replacement_run_one_openblas_thread(monkeypatch):
+    """The interpreter's dots are numpy matmuls of one tile: OpenBLAS's threads only spin on a busy machine."""
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    r = ProcessRunner(log=lambda line: None)
+    try:
+        r.start()
+        first = r.pid
+        assert _environ(first)["OPENBLAS_NUM_THREADS"] == "1"
+        os.kill(first, signal.SIGKILL)
+        until(lambda: r.pid not in (None, first), "no fresh worker was started")
+        assert _environ(r.pid)["OPENBLAS_NUM_THREADS"] == "1"
+    finally:
+        r.close()
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")  # the operator's choice is kept
+    r = ProcessRunner(log=lambda line: None)
+    try:
+        r.start()
+        assert _environ(r.pid)["OPENBLAS_NUM_THREADS"] == "3"
+    finally:
+        r.close()
+
+
 def test_a_job_sent_just_after_an_idle_worker_died_goes_to_the_fresh_one(runner):
     """The job is sent before the runner may have noticed: into a dead pipe (caught), or after the worker was
     replaced; either way it runs on the fresh worker, not told of a death that came before it."""

@@ -113,8 +113,12 @@ class Supervisor:
         self.ready.clear()
         self.started_at = time.monotonic()
         self.generation += 1
+        # One OpenBLAS thread unless the operator says otherwise: the interpreter's tl.dot is a numpy matmul of
+        # one tile, too small to share, and on a small machine busy with another process OpenBLAS's threads
+        # spin waiting for each other (a float16 Generate on 2 cores took 2.5-7x its float32 twin).
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
         process = subprocess.Popen(
-            [sys.executable, "-m", "explorer.app.worker", *map(str, fds)], pass_fds=fds, cwd=ROOT
+            [sys.executable, "-m", "explorer.app.worker", *map(str, fds)], pass_fds=fds, cwd=ROOT, env=env
         )
         for fd in fds:
             os.close(fd)
