@@ -7,6 +7,8 @@
 #               the rows whose names hold one of those words)
 #     stream    when each streamed update leaves the server (experiments/stream_check.py)
 #     record    the lessons and the CPU's default jobs recorded for visitors without a GPU
+#     matrix    Generate at the matrix of settings the GPU time model is fitted on (scripts/record_matrix.py)
+#     sweeps    every kernel's tile sweep at its default GPU shape (scripts/record_sweeps.py)
 #     tests:N   the whole test suite under pytest -n 16, N times in a row (Triton's cache kept in .triton-cache,
 #               so a later call on the same warm machine compiles nothing again)
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
@@ -41,6 +43,18 @@ for PART in "${@:-page}"; do
     say "lessons and the CPU's default jobs, recorded"
     TRITON_CACHE_DIR=$(mktemp -d) timeout 420 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
     cp assets/recorded/lessons_h200.json assets/recorded/jobs_h200.json "$OUT/" 2>/dev/null ;;
+  matrix)
+    say "the matrix of settings for the GPU time model"
+    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MATRIX_S:-330}" python3 scripts/record_matrix.py --limit-s "${MATRIX_LIMIT_S:-270}" \
+      > "$OUT/matrix.log" 2>&1; echo "exit $?" | tee -a "$LOG"
+    grep -v Warn "$OUT/matrix.log" | tail -n 8 | tee -a "$LOG"
+    cp assets/recorded/matrix_h200.json "$OUT/" 2>/dev/null ;;
+  sweeps)
+    say "every kernel's tile sweep"
+    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${SWEEPS_S:-240}" python3 scripts/record_sweeps.py > "$OUT/sweeps.log" 2>&1
+    echo "exit $?" | tee -a "$LOG"
+    grep -v Warn "$OUT/sweeps.log" | tail -n 10 | tee -a "$LOG"
+    cp assets/recorded/sweeps_h200.json "$OUT/" 2>/dev/null ;;
   tests:*)
     for i in $(seq 1 "${PART#tests:}"); do
       say "the test suite, run $i"

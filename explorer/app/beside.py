@@ -61,13 +61,15 @@ def share(gpu: Counterpart) -> go.Figure:
 
 def bandwidth(gpu: Counterpart) -> go.Figure:
     note = f"{gpu.label}. This CPU moves no bytes through HBM: the interpreter has none to measure."
+    if not gpu.recorded:
+        note = f"{gpu.label}. No achieved bandwidth here: it needs a measured time, and this setting's is modeled."
     return plots.bandwidth_figure(gpu.tables["steps"], gpu.bandwidth_gbs, note, width=plots.NARROW_PX)
 
 
 def roofline(gpu: Counterpart, profiled: str = "") -> go.Figure:
     peaks = metrics.Peaks(gpu.bandwidth_gbs, gpu.tflops, gpu.label, gpu.tflops_dtype)
     points = metrics.roofline(gpu.tables["kernels"], peaks)
-    note = gpu.label + ("" if gpu.recorded else ": on the bandwidth roof by construction")
+    note = gpu.label + ("" if gpu.recorded else ": each point on the roof by construction (a modeled time)")
     return plots.roofline_figure(points, peaks, "; ".join(n for n in (note, profiled) if n))
 
 

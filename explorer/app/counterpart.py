@@ -5,8 +5,12 @@ there a cache-off step can look cheaper than a cache-on one and the fused rungs 
 Every chart that shows a CPU timing therefore shows, beside it, the same job on a GPU:
 - recorded: the job the CPU visitor runs by default (Generate, Compare, the ladder), run on an H200 with
   the same settings by `python scripts/record_lessons.py` and shipped in assets/recorded/jobs_<gpu>.json;
-- modeled, for any other settings: each kernel's modeled HBM bytes over the recorded GPU's measured copy
-  bandwidth, a floor on its time (real kernels add launch gaps and small-kernel inefficiency), labelled so.
+- recorded in the matrix of settings (Generate at both bundled models, every dtype, rung, batch and a few
+  tiles and lengths, scripts/record_matrix.py, assets/recorded/matrix_<gpu>.json): shown as recorded;
+- modeled, for any other settings, by the GPU time model (gpu_time.py), fitted on that matrix or, until one
+  is shipped, on the default jobs' recorded steps: each kernel's bytes at the GPU's bandwidth or its FLOPs at
+  the dtype's peak, plus the launch costs of its rung, labelled with how far it was from the recorded steps
+  held out of its fit. A modeled time has no achieved bandwidth: that needs a measured time.
 """
 
 from __future__ import annotations
@@ -20,8 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..measure.metrics import MB
-from . import recordings
+from . import gpu_time, models, recordings
 from .recordings import FOLDER
 from .settings import RunSettings
 
@@ -76,25 +79,19 @@ def save(path: str | Path, meta: dict, jobs: dict) -> Path:
             for kind, (key, tables, summary) in jobs.items()
         },
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(body, separators=(",", ":"), allow_nan=False))
-    return path
+    return recordings.write(path, body)
 
 
 @functools.lru_cache(maxsize=4)
 def _load(path: str, mtime: float) -> Recording:
-    data = json.loads(Path(path).read_text())
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: recording format {data.get('format')!r}, this app reads {FORMAT}")
-    meta = {k: v for k, v in data.items() if k not in ("format", "jobs")}
+    meta, body = recordings.read(path, "recording", FORMAT, "jobs")
     jobs = {
         kind: {
             "key": j["key"],
             "tables": {k: recordings.frame(v) for k, v in j["tables"].items()},
             "summary": j["summary"],
         }
-        for kind, j in data["jobs"].items()
+        for kind, j in body.items()
     }
     return Recording(meta, jobs)
 
@@ -123,53 +120,112 @@ def _of(rec: Recording, kind: str, key: dict) -> Counterpart | None:
     )
 
 
-def _modeled(rec: Recording, tables: dict[str, pd.DataFrame]) -> Counterpart:
-    bw = rec.meta["bandwidth_gbs"]
-    label = f"{rec.meta['gpu']}, modeled: each kernel's HBM bytes at its measured {bw:,.0f} GB/s (a floor)"
+def _modeled(model: gpu_time.TimeModel, dtype: str, tables: dict[str, pd.DataFrame]) -> Counterpart:
+    return Counterpart(False, model.gpu, model.label(), model.bandwidth_gbs, model.tflops[dtype], tables, {}, dtype)
+
+
+_JOBS_MODELS: dict = {}
+
+
+def time_model(rec: Recording | None, folder=None) -> gpu_time.TimeModel | None:
+    """The GPU time model: fitted on the matrix recording where one is shipped, else on the default jobs'."""
+    found = gpu_time.model(folder)
+    if found is not None or rec is None:
+        return found
+    key = (str(folder), rec.meta["gpu"], rec.meta["date"])
+    if key not in _JOBS_MODELS:
+        lessons = gpu_time.recorded_lessons(folder, rec.meta["gpu"])
+        # the tensor cores' peak as the memory lesson measured it (bf16; fp16 runs at the same), else fp32's
+        tensor = lessons["memory"]["facts"]["peak_tflops"] if lessons and "memory" in lessons else rec.meta["tflops"]
+        tflops = {"float32": rec.meta["tflops"], "float16": tensor, "bfloat16": tensor}
+        try:
+            held = gpu_time.lesson_points(lessons, rec.meta["bandwidth_gbs"], tensor) if lessons else []
+        except KeyError:  # a recording without one of the lessons it draws on: the model says it was not held
+            held = []
+        _JOBS_MODELS[key] = gpu_time.from_jobs(rec.meta, rec.jobs, tflops, held)
+    return _JOBS_MODELS[key]
+
+
+def ran(s: RunSettings) -> str:
+    """The dtype a run's settings ran in: theirs, or this machine's default where they leave it to the device
+    (float32 on a CPU, whose run the GPU's answer is priced from)."""
+    return s.dtype or models.default_dtype()
+
+
+def _matrix_row(s: RunSettings, folder) -> Counterpart | None:
+    m = gpu_time.matrix(folder)
+    row = m.find({"settings": settings_key(s)}) if m is not None else None
+    if row is None:
+        return None
+    gpu, date = m.meta["gpu"], str(m.meta["date"])[:10]
     return Counterpart(
-        False, rec.meta["gpu"], label, bw, rec.meta["tflops"], tables, {}, rec.meta.get("tflops_dtype", "float32")
+        True,
+        gpu,
+        f"{gpu}, recorded {date}: the same job",
+        m.meta["bandwidth_gbs"],
+        m.meta["tflops"][ran(s)],
+        {"steps": row["steps"], "kernels": row["kernels"]},
+        dict(row.get("summary") or {}),
+        ran(s),
     )
 
 
-def seconds_at(mb, bandwidth_gbs: float):
-    """Milliseconds that `mb` (MiB) take at `bandwidth_gbs`."""
-    return mb * MB / (bandwidth_gbs * 1e9) * 1e3
-
-
 def for_generate(s: RunSettings, steps: pd.DataFrame, kernels: pd.DataFrame, folder=None) -> Counterpart | None:
-    """The GPU's answer to a CPU generation: the recording of the same job, else modeled from its bytes."""
+    """The GPU's answer to a CPU generation: the recording of the same job, else the time model's."""
     rec = latest(folder)
-    if rec is None:
-        return None
-    found = _of(rec, "generate", {"settings": settings_key(s)})
+    found = _of(rec, "generate", {"settings": settings_key(s)}) if rec is not None else None
+    found = found or _matrix_row(s, folder)
     if found is not None:
         return found
-    bw = rec.meta["bandwidth_gbs"]
-    gpu_steps = steps.assign(latency_ms=seconds_at(steps.hbm_mb, bw), timer="modeled")
-    gpu_steps["achieved_gbs"] = bw
-    gpu_kernels = kernels.assign(kernel_ms=seconds_at(kernels.hbm_mb, bw))
-    return _modeled(rec, {"steps": gpu_steps, "kernels": gpu_kernels})
+    model = time_model(rec, folder)
+    if model is None:
+        return None
+    key = settings_key(s)
+    gpu_steps = steps.assign(
+        latency_ms=model.step_times(steps, kernels, key, ran(s)), timer="modeled", achieved_gbs=float("nan")
+    )
+    gpu_kernels = kernels.assign(kernel_ms=model.kernel_times(kernels, ran(s)), achieved_gbs=float("nan"))
+    return _modeled(model, ran(s), {"steps": gpu_steps, "kernels": gpu_kernels})
 
 
 def for_compare(s: RunSettings, lengths: list[int], frame: pd.DataFrame, folder=None) -> Counterpart | None:
     rec = latest(folder)
-    if rec is None:
-        return None
-    found = _of(rec, "compare", {"settings": settings_key(s), "lengths": list(lengths)})
+    found = None
+    if rec is not None:
+        found = _of(rec, "compare", {"settings": settings_key(s), "lengths": list(lengths)})
     if found is not None:
         return found
-    return _modeled(rec, {"compare": frame.assign(latency_ms=seconds_at(frame.hbm_mb, rec.meta["bandwidth_gbs"]))})
+    model = time_model(rec, folder)
+    if model is None:
+        return None
+    key = settings_key(s)
+    times = []
+    for row in frame.itertuples(index=False):
+        settings = dict(key, backend=row.backend, cache=row.cache == "on", cuda_graph=row.launch_mode != "eager")
+        mode = gpu_time.mode_of(row.phase, settings["cache"], settings["cuda_graph"])
+        roof = gpu_time.roof_ms(row.hbm_mb, row.modeled_gflop, model.bandwidth_gbs, model.tflops[ran(s)])
+        point = gpu_time.Point(gpu_time.rung_of(settings), mode, row.phase, float(roof), float(row.operations))
+        times.append(model.step_ms(point))
+    modeled = frame.assign(latency_ms=times, achieved_gbs=float("nan"), timer="modeled")
+    return _modeled(model, ran(s), {"compare": modeled})
 
 
 def for_ladder(s: RunSettings, context: int, frame: pd.DataFrame, folder=None) -> Counterpart | None:
+    """The ladder's GPU answer: its recording, else each rung's step as one graph replay, modeled (the
+    replay alone: no sampling and no step cost around it)."""
     rec = latest(folder)
-    if rec is None:
-        return None
     key = {"model": s.model, "dtype": s.dtype, "batch": s.batch, "context": context}
-    found = _of(rec, "ladder", key)
+    found = _of(rec, "ladder", key) if rec is not None else None
     if found is not None:
         return found
-    return _modeled(rec, {"ladder": frame.assign(step_ms=seconds_at(frame.hbm_mb, rec.meta["bandwidth_gbs"]))})
+    model = time_model(rec, folder)
+    if model is None:
+        return None
+    times = []
+    for r in frame.itertuples(index=False):
+        roof = float(gpu_time.roof_ms(r.hbm_mb, 0.0, model.bandwidth_gbs, model.tflops[ran(s)]))
+        times.append(model.step_ms(gpu_time.Point(r.rung, "graph", "replay", roof, float(r.operations))))
+    return _modeled(model, ran(s), {"ladder": frame.assign(step_ms=times)})
 
 
 def cache_note(compare: pd.DataFrame, gpu: str) -> str:

@@ -1,0 +1,188 @@
+"""Record Generate at a matrix of settings on this GPU, the measurements the GPU time model is fitted on and
+held against (explorer/app/gpu_time.py):
+
+    python scripts/record_matrix.py [--out assets/recorded/matrix_h200.json] [--limit-s 300] [--warmers 8]
+
+The matrix crosses both bundled models, the KV cache on and off, float32/float16/bfloat16, every rung (the
+torch backend and each fusion of the Triton one) and batch 1 and 4; each of those settings takes, drawn once
+with a fixed seed, one of two tile choices (the kernels' defaults, or smaller tiles), one of two prompt lengths
+(as written, or 400 tokens), greedy or sampled decoding and, with the cache on, the CUDA graph on or off.
+Every other setting is the CPU page's default (10 new tokens, seed 0), so that a visitor's CPU run at any of
+these settings is shown beside this recording of the same job. A third of the settings, drawn once with their
+own seed, is held out: the model is never fitted on them, and the test suite holds the model against them.
+
+Triton's compilation is spent first, by `--warmers` processes that run the settings between them; then one
+process runs every setting again, alone on the GPU, and keeps that run: its steps timed by CUDA events around
+each (each decode step one graph replay where the graph is on) and its kernels' modeled bytes and FLOPs. A
+setting the app refuses (tiles that cannot fit, say) is kept with the reason.
+"""
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+RUNGS = ("torch", "none", "epilogue", "decode", "overlap", "persistent")
+LONG_PROMPT = 400
+SEED, HOLD_OUT_SEED = 0, 1
+
+
+def alternative_tiles():
+    """Smaller tiles than the defaults on every kernel a Generate launches, valid for both bundled models in
+    every dtype."""
+    from explorer.model.ops import Tiles
+    from kernels.config import TileConfig
+
+    return Tiles(
+        layer_norm=TileConfig(block_m=2, num_warps=2),
+        linear=TileConfig(block_m=32, block_n=64, block_k=32, num_stages=2),
+        linear_decode=TileConfig(block_n=32, block_k=64, split_k=2),
+        attention=TileConfig(block_m=32, block_n=32, num_warps=4, num_stages=2),
+        decode_attention=TileConfig(block_n=32, split_k=2, num_warps=4),
+    )
+
+
+def matrix() -> list:
+    """Every setting of the matrix, in a fixed order."""
+    from explorer.app.settings import RunSettings, defaults
+    from explorer.model.ops import DEFAULT_FUSION, Tiles
+    from explorer.model.weights import BUNDLED_LLAMA, DEFAULT_MODEL
+
+    cpu = defaults("cpu", {"dtype": "float32"})
+    draw = random.Random(SEED)
+    out = []
+    for model in (DEFAULT_MODEL, BUNDLED_LLAMA):
+        for cache in (True, False):
+            for dtype in ("float32", "float16", "bfloat16"):
+                for rung in RUNGS:
+                    for batch in (1, 4):
+                        tiles = draw.choice([Tiles(), alternative_tiles()])
+                        prompt_tokens = draw.choice([0, LONG_PROMPT])
+                        graph = draw.choice([True, False])
+                        temperature = draw.choice([0.0, cpu["temperature"]])  # greedy, or sampled as the page
+                        out.append(
+                            RunSettings(
+                                model=model,
+                                prompt=cpu["prompt"],
+                                prompt_tokens=prompt_tokens,
+                                new_tokens=cpu["new_tokens"],
+                                batch=batch,
+                                dtype=dtype,
+                                backend="torch" if rung == "torch" else "triton",
+                                fusion=DEFAULT_FUSION if rung == "torch" else rung,
+                                cache=cache,
+                                cuda_graph=graph if cache else True,
+                                temperature=temperature,
+                                tiles=tiles,
+                            )
+                        )
+    return out
+
+
+def held_out(n: int) -> list[int]:
+    """The indices kept out of the fit: a third, drawn once."""
+    return sorted(random.Random(HOLD_OUT_SEED).sample(range(n), n // 3))
+
+
+def run_one(s) -> dict:
+    """One setting's Generate, as the app runs it on this GPU: its steps, kernels and summary, or why it was
+    refused."""
+    from explorer.app import jobs
+    from explorer.app.errors import UserError
+
+    never = jobs.Control(lambda: False, float("inf"))
+    out = {}
+    try:
+        for update in jobs.JOBS["generate"]({"settings": s}, never):
+            out |= update
+    except (UserError, ValueError) as e:
+        return {"refused": str(e)}
+    state = out.get("state") or {}
+    if "steps" not in state:
+        return {"refused": str(out.get("status", "no steps"))}
+    summary = {k: v for k, v in state["summary"].items() if isinstance(v, int | float | str | type(None))}
+    return {"steps": state["steps"], "kernels": state["kernels"], "summary": summary}
+
+
+def order(n: int) -> list[int]:
+    """The order the settings are timed in: shuffled once, so that a run cut short by its time limit still
+    covers every factor."""
+    indices = list(range(n))
+    random.Random(SEED).shuffle(indices)
+    return indices
+
+
+def warm(shard: int, shards: int) -> None:
+    settings = matrix()
+    for k, i in enumerate(order(len(settings))):
+        if k % shards == shard:
+            run_one(settings[i])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="the JSON file (default: assets/recorded/matrix_<gpu>.json)")
+    parser.add_argument("--limit-s", type=float, default=300, help="start no setting after this many seconds")
+    parser.add_argument("--warmers", type=int, default=8, help="processes that compile first (0: none)")
+    parser.add_argument("--warm-shard", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("the matrix is recorded on a CUDA GPU")
+    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="matrix-"))
+    if args.warm_shard is not None:
+        return warm(args.warm_shard, args.warmers)
+
+    from explorer.app import counterpart, gpu_time, recordings
+    from explorer.app.lessons import recorded
+    from explorer.measure import metrics
+
+    t0 = time.perf_counter()
+    settings = matrix()
+    if args.warmers:
+        me = [sys.executable, str(Path(__file__).resolve()), "--warmers", str(args.warmers)]
+        procs = [subprocess.Popen([*me, "--warm-shard", str(k)]) for k in range(args.warmers)]
+        deadline = t0 + args.limit_s / 2  # what is left uncompiled then compiles in the timed pass, apart
+        for p in procs:
+            try:
+                p.wait(timeout=max(1.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+        print(f"compiled in {time.perf_counter() - t0:.0f} s by {args.warmers} processes", flush=True)
+    rows, left = [], []
+    for i in order(len(settings)):
+        s = settings[i]
+        if time.perf_counter() - t0 > args.limit_s:
+            left.append(i)
+            continue
+        got = run_one(s)
+        key = {"settings": counterpart.settings_key(s)}
+        rows.append({"index": i, "key": key, "cuda_graph": s.cuda_graph, **got})
+        what = got.get("refused") or f"{got['steps'].latency_ms.median():.3f} ms median step"
+        print(f"{i:3d} {s.model} {s.dtype} {s.backend}/{s.fusion} cache={s.cache} batch={s.batch}: {what}", flush=True)
+    rows.sort(key=lambda r: r["index"])
+    peaks = {d: metrics.device_peaks("cuda", getattr(torch, d)) for d in ("float32", "float16", "bfloat16")}
+    meta = dict(
+        **recordings.stamp("python scripts/record_matrix.py"),
+        seconds=round(time.perf_counter() - t0, 1),
+        bandwidth_gbs=peaks["float32"].bandwidth_gbs,
+        tflops={d: p.tflops for d, p in peaks.items()},
+        settings=len(settings),
+        held_out=held_out(len(settings)),
+        not_run=left,
+    )
+    out = Path(args.out) if args.out else recordings.FOLDER / f"matrix_{recorded.slug(meta['gpu'])}.json"
+    path = gpu_time.save(out, meta, rows)
+    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB): {len(rows)} settings, {len(left)} not run", flush=True)
+
+
+if __name__ == "__main__":
+    main()
