@@ -1,6 +1,8 @@
-"""Each Generate's estimate against the time it took, for random settings on CPU (Triton's interpreter).
+"""Each Generate's estimate against the time it took, for random settings on CPU (Triton's interpreter); with
+--sweeps, each kernel's default tile sweep's instead.
 
     TRITON_INTERPRET=1 python -m benchmarks.estimates [--runs 20] [--seed 0] [--most-s 45]
+    TRITON_INTERPRET=1 python -m benchmarks.estimates --sweeps
 
 Draws settings from the settings table (explorer.app.settings: the model, dtype, rung, batch, cache and every
 tile control), small enough for the interpreter: a short prompt and a few new tokens. A draw the run would refuse
@@ -90,13 +92,40 @@ def describe(s) -> str:
 FIELDS = ("block_m", "block_n", "block_k", "split_k", "num_warps", "num_stages")
 
 
+def sweeps(within: float) -> int:
+    """Every kernel's sweep at the sweep tab's CPU shape, timed in this process (as the worker runs it), beside
+    its estimate."""
+    import torch
+
+    from explorer.app import estimate
+    from explorer.app.settings import SWEEP_SHAPES
+    from explorer.measure import sweeps as tile_sweeps
+
+    rows = []
+    print(f"{'estimate s':>10} {'measured s':>10} {'ratio':>6}  kernel at shape", flush=True)
+    for kernel, shape in SWEEP_SHAPES["cpu"].items():
+        guess = estimate.sweep_s(kernel, shape, "cpu")
+        t = time.perf_counter()
+        for _ in tile_sweeps.tile_sweep_rows(kernel, shape, dtype=torch.float32, device="cpu"):
+            pass
+        took = time.perf_counter() - t
+        rows.append(guess / took)
+        print(f"{guess:>10.1f} {took:>10.1f} {guess / took:>6.2f}  {kernel} {shape}", flush=True)
+    off = [r for r in rows if not 1 / within <= r <= within]
+    print(f"{len(rows) - len(off)} of {len(rows)} within {within}x")
+    return 1 if off else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--most-s", type=float, default=45.0, help="redraw settings estimated above this")
     p.add_argument("--within", type=float, default=2.0)
+    p.add_argument("--sweeps", action="store_true", help="each kernel's default sweep instead of Generates")
     args = p.parse_args()
+    if args.sweeps:
+        return sweeps(args.within)
     from explorer.app import estimate
 
     rng = random.Random(args.seed)

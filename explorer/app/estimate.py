@@ -77,8 +77,9 @@ SHAPES |= {"bundled-llama": (6, 192), "HuggingFaceTB/SmolLM2-135M": (30, 576)}  
 # GPT-2 small's shape, 12 x 768, at 0.160-0.175; a 768-wide layer costs 4.4 times a 256-wide one, not 3).
 WIDTH_FIXED = 1.35
 POSITIONS = {"bundled": 1024}  # positions of each model; GPT-2's 1024 for the others
-# A tile sweep: seconds per interpreter program on CPU, per config on a GPU (graph capture and replays).
-SWEEP_PROGRAM_S = 0.002
+# A tile sweep: seconds per interpreter program on CPU (benchmarks/estimates.py --sweeps), per config on a GPU
+# (graph capture and replays).
+SWEEP_PROGRAM_S = 0.0005
 SWEEP_CONFIG_S = {"cpu": 0.05, "cuda": 0.05}
 # One input set of a sweep may hold at most this many bytes: the interpreter runs every program in Python,
 # and on a GPU the sweep makes up to 64 rotated copies.
@@ -509,7 +510,7 @@ def sweep_programs(kernel: str, g: dict, cfg: dict) -> int:
     cdiv = lambda a, b: -(-a // b)
     bm, bn = cfg.get("block_m", 64), cfg.get("block_n", 64)
     if kernel in ("layer_norm", "rms_norm"):  # three passes over a program's rows: statistics, then the store
-        return 3 * cdiv(g["M"], bm)  # (2-core machine, 2026-12-02: 5.4-5.7 ms a program against 2.5 a tile step)
+        return 3 * cdiv(g["M"], bm)
     if kernel == "linear":
         return cdiv(g["M"], bm) * cdiv(g["N"], bn) * cdiv(g["K"], cfg.get("block_k", 32))
     if kernel == "swiglu":  # a step loads three tiles (x, the gate's, the up's) where a matmul's loads two
