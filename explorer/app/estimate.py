@@ -25,28 +25,21 @@ from ..measure.sweeps import DEFAULT_SHAPES, GRIDS
 from ..model.ops import DECODE_RUNGS
 from .errors import UserError
 
-# Seconds per layer-step before any run here: the interpreter on a 2-core CPU machine (the bundled model's default
-# Generate of 10 + 6 tokens, 2026-12-04: 3.1 s, a decode step of its 6 layers in 0.45 s); PyTorch on that CPU (the
-# KV-cache lesson's two runs there, 2026-12-02: 2.1-2.7 s for 2406 layer-steps); an H200, eager launches included.
-# And seconds a job costs whatever its size, per device: on the H200 the default Generate timed through the
-# server took 0.48-0.78 s, of which its steps and profiling pass count about 0.26 (benchmarks/page.py, 2026-12-02).
+# Seconds per layer-step before any run here: the interpreter on the reference 2-core CPU machine, PyTorch on that
+# CPU, an H200 with eager launches included. And seconds a job costs whatever its size, per device: a job's own
+# setup, beside its steps. Each constant here was set from a measurement named in benchmarks/RESULTS.md, "Where
+# the estimator's constants come from".
 RATES = {("cpu", "triton"): 0.065, ("cpu", "torch"): 0.0008, ("cuda", "triton"): 0.0001, ("cuda", "torch"): 0.0003}
 FIXED_S = {"cpu": 0.4, "cuda": 0.25}
-# Triton's compilation on a GPU, the first time a kind of work meets its key, in seconds on the H200
-# (benchmarks/page.py and a probe of prefills, 2026-12-02): a model's decode kernels at a dtype and fusion level
-# ("model"); its prefill at a new bucket of rows ("prefill": the tile constants follow the rows; 1.9-2.7 s a
-# bucket); its decode attention at a new tile plan ("generate", decode_key: the cache's splits follow its
-# size; 0.45-0.9 s); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": Compare's
-# defaults, nearly all of it this, took 22.9-44.7 s in ten runs through the server on the machines lent,
-# benchmarks/RESULTS.md from the eighteenth run on; 13.3 s a bucket puts the estimate at their geometric mean,
-# 31 s). GPT-2 small's shape at 64 tokens, new to a server, took 3.1 s more than warm: a model, a prefill and a
-# generate key. A sweep compiles each config once per kernel, dtype and shape: about 0.45 s each (a layer_norm
-# sweep of 20 configs took 9.9 s the first time, 1.1 s again).
+# Triton's compilation on a GPU, the first time a kind of work meets its key, in seconds on the H200: a model's
+# decode kernels at a dtype and fusion level ("model"); its prefill at a new bucket of rows ("prefill": the tile
+# constants follow the rows); its decode attention at a new tile plan ("generate", decode_key: the cache's splits
+# follow its size); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": nearly all of
+# Compare's defaults; the constant puts the estimate at the geometric mean of the runs measured, whose spread is
+# wide); each config of a sweep, once per kernel, dtype and shape ("sweep").
 # Beside compilation, a GPU Generate's steps after its text cost more the first time they meet their settings and
 # length ("profile", nothing compiled): the decode step's launches are counted anew (the count is kept by settings
-# and cache size), and the profiling pass's PyTorch prefills meet new row counts. GPT-2 small's shape at 256 tokens
-# on the H200, 2026-12-02 (experiments/job_parts.py, benchmarks/page.py): 0.20-0.29 s more after the text than
-# the same run again.
+# and cache size), and the profiling pass's PyTorch prefills meet new row counts.
 COMPILE_S = {
     "cuda": {
         "model": 0.5,
@@ -67,39 +60,31 @@ SHAPES |= {"blocks-cpu": (2, 192), "blocks-gpu": (12, 768)}  # the blocks lesson
 SHAPES |= {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 1600)}
 SHAPES |= {"bundled-llama": (6, 192), "HuggingFaceTB/SmolLM2-135M": (30, 576)}  # the Llama family's
 # In the interpreter a Llama layer costs as a GPT-2 layer of its width: its extra launches (rotary, a third matrix)
-# are few beside its matrices' programs, which interpreter_cost counts (the bundled Llama's default Generate of
-# 10 + 6 tokens on the 2-core machine, 2026-12-04: 2.5 s against 3.1 s for the bundled GPT-2, 6 x 192 against 6 x
-# 256, a decode step 0.37 s against 0.45). On a GPU its layers cost as GPT-2's too (launches set a step's time:
-# 15.6 us a layer at SmolLM2's shape, 20.7 at GPT-2 small's).
+# are few beside its matrices' programs, which interpreter_cost counts. On a GPU its layers cost as GPT-2's too:
+# launches, not bytes, set a small model's step time.
 # The interpreter's time for a layer grows faster than its width: each of a matrix's programs loops over its
-# inputs, so that part goes as the width squared, beside a part per launch that does not (2-core machine,
-# 2026-12-02: the bundled 6 x 256 model's Generate at 0.110 s per layer-step counted linearly in the width,
-# GPT-2 small's shape, 12 x 768, at 0.160-0.175; a 768-wide layer costs 4.4 times a 256-wide one, not 3).
+# inputs, so that part goes as the width squared, beside a part per launch that does not (WIDTH_FIXED).
 WIDTH_FIXED = 1.35
 POSITIONS = {"bundled": 1024}  # positions of each model; GPT-2's 1024 for the others
-# A tile sweep: seconds per interpreter program on CPU (benchmarks/estimates.py --sweeps), per config on a GPU
-# (graph capture and replays).
+# A tile sweep: seconds per interpreter program on CPU, per config on a GPU (graph capture and replays); held
+# against every kernel's sweep by `benchmarks/estimates.py --sweeps`.
 SWEEP_PROGRAM_S = 0.0005
 SWEEP_CONFIG_S = {"cpu": 0.05, "cuda": 0.05}
 # One input set of a sweep may hold at most this many bytes: the interpreter runs every program in Python,
 # and on a GPU the sweep makes up to 64 rotated copies.
 SWEEP_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
-# Decode steps' worth one rung of the ladder costs: on CPU the step traced, eager and observed (the bundled model's
-# five rungs through the server on the 2-core machine, 2026-12-02: 5.7 and 7.2 s in two runs, 1.8 of its Generate's
-# steps a rung); on a GPU that step, its graph's capture and the replays.
+# Decode steps' worth one rung of the ladder costs: on CPU the step traced, eager and observed; on a GPU that step,
+# its graph's capture and the replays.
 LADDER_STEPS = {"cpu": 1.8, "cuda": 3}
 # Seconds a rung of the ladder costs beside its steps: on a GPU its graph captured and its kernels profiled, which
-# for a small model outweigh the steps (the bundled model's five rungs: 0.43-0.71 s through the server, the
-# job's fixed part included).
+# for a small model outweigh the steps.
 LADDER_RUNG_S = {"cpu": 0.0, "cuda": 0.06}
-# A Generate whose charts overlay the previous run's draws each with both runs' lines: on the H200 the default
-# Generate took 0.26-0.30 s more with the first run's lines overlaid than that first run had (benchmarks/page.py,
-# 2026-12-02, two calls). On CPU, where the charts are drawn as the run goes, that falls within the learned rate.
+# A Generate whose charts overlay the previous run's draws each with both runs' lines, which on a GPU costs about
+# this much more. On CPU, where the charts are drawn as the run goes, that falls within the learned rate.
 OVERLAY_S = {"cpu": 0.0, "cuda": 0.28}
 PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
-# Decode steps' worth of one profiled step on a GPU, per layer: 6 ms at the GPU's reference rate (an H200,
-# 2026-12-02, each step's two runs and its PyTorch prefill: 40-60 ms for the bundled model's 6 layers, 55-95 ms
-# for GPT-2 small's 12, once cuDNN's attention planned no new length there).
+# Decode steps' worth of one profiled step on a GPU, per layer: 6 ms at the GPU's reference rate (each step's two
+# runs and its PyTorch prefill, once cuDNN's attention has planned its length).
 PROFILED_STEP = 60
 
 _measured: dict[tuple, tuple[float, ...]] = {}  # (device, backend, rate_key): the last rates; a device's speed, shared
@@ -151,8 +136,8 @@ def layer_steps(
     """Layer-steps of one generation: its prefill and decode steps, `profiled` steps of a profiling pass
     after it (each rebuilt from a pass over the whole run), and on a GPU a warm-up prefill and decode step
     before it. The interpreter's time grows with the width (every program runs in Python); a GPU's, for
-    these small models, with the layers only: their launches, not their bytes, set a step's time (the
-    bundled model's default Generate and GPT-2 small's at 256 tokens, H200, 2026-12-01). `per_step`, `per_pass`:
+    these small models, with the layers only: their launches, not their bytes, set a step's time. `per_step`,
+    `per_pass`:
     what the run's settings cost a decode step and a pass against the reference settings (setting_factors)."""
 
     def full(tokens: int) -> float:  # a pass over `tokens` tokens of each sequence
@@ -252,7 +237,7 @@ def record(device: str, backend: str, units: float, wall_s: float, key=None) -> 
     and leaves the rate as it was (a 2-token run that took 2.5 s on a busy machine would otherwise make a
     1000-token run's estimate 700 s); it moves the fixed part halfway to what it took beyond its steps,
     within FIXED_RANGE of FIXED_S. On a GPU most jobs are such short ones, and the same job's seconds differ
-    between machines of one kind by up to 1.6x (benchmarks/RESULTS.md, 2026-12-02)."""
+    between machines of one kind by more than half."""
     if units <= 0 or wall_s <= 0:
         return
     fixed = fixed_s(device)
@@ -384,8 +369,7 @@ PLANNED_ON = H200
 def decode_key(s, positions: int) -> tuple:
     """The decode attention kernel a run's steps compile, as Triton tells its variants apart: the cache's size
     reaches it only through the tile plan (key tiles, warps, splits), so runs whose plans agree share one,
-    whatever the model or the length (on the H200, 2026-12-02: the bundled model's 256-token Generate compiled
-    one kernel, GPT-2 small's shape at the same length after it none). The fusion level picks the kernels."""
+    whatever the model or the length. The fusion level picks the kernels."""
     import torch
 
     from kernels.attn import decode_tiles, grouped

@@ -24,19 +24,16 @@ from kernels.config import cdiv
 
 from ..model.ops import DECODE_RUNGS, DEFAULT_FUSION, Tiles
 
-# Milliseconds of the interpreter per launch, per program and per loop step of a program, by kernel: the 2-core
-# machine, 2026-12-04, every operation of ten Generates timed in the run (the reference settings, both bundled models,
-# and tiles, rungs, dtypes and batches the estimates benchmark drew), fitted per kernel to the programs and steps
-# counted below; each kernel's operations then fall within 0.8-1.2x of the fit. A launch costs about 1 ms of its
-# own. The tile kernel: 3.6 ms a program, 0.75 a K step (the LM head at 16 x 16 tiles, 256 programs of one step,
-# 1.05 s). The decode rung's K loop: 2 ms a program, 1.6 a step, and its LayerNorm or RMSNorm 3.7 more a program.
-# Its prefetch form loads a program's whole weight slice at once, so its numpy work grows with the slice: 5 ms a
-# program and 0.015 ms a thousand weights (the bundled model's LM head in one program, 1M weights, 25-33 ms; a
-# 256 x 256 projection 7 ms). Decode attention: 6 ms a program (4 heads, 25 ms), and below the decode rungs its
-# splits merged by a second launch of a program per head. Prefill attention: 3.8 ms a program, 2.5 a key tile
-# walked. Grouped-query attention (the Llama family's, prefill and decode): about 5.5 ms a program (9-16 ms for
-# the bundled Llama's two key/value heads). A norm, a bias, GELU, rotary or the cache write: 1.5 ms a program.
-# float16 cost as float32 in these.
+# Milliseconds of the interpreter per launch, per program and per loop step of a program, by kernel, on the
+# reference 2-core machine: every operation of ten Generates timed in the run, fitted per kernel to the programs
+# and steps counted below (benchmarks/RESULTS.md, "Where the estimator's constants come from"). A launch costs
+# about 1 ms of its own. The tile kernel: 3.6 ms a program, 0.75 a K step. The decode rung's K loop: 2 ms a
+# program, 1.6 a step, and its LayerNorm or RMSNorm 3.7 more a program. Its prefetch form loads a program's whole
+# weight slice at once, so its numpy work grows with the slice: 5 ms a program and 0.015 ms a thousand weights.
+# Decode attention: 6 ms a program, and below the decode rungs its splits merged by a second launch of a program
+# per head. Prefill attention: 3.8 ms a program, 2.5 a key tile walked. Grouped-query attention (the Llama
+# family's, prefill and decode): about 5.5 ms a program. A norm, a bias, GELU, rotary or the cache write: 1.5 ms
+# a program. float16 costs as float32.
 LAUNCH_MS = 1.0
 PROGRAM_MS = dict(linear=3.6, decode_linear=2.0, prefetch=5.0, attention=3.8, decode_attention=6.0)
 PROGRAM_MS |= dict(grouped=5.5, other=1.5)

@@ -30,9 +30,8 @@ class StopRequests:
 def settle() -> str:
     """Everything the imports and the warm-up made lives as long as the worker: collected once, then frozen out
     of the garbage collector's sight (gc.freeze), so that a full collection during a job walks only what jobs
-    made, not the millions of objects of torch, triton, pandas and plotly. In the Generate job on the H200
-    (experiments/job_parts.py, 2026-12-02) one full collection took 0.32 s of a 1.4 s GPT-2 small Generate,
-    whose runs otherwise took 1.08-1.16 s. Returns what the collections took, for the log."""
+    made, not the millions of objects of torch, triton, pandas and plotly: a full collection inside a GPU Generate
+    would otherwise cost about a quarter of it. Returns what the collections took, for the log."""
     t0 = time.perf_counter()
     gc.collect()
     full = time.perf_counter() - t0

@@ -279,12 +279,10 @@ def plan(groups: int, max_len: int, device, *, group=1, head_dim=64, block_n=Non
     128-key tiles in 4 warps (at B=1 a split's one tile is most of its time: one round trip to memory). From 8
     on, the splits are counted over 32-key tiles; a split of at most 64 keys is one tile in 4 warps, a longer one
     a loop of about 8 tiles of 32 to 64 keys in one warp (whose softmax needs no barrier): at B=8 the fastest of
-    18 tilings at 1024, 4096 and 8192 keys in one run (the twenty-fifth, call 4; experiments/grouped_plan.py),
-    and at 4096 keys 10.5 µs where the 64-key tiles in 4 warps used before took 11.2. From
+    18 tilings at 1024, 4096 and 8192 keys (experiments/grouped_plan.py; benchmarks/RESULTS.md). From
     MERGE_APART programs on, a second launch merges the splits (up to MAX_SPLITS of them): the last split to
-    arrive would read too many partials alone. Below, the last split merges, in one launch: a Llama decode step
-    at B=1 and 1000 keys took 0.497 ms with 32 one-tile splits merged apart, against 0.468 in one launch of 8
-    (4.50x and 4.74x PyTorch's graph; the twenty-fourth run). On CPU one split of 128-key tiles: the
+    arrive would read too many partials alone. Below, the last split merges, in one launch (faster at B=1 than
+    more splits merged apart). On CPU one split of 128-key tiles: the
     interpreter's cost is per program and per loop step. block_n, split_k and num_warps, where given, replace
     the defaults (split_k is rounded to a power of two, at most one split per key tile, and merged in one launch
     at most as many as the last arrival's tile holds for `group` heads of head_dim)."""

@@ -32,8 +32,8 @@ CHART_INTERVAL_S = {"cuda": 1.0, "cpu": 3.0}  # charts at most this often while 
 FIRST_CHART_S = {"cuda": 1.0, "cpu": 0.0}
 PROFILED = {"cuda": 5}  # decode positions the profiling pass times on a GPU (besides the prefill)
 # What a decode step launches, by the run's settings and cache size: the same settings launch the same kernels, so a
-# Generate run again is not counted again (the count, four short generations under torch.profiler, took 0.06-0.11 s
-# of a 1.1 s GPT-2 small Generate on the H200, experiments/job_parts.py, 2026-12-02).
+# Generate run again is not counted again (the count, four short generations under torch.profiler, takes a tenth of
+# a GPT-2 small Generate on a GPU).
 _counted: dict[tuple, launches.StepLaunches] = {}
 
 

@@ -81,7 +81,7 @@ def forget_models() -> None:
 # A lesson's compilation on a GPU when no recording says how long it took.
 COMPILE_S = 20.0
 # A recorded lesson's time is its job's; through the server its figures take about this much more to reach the
-# page (H200, benchmarks/page.py, 2026-12-01: 0.10-0.17 s on the lessons under a second).
+# page.
 SERVED_S = 0.15
 
 

@@ -177,8 +177,8 @@ def figure(r) -> go.Figure:
 
 
 # In the interpreter a pass of either small model costs about the same, whatever it computes: the LM head and the
-# programs of a dozen kernels set its time, not its two layers (the lesson's 8 passes in 3.9 s on a 2-core machine,
-# 2026-12-02; the profiling pass rebuilds its decode step on PyTorch's prefill, which costs next to nothing there).
+# programs of a dozen kernels set its time, not its two layers (the profiling pass rebuilds its decode step on
+# PyTorch's prefill, which costs next to nothing there).
 CPU_PASS_S = 0.44
 
 
