@@ -5,8 +5,8 @@ import torch
 
 from explorer.measure.clock import TimedStep
 from explorer.model.ops import Op
-from explorer.model.sizes import AttentionSizes, DecodeAttentionSizes, LinearSizes
 from kernels import TileConfig
+from kernels.sizes import AttentionSizes, DecodeAttentionSizes, LinearSizes
 
 CPU = torch.device("cpu")
 # An FFN input projection of 4 rows, 16 -> 32, bias and GELU, in fp16, with one 16x32 tile.

@@ -20,6 +20,7 @@ import statistics
 import threading
 
 from kernels.config import H200, next_pow2
+from kernels.operations import sweep
 
 from ..measure.sweeps import DEFAULT_SHAPES, GRIDS
 from ..model.ops import DECODE_RUNGS
@@ -461,49 +462,20 @@ def sweep_axes(kernel: str) -> list[str]:
     return list(GRIDS[kernel])
 
 
-def sweep_elements(kernel: str, g: dict) -> int:
-    return {
-        "attention": lambda: 3 * g["B"] * g["H"] * g["T"] * g["D"],
-        "decode_attention": lambda: 2 * g["B"] * g["H"] * g["T"] * g["D"],
-        "linear": lambda: g["M"] * g["K"] + g["N"] * g["K"] + g["M"] * g["N"],
-        "layer_norm": lambda: 3 * g["M"] * g["C"],
-        "rms_norm": lambda: 3 * g["M"] * g["C"],
-        "swiglu": lambda: g["M"] * g["K"] + 2 * g["F"] * g["K"] + g["M"] * g["F"],
-        "grouped_decode_attention": lambda: 2 * g["B"] * g.get("KV", 1) * g["T"] * g["D"],
-    }[kernel]()
-
-
 def check_sweep_inputs(kernel: str, shape: dict, itemsize: int, device: str) -> None:
-    """Refuse a sweep whose inputs would not fit what can be timed here, or whose heads do not group."""
-    if kernel == "grouped_decode_attention" and (shape["KV"] < 1 or shape["H"] % shape["KV"]):
-        raise UserError(
-            f"H={shape['H']} query heads cannot share KV={shape['KV']} key/value heads evenly: H must be a multiple "
-            "of KV (SmolLM2's 9 over 3, say)."
-        )
-    need, limit = sweep_elements(kernel, shape) * itemsize, SWEEP_BYTES[device]
+    """Refuse a sweep whose inputs would not fit what can be timed here, or that the kernel cannot take."""
+    sw = sweep(kernel)
+    try:
+        sw.check(shape)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    need, limit = sw.elements(shape) * itemsize, SWEEP_BYTES[device]
     if need > limit:
         sizes = ", ".join(f"{k}={v}" for k, v in shape.items())
         raise UserError(
             f"Shape {sizes} needs {need / 2**20:.0f} MB of inputs; a sweep here takes at most "
             f"{limit / 2**20:.0f} MB. Use smaller sizes."
         )
-
-
-def sweep_programs(kernel: str, g: dict, cfg: dict) -> int:
-    """Programs (and loop iterations inside them) one config of a sweep runs: what the interpreter pays."""
-    cdiv = lambda a, b: -(-a // b)
-    bm, bn = cfg.get("block_m", 64), cfg.get("block_n", 64)
-    if kernel in ("layer_norm", "rms_norm"):  # three passes over a program's rows: statistics, then the store
-        return 3 * cdiv(g["M"], bm)
-    if kernel == "linear":
-        return cdiv(g["M"], bm) * cdiv(g["N"], bn) * cdiv(g["K"], cfg.get("block_k", 32))
-    if kernel == "swiglu":  # a step loads three tiles (x, the gate's, the up's) where a matmul's loads two
-        return 3 * cdiv(g["M"], bm) * cdiv(g["F"], bn) * cdiv(g["K"], cfg.get("block_k", 32)) // 2
-    if kernel == "attention":
-        return g["B"] * g["H"] * cdiv(g["T"], bm) * cdiv(g["T"], bn)
-    splits = cfg.get("split_k", 1)
-    heads = g["KV"] if kernel == "grouped_decode_attention" else g["H"]  # a program per key/value head and split
-    return g["B"] * heads * splits * max(1, cdiv(cdiv(g["T"], splits), bn))
 
 
 def sweep_configs(kernel: str) -> list[dict]:
@@ -524,7 +496,7 @@ def sweep_s(kernel: str, shape: dict, device: str, dtype: str = "float32") -> fl
     speed = cpu_speed() if device == "cpu" else 1.0  # the CPU's costs are the reference machine's seconds
     run = fixed_s(device) + len(configs) * SWEEP_CONFIG_S[device] * speed
     if device == "cpu":
-        run += sum(sweep_programs(kernel, shape, c) for c in configs) * SWEEP_PROGRAM_S * speed
+        run += sum(sweep(kernel).programs(shape, c) for c in configs) * SWEEP_PROGRAM_S * speed
     return run + compile_s(device, sweep_compiles(kernel, shape, dtype))
 
 

@@ -22,8 +22,7 @@ from collections.abc import Iterator
 
 import torch
 
-from kernels.matmul.kernel import DECODE_ROWS
-from kernels.matmul.kernel import resolve_config as linear_config
+from kernels.operations import operation
 
 from ..model.cache import KVCache
 from ..model.graphs import DecodeGraph
@@ -40,15 +39,7 @@ def launches_of(op) -> int | None:
     None for the torch backend, whose operations launch as many kernels as PyTorch chooses (counted on a GPU)."""
     if op.backend != "triton":
         return None
-    s = op.sizes
-    if op.kernel == "linear" and s.rows <= DECODE_ROWS:
-        cfg = linear_config(op.config, s.rows, s.out_features, s.in_features, op.dtype, op.device)
-        return 2 if cfg.split_k > 1 else 1
-    if op.kernel == "decode_attention":
-        return 1 if s.one_launch else 2
-    if op.kernel == "embedding":
-        return 3  # two gathers and an add
-    return 1
+    return operation(op.kernel).launches(op.sizes, op.config, op.dtype, op.device)
 
 
 def _total(counts) -> int | None:

@@ -14,16 +14,9 @@ from dataclasses import fields
 import pandas as pd
 import torch
 
-import kernels
 from kernels import timing
-from kernels.attn.decode import decode_traffic
-from kernels.attn.grouped import traffic as grouped_traffic
-from kernels.attn.kernel import traffic as attention_traffic
 from kernels.config import TileConfig
-from kernels.matmul.kernel import traffic as linear_traffic
-from kernels.matmul.swiglu import traffic as swiglu_traffic
-from kernels.norm.kernel import traffic as layer_norm_traffic
-from kernels.norm.rms import traffic as rms_norm_traffic
+from kernels.operations import SWEEPS, sweep
 
 from ..model.ops import Tiles
 from . import metrics
@@ -31,26 +24,10 @@ from .clock import timed
 
 Progress = Callable[[int, int, str], None]
 
-# Grids the tile sweep walks by default (the UI and CLI can pass their own).
-GRIDS = {
-    "attention": dict(block_m=[16, 32, 64, 128], block_n=[16, 32, 64, 128], num_warps=[4, 8], num_stages=[1, 2, 3]),
-    "decode_attention": dict(block_n=[16, 32, 64, 128, 256], split_k=[1, 4, 16, 64], num_warps=[2, 4]),
-    "linear": dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128, 256], block_k=[32, 64], num_stages=[2, 3, 4]),
-    "layer_norm": dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
-    # the Llama family's: RMSNorm holds rows as LayerNorm does; SwiGLU's tiles hold two weight tiles (gate and up)
-    "rms_norm": dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
-    "swiglu": dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128], block_k=[32, 64], num_stages=[2, 3, 4]),
-    "grouped_decode_attention": dict(block_n=[32, 64, 128], split_k=[1, 4, 16, 64]),
-}
-DEFAULT_SHAPES = {
-    "attention": dict(B=1, H=12, T=1024, D=64),
-    "decode_attention": dict(B=1, H=12, T=8192, D=64),
-    "linear": dict(M=1024, K=768, N=3072),
-    "layer_norm": dict(M=4096, C=768),
-    "rms_norm": dict(M=4096, C=576),  # SmolLM2-135M's width
-    "swiglu": dict(M=1024, K=576, F=1536),
-    "grouped_decode_attention": dict(B=1, H=9, KV=3, T=8192, D=64),
-}
+# Grids the tile sweep walks by default (the UI and CLI can pass their own), and its default shapes (a GPU's):
+# each sweepable kernel's own (kernels.operations).
+GRIDS = {kernel: sw.grid for kernel, sw in SWEEPS.items()}
+DEFAULT_SHAPES = {kernel: sw.shape for kernel, sw in SWEEPS.items()}
 
 
 def grid_configs(kernel: str, grid: dict | None = None) -> list[TileConfig]:
@@ -62,60 +39,12 @@ def grid_configs(kernel: str, grid: dict | None = None) -> list[TileConfig]:
 def _inputs(kernel: str, shape: dict, dtype, device):
     """For one kernel at one shape: make() -> a fresh set of random inputs, call(config, *inputs), and
     its traffic model per config."""
-    r = lambda *s: torch.randn(*s, device=device, dtype=dtype)
+    sw = sweep(kernel)
+    sw.check(shape)
     item = torch.empty((), dtype=dtype).element_size()
-    if kernel == "attention":
-        B, H, T, D = (shape[k] for k in "BHTD")
-        make = lambda: (r(B, H, T, D), r(B, H, T, D), r(B, H, T, D))
-        call = lambda c, q, k, v: kernels.attention(q, k, v, config=c)
-        model = lambda c: attention_traffic(B, H, T, T, D, item, config=c, dtype=dtype, device=device)
-    elif kernel == "decode_attention":
-        B, H, T, D = (shape[k] for k in "BHTD")
-        make = lambda: (
-            r(B, H, 1, D),
-            r(B, H, T, D),
-            r(B, H, T, D),
-            torch.full((B,), T, device=device, dtype=torch.int32),
-        )
-        call = lambda c, q, kc, vc, n: kernels.decode_attention(q, kc, vc, n, config=c)
-        model = lambda c: decode_traffic([T] * B, H, T, D, item, config=c, dtype=dtype, device=device)
-    elif kernel == "linear":
-        M, K, N = (shape[k] for k in "MKN")
-        make = lambda: (r(M, K), r(N, K) / K**0.5, r(N))
-        call = lambda c, x, w, b: kernels.linear(x, w, b, activation="gelu", config=c)
-        model = lambda c: linear_traffic(M, N, K, item, activation="gelu", config=c, dtype=dtype, device=device)
-    elif kernel == "layer_norm":
-        M, C = shape["M"], shape["C"]
-        make = lambda: (r(M, C), r(M, C), r(C), r(C))
-        call = lambda c, x, res, w, b: kernels.layer_norm(x, w, b, residual=res, config=c)
-        model = lambda c: layer_norm_traffic(M, C, item, residual=True, config=c)
-    elif kernel == "rms_norm":
-        M, C = shape["M"], shape["C"]
-        make = lambda: (r(M, C), r(M, C), r(C))
-        call = lambda c, x, res, w: kernels.rms_norm(x, w, residual=res, config=c)
-        model = lambda c: rms_norm_traffic(M, C, item, residual=True, config=c)
-    elif kernel == "swiglu":
-        M, K, F = (shape[k] for k in "MKF")
-        make = lambda: (r(M, K), r(2 * F, K) / K**0.5)
-        call = lambda c, x, w: kernels.swiglu(x, w, config=c)
-        model = lambda c: swiglu_traffic(M, F, K, item, config=c, dtype=dtype, device=device)
-    elif kernel == "grouped_decode_attention":
-        B, H, KV, T, D = (shape[k] for k in ("B", "H", "KV", "T", "D"))
-        if KV < 1 or H % KV:
-            raise ValueError(f"grouped_decode_attention: H={H} must be a multiple of KV={KV} (query heads per group)")
-        make = lambda: (
-            r(B, H, 1, D),
-            r(B, KV, T, D),
-            r(B, KV, T, D),
-            torch.full((B,), T, device=device, dtype=torch.int32),
-        )
-        call = lambda c, q, kc, vc, n: kernels.grouped_decode_attention(
-            q, kc, vc, n, block_n=c.block_n, split_k=c.split_k
-        )
-        model = lambda c: grouped_traffic([T] * B, H, KV, D, item, device=device, block_n=c.block_n, split_k=c.split_k)
-    else:
-        raise ValueError(f"kernel {kernel!r} is not known (allowed: {', '.join(GRIDS)})")
-    return make, call, model
+    make = lambda: sw.inputs(shape, dtype, device)
+    model = lambda c: sw.traffic(shape, item, c, dtype, device)
+    return make, sw.run, model
 
 
 def tile_sweep(

@@ -37,8 +37,7 @@ from kernels.matmul.decode import tuned_config as decode_linear_tuned
 from kernels.matmul.kernel import DECODE_ROWS
 from kernels.matmul.kernel import tuned_config as linear_tuned
 from kernels.norm.kernel import tuned_config as layer_norm_tuned
-
-from .sizes import BY_KERNEL
+from kernels.operations import OPERATIONS
 
 BACKENDS = ("triton", "torch")
 FUSIONS = ("none", "epilogue", "decode", "overlap", "persistent")
@@ -91,12 +90,12 @@ KERNEL_CATEGORIES = {
 @dataclass(frozen=True, slots=True)
 class Op:
     """One named operation of a forward pass, as an observer sees it: its sizes are the kernel's record of
-    them (explorer.model.sizes: NormSizes for layer_norm, LinearSizes for linear, ...)."""
+    them (kernels.sizes: NormSizes for layer_norm, LinearSizes for linear, ...)."""
 
     name: str
     kernel: str
     backend: str
-    sizes: tuple  # sizes.BY_KERNEL[kernel]
+    sizes: tuple  # kernels.operations.OPERATIONS[kernel].sizes
     dtype: torch.dtype
     device: torch.device
     config: kernels.TileConfig | None = None  # the tiles the call used; None: the kernel's defaults
@@ -138,7 +137,7 @@ class Ops:
     def _run(self, name: str, kernel: str, x: torch.Tensor, sizes: tuple, config, run, part: str = ""):
         if self.observer is None:
             return run()
-        op = Op(name, kernel, self.backend, BY_KERNEL[kernel](*sizes), x.dtype, x.device, config, part)
+        op = Op(name, kernel, self.backend, OPERATIONS[kernel].sizes(*sizes), x.dtype, x.device, config, part)
         return self.observer(op, run)
 
     def _tuned(self, cfg, tune):

@@ -1,5 +1,5 @@
-"""The sizes an operation runs at, one record per kernel (Op.sizes): what a traffic model, a launch count
-or a chart reads of a call, by name."""
+"""The sizes an operation runs at, one record per kind (kernels.operations names each operation's): what a
+traffic model, a launch count or a chart reads of a call, by name."""
 
 from typing import NamedTuple
 
@@ -102,24 +102,3 @@ class DecodeLayerSizes(NamedTuple):  # decode_layer: each sequence reads its own
     width: int
     heads: int
     max_len: int
-
-
-BY_KERNEL = {
-    "layer_norm": NormSizes,
-    "rms_norm": NormSizes,
-    "linear": LinearSizes,
-    "decode_linear": DecodeLinearSizes,
-    "bias_add": RowsSizes,
-    "embedding": RowsSizes,
-    "token_embedding": RowsSizes,
-    "swiglu": SwigluSizes,
-    "rotary": RotarySizes,
-    "grouped_attention": GroupedAttentionSizes,
-    "grouped_decode_attention": GroupedDecodeSizes,
-    "gelu": ElementsSizes,
-    "add": ElementsSizes,
-    "attention": AttentionSizes,
-    "decode_attention": DecodeAttentionSizes,
-    "kv_write": KVWriteSizes,
-    "decode_layer": DecodeLayerSizes,
-}

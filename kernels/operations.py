@@ -1,0 +1,412 @@
+"""Every operation of the decoder, declared once: the record of sizes a call runs at, the bytes and FLOPs a call
+moves on each backend (its traffic model beside its kernel for Triton's; PyTorch's launches as PyTorch runs them:
+unfused bias, GELU and residual passes, SDPA at its floor), whether that depends on each sequence's length, and,
+for the kernels a visitor can sweep, the sweep: its default grid and shape, random inputs, the launch at one
+config, its traffic and the programs the interpreter runs for it.
+
+The traffic book (explorer.measure.traffic), the tile sweep (explorer.measure.sweeps) and the estimate of a sweep
+(explorer.app.estimate) read this table; none of them names an operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import elementwise, sizes
+from .attn import grouped, grouped_prefill
+from .attn.decode import decode_attention, decode_traffic
+from .attn.grouped import grouped_decode_attention
+from .attn.kernel import attention, traffic_floor
+from .attn.kernel import traffic as attention_traffic
+from .config import Traffic, cdiv
+from .kv_cache.kernel import traffic as kv_write_traffic
+from .layer.kernel import traffic as decode_layer_traffic
+from .matmul import swiglu as swiglu_module
+from .matmul.decode import traffic as decode_linear_traffic
+from .matmul.kernel import DECODE_ROWS, linear
+from .matmul.kernel import resolve_config as linear_config
+from .matmul.kernel import traffic as linear_traffic
+from .matmul.kernel import traffic_unfused as linear_unfused
+from .norm import rms
+from .norm.kernel import layer_norm
+from .norm.kernel import traffic as layer_norm_traffic
+from .norm.kernel import traffic_unfused as layer_norm_unfused
+from .rope.kernel import traffic as rotary_traffic
+
+# book(sizes, itemsize, *, triton, config, dtype, device, lengths) -> Traffic: one call's bytes and FLOPs
+Book = Callable[..., Traffic]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """How the tile sweep runs one kernel: every config of `grid` at a `shape` (by default `shape`, a GPU's)."""
+
+    grid: dict  # tile field -> the values swept
+    shape: dict  # the default shape: size name -> value
+    inputs: Callable  # (shape, dtype, device) -> a fresh tuple of random inputs
+    run: Callable  # (config, *inputs) -> the kernel's output at that config
+    traffic: Callable  # (shape, itemsize, config, dtype, device) -> Traffic
+    programs: Callable  # (shape, config as a dict) -> programs (and their loop steps) the interpreter runs
+    elements: Callable  # (shape) -> the elements of its inputs and output, what one input set holds
+    check: Callable = lambda shape: None  # raises ValueError for a shape the kernel cannot take
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    sizes: type  # the NamedTuple of kernels.sizes a call's sizes are recorded in
+    book: Book
+    by_length: bool = False  # its traffic depends on each sequence's length (decode attention over a cache)
+    sweep: Sweep | None = None
+    # launches(sizes, config, dtype, device) -> kernels one Triton call launches (split-K, a merge launched apart)
+    launches: Callable = lambda s, config, dtype, device: 1
+
+
+def _passes(reads: int, writes: int, elements: int, item: int, flops: int = 0) -> Traffic:
+    """Elementwise PyTorch launches, each reading or writing `elements` values: `reads` and `writes` of them."""
+    n = elements * item
+    return Traffic(reads * n, writes * n, flops, 2 * n)
+
+
+def _random(dtype, device):
+    return lambda *shape: torch.randn(*shape, device=device, dtype=dtype)
+
+
+def _full_cache(B: int, T: int, device):
+    return torch.full((B,), T, device=device, dtype=torch.int32)
+
+
+# --- Normalisation -------------------------------------------------------------------------------------------
+
+
+def _norm_programs(g, c):  # three passes over a program's rows: statistics, then the store
+    return 3 * cdiv(g["M"], c.get("block_m", 64))
+
+
+def _book_layer_norm(s, item, *, triton, config, dtype, device, lengths):
+    if triton:
+        return layer_norm_traffic(s.rows, s.width, item, residual=s.residual, config=config, device=device)
+    return layer_norm_unfused(s.rows, s.width, item, residual=s.residual, device=device)
+
+
+def _book_rms_norm(s, item, *, triton, config, dtype, device, lengths):
+    """PyTorch's RMSNorm as kernels.reference runs it: x^2, its mean, x * rsqrt and * weight (four reads, three
+    writes), after the residual add's two and one."""
+    if triton:
+        return rms.traffic(s.rows, s.width, item, residual=s.residual, config=config, device=device)
+    n = s.rows * s.width
+    norm = _passes(4, 3, n, item, 4 * n)
+    return norm + _passes(2, 1, n, item, n) if s.residual else norm
+
+
+LAYER_NORM = Operation(
+    "layer_norm",
+    sizes.NormSizes,
+    _book_layer_norm,
+    sweep=Sweep(
+        grid=dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
+        shape=dict(M=4096, C=768),
+        inputs=lambda g, dtype, device: (
+            _random(dtype, device)(g["M"], g["C"]),
+            _random(dtype, device)(g["M"], g["C"]),
+            _random(dtype, device)(g["C"]),
+            _random(dtype, device)(g["C"]),
+        ),
+        run=lambda c, x, res, w, b: layer_norm(x, w, b, residual=res, config=c),
+        traffic=lambda g, item, c, dtype, device: layer_norm_traffic(g["M"], g["C"], item, residual=True, config=c),
+        programs=_norm_programs,
+        elements=lambda g: 3 * g["M"] * g["C"],
+    ),
+)
+RMS_NORM = Operation(
+    "rms_norm",
+    sizes.NormSizes,
+    _book_rms_norm,
+    sweep=Sweep(  # RMSNorm holds rows as LayerNorm does
+        grid=dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
+        shape=dict(M=4096, C=576),  # SmolLM2-135M's width
+        inputs=lambda g, dtype, device: (
+            _random(dtype, device)(g["M"], g["C"]),
+            _random(dtype, device)(g["M"], g["C"]),
+            _random(dtype, device)(g["C"]),
+        ),
+        run=lambda c, x, res, w: rms.rms_norm(x, w, residual=res, config=c),
+        traffic=lambda g, item, c, dtype, device: rms.traffic(g["M"], g["C"], item, residual=True, config=c),
+        programs=_norm_programs,
+        elements=lambda g: 3 * g["M"] * g["C"],
+    ),
+)
+
+
+# --- Matrix products -----------------------------------------------------------------------------------------
+
+
+def _linear_flags(s) -> dict:
+    return dict(bias=bool(s.bias), activation="gelu" if s.gelu else None, residual=bool(s.residual))
+
+
+def _book_linear(s, item, *, triton, config, dtype, device, lengths):
+    if triton:
+        return linear_traffic(*s[:3], item, **_linear_flags(s), config=config, dtype=dtype, device=device)
+    return linear_unfused(*s[:3], item, **_linear_flags(s), device=device)
+
+
+def _book_decode_linear(s, item, *, triton, config, dtype, device, lengths):
+    flags = _linear_flags(s)
+    if s.swiglu:
+        flags["activation"] = "swiglu"
+    fused = dict(norm=s.norm, rms=s.rms, kv=s.kv_heads or None, head_dim=s.head_dim or None, rope=s.rope)
+    return decode_linear_traffic(*s[:3], item, **flags, **fused, config=config, dtype=dtype, device=device)
+
+
+def _book_swiglu(s, item, *, triton, config, dtype, device, lengths):
+    """PyTorch's: F.linear at its floor, then SiLU and the product."""
+    if triton:
+        return swiglu_module.traffic(s.rows, s.features, s.in_features, item, config=config, dtype=dtype, device=device)
+    matmul = linear_unfused(s.rows, 2 * s.features, s.in_features, item, bias=False, device=device)
+    n = s.rows * s.features
+    return matmul + _passes(1, 1, n, item) + _passes(2, 1, n, item)
+
+
+def _linear_launches(s, config, dtype, device) -> int:
+    """A projection of a few rows splits K over programs whose partial sums a second launch adds."""
+    if s.rows > DECODE_ROWS:
+        return 1
+    return 2 if linear_config(config, s.rows, s.out_features, s.in_features, dtype, device).split_k > 1 else 1
+
+
+def _matmul_programs(g, c, n: str) -> int:
+    return cdiv(g["M"], c.get("block_m", 64)) * cdiv(g[n], c.get("block_n", 64)) * cdiv(g["K"], c.get("block_k", 32))
+
+
+LINEAR = Operation(
+    "linear",
+    sizes.LinearSizes,
+    _book_linear,
+    launches=_linear_launches,
+    sweep=Sweep(
+        grid=dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128, 256], block_k=[32, 64], num_stages=[2, 3, 4]),
+        shape=dict(M=1024, K=768, N=3072),
+        inputs=lambda g, dtype, device: (
+            _random(dtype, device)(g["M"], g["K"]),
+            _random(dtype, device)(g["N"], g["K"]) / g["K"] ** 0.5,
+            _random(dtype, device)(g["N"]),
+        ),
+        run=lambda c, x, w, b: linear(x, w, b, activation="gelu", config=c),
+        traffic=lambda g, item, c, dtype, device: linear_traffic(
+            g["M"], g["N"], g["K"], item, activation="gelu", config=c, dtype=dtype, device=device
+        ),
+        programs=lambda g, c: _matmul_programs(g, c, "N"),
+        elements=lambda g: g["M"] * g["K"] + g["N"] * g["K"] + g["M"] * g["N"],
+    ),
+)
+DECODE_LINEAR = Operation("decode_linear", sizes.DecodeLinearSizes, _book_decode_linear)
+SWIGLU = Operation(
+    "swiglu",
+    sizes.SwigluSizes,
+    _book_swiglu,
+    sweep=Sweep(  # its tiles hold two weight tiles, the gate's and the up's
+        grid=dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128], block_k=[32, 64], num_stages=[2, 3, 4]),
+        shape=dict(M=1024, K=576, F=1536),
+        inputs=lambda g, dtype, device: (
+            _random(dtype, device)(g["M"], g["K"]),
+            _random(dtype, device)(2 * g["F"], g["K"]) / g["K"] ** 0.5,
+        ),
+        run=lambda c, x, w: swiglu_module.swiglu(x, w, config=c),
+        traffic=lambda g, item, c, dtype, device: swiglu_module.traffic(
+            g["M"], g["F"], g["K"], item, config=c, dtype=dtype, device=device
+        ),
+        # a step loads three tiles (x, the gate's, the up's) where a matmul's loads two
+        programs=lambda g, c: 3 * _matmul_programs(g, c, "F") // 2,
+        elements=lambda g: g["M"] * g["K"] + 2 * g["F"] * g["K"] + g["M"] * g["F"],
+    ),
+)
+
+
+# --- Attention -----------------------------------------------------------------------------------------------
+
+
+def _book_attention(s, item, *, triton, config, dtype, device, lengths):
+    if triton:
+        return attention_traffic(*s, item, config=config, dtype=dtype, device=device)
+    return traffic_floor(*s, item)
+
+
+def _book_decode_attention(s, item, *, triton, config, dtype, device, lengths):
+    if triton:
+        return decode_traffic(
+            list(lengths), s.heads, s.max_len, s.head_dim, item, config=config, one_launch=s.one_launch,
+            dtype=dtype, device=device,
+        )  # fmt: skip
+    return traffic_floor(s.batch, s.heads, 1, s.max_len, s.head_dim, item, causal=False)  # SDPA reads every slot
+
+
+def _book_grouped_attention(s, item, *, triton, config, dtype, device, lengths):
+    """PyTorch's: every key/value head copied for its group (repeat_interleave), then SDPA at its floor."""
+    if triton:
+        return grouped_prefill.traffic(s.batch, s.heads, s.kv_heads, s.queries, s.keys, s.head_dim, item, device=device)
+    copies = _passes(1, s.heads // s.kv_heads, 2 * s.batch * s.kv_heads * s.keys * s.head_dim, item)
+    return copies + traffic_floor(s.batch, s.heads, s.queries, s.keys, s.head_dim, item)
+
+
+def _book_grouped_decode(s, item, *, triton, config, dtype, device, lengths):
+    if triton:
+        return grouped.traffic(list(lengths), s.heads, s.kv_heads, s.head_dim, item, max_len=s.max_len, device=device)
+    copies = _passes(1, s.heads // s.kv_heads, 2 * s.batch * s.kv_heads * s.max_len * s.head_dim, item)
+    return copies + traffic_floor(s.batch, s.heads, 1, s.max_len, s.head_dim, item, causal=False)
+
+
+def _decode_programs(g, c, heads: int) -> int:
+    """A program per (sequence, head) and split, each walking its share of the keys in tiles of block_n."""
+    splits, bn = c.get("split_k", 1), c.get("block_n", 64)
+    return g["B"] * heads * splits * max(1, cdiv(cdiv(g["T"], splits), bn))
+
+
+def _check_groups(g) -> None:
+    if g["KV"] < 1 or g["H"] % g["KV"]:
+        raise ValueError(
+            f"H={g['H']} query heads cannot share KV={g['KV']} key/value heads evenly: H must be a multiple of KV "
+            "(SmolLM2's 9 over 3, say)."
+        )
+
+
+ATTENTION = Operation(
+    "attention",
+    sizes.AttentionSizes,
+    _book_attention,
+    sweep=Sweep(
+        grid=dict(block_m=[16, 32, 64, 128], block_n=[16, 32, 64, 128], num_warps=[4, 8], num_stages=[1, 2, 3]),
+        shape=dict(B=1, H=12, T=1024, D=64),
+        inputs=lambda g, dtype, device: tuple(_random(dtype, device)(g["B"], g["H"], g["T"], g["D"]) for _ in "qkv"),
+        run=lambda c, q, k, v: attention(q, k, v, config=c),
+        traffic=lambda g, item, c, dtype, device: attention_traffic(
+            g["B"], g["H"], g["T"], g["T"], g["D"], item, config=c, dtype=dtype, device=device
+        ),
+        programs=lambda g, c: g["B"] * g["H"] * cdiv(g["T"], c.get("block_m", 64)) * cdiv(g["T"], c.get("block_n", 64)),
+        elements=lambda g: 3 * g["B"] * g["H"] * g["T"] * g["D"],
+    ),
+)
+DECODE_ATTENTION = Operation(
+    "decode_attention",
+    sizes.DecodeAttentionSizes,
+    _book_decode_attention,
+    by_length=True,
+    launches=lambda s, config, dtype, device: 1 if s.one_launch else 2,  # the splits merged by a second launch
+    sweep=Sweep(
+        grid=dict(block_n=[16, 32, 64, 128, 256], split_k=[1, 4, 16, 64], num_warps=[2, 4]),
+        shape=dict(B=1, H=12, T=8192, D=64),
+        inputs=lambda g, dtype, device: (
+            _random(dtype, device)(g["B"], g["H"], 1, g["D"]),
+            _random(dtype, device)(g["B"], g["H"], g["T"], g["D"]),
+            _random(dtype, device)(g["B"], g["H"], g["T"], g["D"]),
+            _full_cache(g["B"], g["T"], device),
+        ),
+        run=lambda c, q, kc, vc, n: decode_attention(q, kc, vc, n, config=c),
+        traffic=lambda g, item, c, dtype, device: decode_traffic(
+            [g["T"]] * g["B"], g["H"], g["T"], g["D"], item, config=c, dtype=dtype, device=device
+        ),
+        programs=lambda g, c: _decode_programs(g, c, g["H"]),
+        elements=lambda g: 2 * g["B"] * g["H"] * g["T"] * g["D"],
+    ),
+)
+GROUPED_ATTENTION = Operation("grouped_attention", sizes.GroupedAttentionSizes, _book_grouped_attention)
+GROUPED_DECODE_ATTENTION = Operation(
+    "grouped_decode_attention",
+    sizes.GroupedDecodeSizes,
+    _book_grouped_decode,
+    by_length=True,
+    sweep=Sweep(
+        grid=dict(block_n=[32, 64, 128], split_k=[1, 4, 16, 64]),
+        shape=dict(B=1, H=9, KV=3, T=8192, D=64),
+        inputs=lambda g, dtype, device: (
+            _random(dtype, device)(g["B"], g["H"], 1, g["D"]),
+            _random(dtype, device)(g["B"], g["KV"], g["T"], g["D"]),
+            _random(dtype, device)(g["B"], g["KV"], g["T"], g["D"]),
+            _full_cache(g["B"], g["T"], device),
+        ),
+        run=lambda c, q, kc, vc, n: grouped_decode_attention(q, kc, vc, n, block_n=c.block_n, split_k=c.split_k),
+        traffic=lambda g, item, c, dtype, device: grouped.traffic(
+            [g["T"]] * g["B"], g["H"], g["KV"], g["D"], item, device=device, block_n=c.block_n, split_k=c.split_k
+        ),
+        programs=lambda g, c: _decode_programs(g, c, g["KV"]),  # a program per key/value head and split
+        elements=lambda g: 2 * g["B"] * g.get("KV", 1) * g["T"] * g["D"],
+        check=_check_groups,
+    ),
+)
+
+
+# --- The rest of a block -------------------------------------------------------------------------------------
+
+
+def _book_kv_write(s, item, *, triton, config, dtype, device, lengths):
+    if s.decode and triton:
+        return kv_write_traffic(s.batch, s.heads, s.head_dim, item)
+    moved = 2 * s.batch * s.heads * s.tokens * s.head_dim * item  # K and V rows read, written to the cache
+    return Traffic(moved, moved, 0, 2 * moved)
+
+
+def _book_rotary(s, item, *, triton, config, dtype, device, lengths):
+    """PyTorch's: x * cos, the rotated half, * sin and the sum (five reads, four writes)."""
+    if triton:
+        return rotary_traffic(s.batch, s.heads, s.tokens, s.head_dim, item)
+    n = s.batch * s.heads * s.tokens * s.head_dim
+    return _passes(5, 4, n, item, 3 * n)
+
+
+def _book_embedding(s, item, **_):
+    n = s.rows * s.width  # two rows gathered and added per token
+    return Traffic(2 * n * item, n * item, n, 3 * n * item)
+
+
+def _book_token_embedding(s, item, **_):
+    n = s.rows * s.width  # one row gathered per token
+    return Traffic(n * item, n * item, 0, 2 * n * item)
+
+
+OPERATIONS: dict[str, Operation] = {
+    op.name: op
+    for op in (  # the sweeps in the order the sweep tab offers them
+        ATTENTION,
+        DECODE_ATTENTION,
+        LINEAR,
+        LAYER_NORM,
+        RMS_NORM,
+        SWIGLU,
+        GROUPED_DECODE_ATTENTION,
+        DECODE_LINEAR,
+        GROUPED_ATTENTION,
+        Operation("kv_write", sizes.KVWriteSizes, _book_kv_write),
+        Operation("rotary", sizes.RotarySizes, _book_rotary),
+        Operation(
+            "decode_layer",
+            sizes.DecodeLayerSizes,
+            lambda s, item, *, dtype, device, lengths, **_: decode_layer_traffic(
+                list(lengths), s.width, s.heads, s.max_len, item, dtype=dtype, device=device
+            ),
+            by_length=True,
+        ),
+        Operation("bias_add", sizes.RowsSizes, lambda s, item, **_: elementwise.traffic_bias_add(*s, item)),
+        Operation("gelu", sizes.ElementsSizes, lambda s, item, **_: elementwise.traffic_gelu(s.elements, item)),
+        Operation("add", sizes.ElementsSizes, lambda s, item, **_: elementwise.traffic_add(s.elements, item)),
+        Operation("embedding", sizes.RowsSizes, _book_embedding, launches=lambda *_: 3),  # two gathers and an add
+        Operation("token_embedding", sizes.RowsSizes, _book_token_embedding),
+    )
+}
+SWEEPS: dict[str, Sweep] = {name: op.sweep for name, op in OPERATIONS.items() if op.sweep is not None}
+
+
+def operation(name: str) -> Operation:
+    """The operation named `name`, or a ValueError listing those there are."""
+    if name not in OPERATIONS:
+        raise ValueError(f"operation {name!r} is not known (allowed: {', '.join(OPERATIONS)})")
+    return OPERATIONS[name]
+
+
+def sweep(kernel: str) -> Sweep:
+    """The tile sweep of `kernel`, or a ValueError listing the kernels a sweep takes."""
+    if kernel not in SWEEPS:
+        raise ValueError(f"kernel {kernel!r} is not known (allowed: {', '.join(SWEEPS)})")
+    return SWEEPS[kernel]
