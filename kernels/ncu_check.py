@@ -65,8 +65,8 @@ UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kb": 1e3, "mb": 1
 @dataclass(frozen=True)
 class Case:
     name: str
-    # layer_norm, rms_norm, linear, swiglu, attention, decode_attention, grouped_attention, rotary, kv_write, or
-    # decode_linear (with "kv": RMSNorm, the q/k/v projection, rotary and the cache write; without: RMSNorm and SwiGLU)
+    # the operation (kernels.operations) whose Counted model and call the case runs: decode_linear with "kv" is
+    # RMSNorm, the q/k/v projection, rotary and the cache write; without, RMSNorm and SwiGLU
     kind: str
     shape: dict
     # linear only: "tile" is the tile kernel, whose loads pass through L1; "tma" the persistent form
@@ -85,13 +85,21 @@ CASES = (
     Case("attention causal B1 H12 T1024 D64", "attention", dict(batch=1, heads=12, t=1024, d=64)),
     Case("attention causal B4 H12 T4096 D64", "attention", dict(batch=4, heads=12, t=4096, d=64)),
     Case("decode attention B1 H12 N8192 D64", "decode_attention", dict(batch=1, heads=12, n=8192, d=64)),
-    Case("grouped decode attention B1 H9/3 N8192 D64", "grouped_attention", dict(batch=1, heads=9, kv=3, n=8192, d=64)),
-    Case("grouped decode attention B8 H9/3 N4096 D64", "grouped_attention", dict(batch=8, heads=9, kv=3, n=4096, d=64)),
+    Case(
+        "grouped decode attention B1 H9/3 N8192 D64",
+        "grouped_decode_attention",
+        dict(batch=1, heads=9, kv=3, n=8192, d=64),
+    ),
+    Case(
+        "grouped decode attention B8 H9/3 N4096 D64",
+        "grouped_decode_attention",
+        dict(batch=8, heads=9, kv=3, n=4096, d=64),
+    ),
     # A generation's cache is allocated to its end: a length of 1500 over 4096 positions, in one-tile splits that
     # request their tiles whole before the length arrives, past it too.
     Case(
         "grouped decode attention B1 H9/3 N1500 of 4096 D64",
-        "grouped_attention",
+        "grouped_decode_attention",
         dict(batch=1, heads=9, kv=3, n=1500, d=64, cache=4096),
     ),
     # SmolLM2's decode rung: RMSNorm + q/k/v + rotary + the grouped cache write in one launch; RMSNorm + SwiGLU.
@@ -124,45 +132,11 @@ def model(case: Case, dtype, device):
     """(Traffic, TileConfig or None) of one case from the kernel's own model."""
     import torch
 
-    from . import attn, kv_cache, matmul, norm, rope
-    from .attn import grouped
-    from .matmul import decode, swiglu
+    from .operations import operation
 
     item = torch.empty((), dtype=dtype).element_size()
-    s = case.shape
-    kinds = dict(layer_norm=norm, rms_norm=norm.rms, linear=matmul, swiglu=swiglu, attention=attn)
-    kinds |= dict(decode_attention=attn, grouped_attention=grouped, rotary=rope, kv_write=kv_cache)
-    kinds |= dict(decode_linear=decode)
-    mod = kinds[case.kind]  # each operation's package (or module): its tile rules and traffic model
-    if case.kind in ("layer_norm", "rms_norm"):
-        t = mod.traffic(s["rows"], s["width"], item, residual=True, device=device)
-        return t, mod.resolve_config(None, s["rows"], s["width"], device, case.kind)
-    if case.kind == "linear":
-        with form(case):
-            t = mod.traffic(s["rows"], s["out"], s["inp"], item, activation="gelu", dtype=dtype, device=device)
-            persistent = mod.persistent_form(s["rows"], dtype, device)
-            return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device, persistent)
-    if case.kind == "swiglu":
-        t = mod.traffic(s["rows"], s["out"], s["inp"], item, dtype=dtype, device=device)
-        return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device)
-    if case.kind == "decode_linear":
-        fused = dict(kv=s["kv"], head_dim=64, rope=True) if "kv" in s else dict(activation="swiglu")
-        fused |= dict(bias=False, norm=True, rms=True, dtype=dtype, device=device)
-        t = mod.traffic(s["rows"], s["out"], s["inp"], item, **fused)
-        return t, mod.resolve_config(None, s["rows"], s["out"], s["inp"], dtype, device)
-    if case.kind == "grouped_attention":
-        lengths, cache = [s["n"]] * s["batch"], s.get("cache", s["n"])
-        return mod.traffic(lengths, s["heads"], s["kv"], s["d"], item, max_len=cache, device=device), None
-    if case.kind == "rotary":
-        return mod.traffic(s["batch"], s["heads"], s["t"], s["d"], item), None
-    if case.kind == "attention":
-        t = mod.traffic(s["batch"], s["heads"], s["t"], s["t"], s["d"], item, dtype=dtype, device=device)
-        return t, mod.resolve_config(None, s["t"], s["d"], dtype, device)
-    if case.kind == "decode_attention":
-        lengths = [s["n"]] * s["batch"]
-        t = mod.decode_traffic(lengths, s["heads"], s["n"], s["d"], item, dtype=dtype, device=device)
-        return t, mod.resolve_decode_config(None, s["batch"] * s["heads"], s["n"], s["d"], dtype, device)
-    return mod.traffic(s["batch"], s["heads"], s["d"], item), None
+    with form(case):
+        return operation(case.kind).counted.model(case.shape, item, dtype, device)
 
 
 def form(case: Case):
@@ -176,66 +150,16 @@ def make_call(case: Case, dtype, device):
     """Inputs on the GPU and a function that launches the case once."""
     import torch
 
-    from . import (
-        attention,
-        decode_attention,
-        decode_linear,
-        grouped_decode_attention,
-        kv_write,
-        layer_norm,
-        linear,
-        rms_norm,
-        rotary,
-        swiglu,
-    )
+    from .operations import operation
 
-    s = case.shape
     rand = lambda *shape: torch.randn(shape, device=device, dtype=dtype)
-    if case.kind == "layer_norm":
-        x, r, w, b = rand(s["rows"], s["width"]), rand(s["rows"], s["width"]), rand(s["width"]), rand(s["width"])
-        return lambda: layer_norm(x, w, b, residual=r)
-    if case.kind == "rms_norm":
-        x, r, w = rand(s["rows"], s["width"]), rand(s["rows"], s["width"]), rand(s["width"])
-        return lambda: rms_norm(x, w, residual=r)
-    if case.kind == "linear":
-        x, w, b = rand(s["rows"], s["inp"]), rand(s["out"], s["inp"]), rand(s["out"])
+    launch = operation(case.kind).counted.call(case.shape, rand, device)
 
-        def call():
-            with form(case):
-                return linear(x, w, b, activation="gelu")
+    def call():
+        with form(case):
+            return launch()
 
-        return call
-    if case.kind == "swiglu":
-        x, w = rand(s["rows"], s["inp"]), rand(2 * s["out"], s["inp"])
-        return lambda: swiglu(x, w)
-    if case.kind == "decode_linear":
-        x, w, norm = rand(s["rows"], s["inp"]), rand(s["out"], s["inp"]), (rand(s["inp"]), None, 1e-5)
-        if "kv" not in s:
-            return lambda: decode_linear(x, w, activation="swiglu", norm=norm)
-        kc, vc = (rand(s["rows"], s["kv"], 1024, 64) for _ in range(2))
-        lengths = torch.full((s["rows"],), 1000, device=device, dtype=torch.int32)
-        return lambda: decode_linear(x, w, norm=norm, kv=(kc, vc, lengths), rope=1e5)
-    if case.kind == "grouped_attention":
-        q = rand(s["batch"], s["heads"], 1, s["d"])
-        kc, vc = (rand(s["batch"], s["kv"], s.get("cache", s["n"]), s["d"]) for _ in range(2))
-        n = torch.full((s["batch"],), s["n"], device=device, dtype=torch.int32)
-        return lambda: grouped_decode_attention(q, kc, vc, n)
-    if case.kind == "rotary":
-        x = rand(s["batch"], s["heads"], s["t"], s["d"])
-        positions = torch.arange(s["t"], device=device)[None, :].expand(s["batch"], -1).contiguous()
-        return lambda: rotary(x, positions, 100000.0)
-    if case.kind == "attention":
-        q, k, v = (rand(s["batch"], s["heads"], s["t"], s["d"]) for _ in range(3))
-        return lambda: attention(q, k, v, causal=True)
-    if case.kind == "decode_attention":
-        q = rand(s["batch"], s["heads"], 1, s["d"])
-        kc, vc = (rand(s["batch"], s["heads"], s["n"], s["d"]) for _ in range(2))
-        lengths = torch.full((s["batch"],), s["n"], device=device, dtype=torch.int32)
-        return lambda: decode_attention(q, kc, vc, lengths)
-    k, v = rand(s["batch"], s["heads"], 1, s["d"]), rand(s["batch"], s["heads"], 1, s["d"])
-    kc, vc = (rand(s["batch"], s["heads"], s["t_max"], s["d"]) for _ in range(2))
-    lengths = torch.arange(s["batch"], device=device, dtype=torch.int32) % s["t_max"]
-    return lambda: kv_write(k, v, kc, vc, lengths)
+    return call
 
 
 def parse_ncu_csv(text: str) -> list[dict]:

@@ -30,6 +30,7 @@ from .matmul.kernel import DECODE_ROWS, linear
 from .matmul.kernel import resolve_config as linear_config
 from .matmul.kernel import traffic as linear_traffic
 from .matmul.kernel import traffic_unfused as linear_unfused
+from .norm import kernel as norm_kernel
 from .norm import rms
 from .norm.kernel import layer_norm
 from .norm.kernel import traffic as layer_norm_traffic
@@ -55,6 +56,14 @@ class Sweep:
 
 
 @dataclass(frozen=True)
+class Counted:
+    """How kernels.ncu_check holds one kernel to the hardware counters, at a case's shape (size name -> value)."""
+
+    model: Callable  # (shape, itemsize, dtype, device) -> (its Traffic, the TileConfig it launches with or None)
+    call: Callable  # (shape, rand, device) -> a function that launches it once on inputs made by rand(*sizes)
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str
     sizes: type  # the NamedTuple of kernels.sizes a call's sizes are recorded in
@@ -63,6 +72,7 @@ class Operation:
     sweep: Sweep | None = None
     # launches(sizes, config, dtype, device) -> kernels one Triton call launches (split-K, a merge launched apart)
     launches: Callable = lambda s, config, dtype, device: 1
+    counted: Counted | None = None  # held to the hardware counters by kernels.ncu_check
 
 
 def _passes(reads: int, writes: int, elements: int, item: int, flops: int = 0) -> Traffic:
@@ -77,6 +87,134 @@ def _random(dtype, device):
 
 def _full_cache(B: int, T: int, device):
     return torch.full((B,), T, device=device, dtype=torch.int32)
+
+
+# --- Held to the hardware counters (kernels.ncu_check) -------------------------------------------------------
+
+
+def _lengths(batch: int, n: int, device):
+    return torch.full((batch,), n, device=device, dtype=torch.int32)
+
+
+def _counted_norm(kernel: str, module, launch, with_bias: bool) -> Counted:
+    def model(g, item, dtype, device):
+        t = module.traffic(g["rows"], g["width"], item, residual=True, device=device)
+        return t, module.resolve_config(None, g["rows"], g["width"], device, kernel)
+
+    def call(g, rand, device):
+        x, r, w = rand(g["rows"], g["width"]), rand(g["rows"], g["width"]), rand(g["width"])
+        if with_bias:
+            b = rand(g["width"])
+            return lambda: launch(x, w, b, residual=r)
+        return lambda: launch(x, w, residual=r)
+
+    return Counted(model, call)
+
+
+def _counted_linear_model(g, item, dtype, device):
+    from .matmul import kernel as mod
+
+    t = mod.traffic(g["rows"], g["out"], g["inp"], item, activation="gelu", dtype=dtype, device=device)
+    persistent = mod.persistent_form(g["rows"], dtype, device)
+    return t, mod.resolve_config(None, g["rows"], g["out"], g["inp"], dtype, device, persistent)
+
+
+def _counted_linear_call(g, rand, device):
+    x, w, b = rand(g["rows"], g["inp"]), rand(g["out"], g["inp"]), rand(g["out"])
+    return lambda: linear(x, w, b, activation="gelu")
+
+
+def _counted_swiglu_model(g, item, dtype, device):
+    t = swiglu_module.traffic(g["rows"], g["out"], g["inp"], item, dtype=dtype, device=device)
+    return t, swiglu_module.resolve_config(None, g["rows"], g["out"], g["inp"], dtype, device)
+
+
+def _counted_decode_linear_model(g, item, dtype, device):
+    from .matmul import decode as mod
+
+    fused = dict(kv=g["kv"], head_dim=64, rope=True) if "kv" in g else dict(activation="swiglu")
+    fused |= dict(bias=False, norm=True, rms=True, dtype=dtype, device=device)
+    t = mod.traffic(g["rows"], g["out"], g["inp"], item, **fused)
+    return t, mod.resolve_config(None, g["rows"], g["out"], g["inp"], dtype, device)
+
+
+def _counted_decode_linear_call(g, rand, device):
+    from .matmul.decode import decode_linear
+
+    x, w, norm = rand(g["rows"], g["inp"]), rand(g["out"], g["inp"]), (rand(g["inp"]), None, 1e-5)
+    if "kv" not in g:
+        return lambda: decode_linear(x, w, activation="swiglu", norm=norm)
+    kc, vc = (rand(g["rows"], g["kv"], 1024, 64) for _ in range(2))
+    lengths = _lengths(g["rows"], 1000, device)
+    return lambda: decode_linear(x, w, norm=norm, kv=(kc, vc, lengths), rope=1e5)
+
+
+def _counted_swiglu_call(g, rand, device):
+    x, w = rand(g["rows"], g["inp"]), rand(2 * g["out"], g["inp"])
+    return lambda: swiglu_module.swiglu(x, w)
+
+
+def _counted_attention_model(g, item, dtype, device):
+    from .attn import kernel as mod
+
+    t = mod.traffic(g["batch"], g["heads"], g["t"], g["t"], g["d"], item, dtype=dtype, device=device)
+    return t, mod.resolve_config(None, g["t"], g["d"], dtype, device)
+
+
+def _counted_attention_call(g, rand, device):
+    q, k, v = (rand(g["batch"], g["heads"], g["t"], g["d"]) for _ in range(3))
+    return lambda: attention(q, k, v, causal=True)
+
+
+def _counted_decode_attention_model(g, item, dtype, device):
+    from .attn.decode_tiles import resolve_decode_config
+
+    t = decode_traffic([g["n"]] * g["batch"], g["heads"], g["n"], g["d"], item, dtype=dtype, device=device)
+    return t, resolve_decode_config(None, g["batch"] * g["heads"], g["n"], g["d"], dtype, device)
+
+
+def _counted_decode_attention_call(g, rand, device):
+    q = rand(g["batch"], g["heads"], 1, g["d"])
+    kc, vc = (rand(g["batch"], g["heads"], g["n"], g["d"]) for _ in range(2))
+    lengths = _lengths(g["batch"], g["n"], device)
+    return lambda: decode_attention(q, kc, vc, lengths)
+
+
+def _counted_grouped_model(g, item, dtype, device):
+    lengths, cache = [g["n"]] * g["batch"], g.get("cache", g["n"])
+    return grouped.traffic(lengths, g["heads"], g["kv"], g["d"], item, max_len=cache, device=device), None
+
+
+def _counted_grouped_call(g, rand, device):
+    q = rand(g["batch"], g["heads"], 1, g["d"])
+    kc, vc = (rand(g["batch"], g["kv"], g.get("cache", g["n"]), g["d"]) for _ in range(2))
+    n = _lengths(g["batch"], g["n"], device)
+    return lambda: grouped_decode_attention(q, kc, vc, n)
+
+
+def _counted_rotary_model(g, item, dtype, device):
+    return rotary_traffic(g["batch"], g["heads"], g["t"], g["d"], item), None
+
+
+def _counted_rotary_call(g, rand, device):
+    from .rope.kernel import rotary
+
+    x = rand(g["batch"], g["heads"], g["t"], g["d"])
+    positions = torch.arange(g["t"], device=device)[None, :].expand(g["batch"], -1).contiguous()
+    return lambda: rotary(x, positions, 100000.0)
+
+
+def _counted_kv_write_model(g, item, dtype, device):
+    return kv_write_traffic(g["batch"], g["heads"], g["d"], item), None
+
+
+def _counted_kv_write_call(g, rand, device):
+    from .kv_cache.kernel import kv_write
+
+    k, v = rand(g["batch"], g["heads"], 1, g["d"]), rand(g["batch"], g["heads"], 1, g["d"])
+    kc, vc = (rand(g["batch"], g["heads"], g["t_max"], g["d"]) for _ in range(2))
+    lengths = torch.arange(g["batch"], device=device, dtype=torch.int32) % g["t_max"]
+    return lambda: kv_write(k, v, kc, vc, lengths)
 
 
 # --- Normalisation -------------------------------------------------------------------------------------------
@@ -106,6 +244,7 @@ LAYER_NORM = Operation(
     "layer_norm",
     sizes.NormSizes,
     _book_layer_norm,
+    counted=_counted_norm("layer_norm", norm_kernel, layer_norm, True),
     sweep=Sweep(
         grid=dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
         shape=dict(M=4096, C=768),
@@ -125,6 +264,7 @@ RMS_NORM = Operation(
     "rms_norm",
     sizes.NormSizes,
     _book_rms_norm,
+    counted=_counted_norm("rms_norm", rms, rms.rms_norm, False),
     sweep=Sweep(  # RMSNorm holds rows as LayerNorm does
         grid=dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
         shape=dict(M=4096, C=576),  # SmolLM2-135M's width
@@ -187,6 +327,7 @@ LINEAR = Operation(
     sizes.LinearSizes,
     _book_linear,
     launches=_linear_launches,
+    counted=Counted(_counted_linear_model, _counted_linear_call),
     sweep=Sweep(
         grid=dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128, 256], block_k=[32, 64], num_stages=[2, 3, 4]),
         shape=dict(M=1024, K=768, N=3072),
@@ -203,11 +344,17 @@ LINEAR = Operation(
         elements=lambda g: g["M"] * g["K"] + g["N"] * g["K"] + g["M"] * g["N"],
     ),
 )
-DECODE_LINEAR = Operation("decode_linear", sizes.DecodeLinearSizes, _book_decode_linear)
+DECODE_LINEAR = Operation(
+    "decode_linear",
+    sizes.DecodeLinearSizes,
+    _book_decode_linear,
+    counted=Counted(_counted_decode_linear_model, _counted_decode_linear_call),
+)
 SWIGLU = Operation(
     "swiglu",
     sizes.SwigluSizes,
     _book_swiglu,
+    counted=Counted(_counted_swiglu_model, _counted_swiglu_call),
     sweep=Sweep(  # its tiles hold two weight tiles, the gate's and the up's
         grid=dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128], block_k=[32, 64], num_stages=[2, 3, 4]),
         shape=dict(M=1024, K=576, F=1536),
@@ -277,6 +424,7 @@ ATTENTION = Operation(
     "attention",
     sizes.AttentionSizes,
     _book_attention,
+    counted=Counted(_counted_attention_model, _counted_attention_call),
     sweep=Sweep(
         grid=dict(block_m=[16, 32, 64, 128], block_n=[16, 32, 64, 128], num_warps=[4, 8], num_stages=[1, 2, 3]),
         shape=dict(B=1, H=12, T=1024, D=64),
@@ -294,6 +442,7 @@ DECODE_ATTENTION = Operation(
     sizes.DecodeAttentionSizes,
     _book_decode_attention,
     by_length=True,
+    counted=Counted(_counted_decode_attention_model, _counted_decode_attention_call),
     launches=lambda s, config, dtype, device: 1 if s.one_launch else 2,  # the splits merged by a second launch
     sweep=Sweep(
         grid=dict(block_n=[16, 32, 64, 128, 256], split_k=[1, 4, 16, 64], num_warps=[2, 4]),
@@ -318,6 +467,7 @@ GROUPED_DECODE_ATTENTION = Operation(
     sizes.GroupedDecodeSizes,
     _book_grouped_decode,
     by_length=True,
+    counted=Counted(_counted_grouped_model, _counted_grouped_call),
     sweep=Sweep(
         grid=dict(block_n=[32, 64, 128], split_k=[1, 4, 16, 64]),
         shape=dict(B=1, H=9, KV=3, T=8192, D=64),
@@ -378,8 +528,15 @@ OPERATIONS: dict[str, Operation] = {
         GROUPED_DECODE_ATTENTION,
         DECODE_LINEAR,
         GROUPED_ATTENTION,
-        Operation("kv_write", sizes.KVWriteSizes, _book_kv_write),
-        Operation("rotary", sizes.RotarySizes, _book_rotary),
+        Operation(
+            "kv_write",
+            sizes.KVWriteSizes,
+            _book_kv_write,
+            counted=Counted(_counted_kv_write_model, _counted_kv_write_call),
+        ),
+        Operation(
+            "rotary", sizes.RotarySizes, _book_rotary, counted=Counted(_counted_rotary_model, _counted_rotary_call)
+        ),
         Operation(
             "decode_layer",
             sizes.DecodeLayerSizes,

@@ -1,6 +1,6 @@
 """The registry of operations (kernels.operations): every operation the decoder names is declared there once, the
-modules that book, sweep and estimate read it rather than a chain of names, and a sweep's traffic model is the
-one the decoder's calls are booked by."""
+modules that book, sweep, estimate, count launches and hold the models to the hardware counters read it rather
+than a chain of names, and a sweep's traffic model is the one the decoder's calls are booked by."""
 
 import ast
 import dataclasses
@@ -21,6 +21,7 @@ READERS = (
     "explorer/measure/sweeps.py",
     "explorer/measure/ladder.py",
     "explorer/app/estimate.py",
+    "kernels/ncu_check.py",
 )
 NAMES = set(operations.OPERATIONS)
 CPU = torch.device("cpu")
@@ -48,6 +49,13 @@ def test_the_check_finds_a_chain_where_there_is_one(tmp_path):
     chain = tmp_path / "chain.py"
     chain.write_text('def f(kind):\n    if kind == "linear":\n        return 1\n    return kind in ("swiglu", "x")\n')
     assert len(_branches_on_a_name(chain)) == 2
+
+
+def test_every_case_held_to_the_counters_names_an_operation_that_is():
+    from kernels import ncu_check
+
+    for case in ncu_check.CASES:
+        assert operations.operation(case.kind).counted is not None, case.name
 
 
 def test_every_operation_records_its_sizes_in_a_named_tuple_of_kernels_sizes():
