@@ -25,114 +25,30 @@ _TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", 
 
 def launches(dtype):
     """Yield (name, kernel, args, kwargs) for every kernel, as its launcher launches it for the decoder's shapes
-    (GPT-2 small's and SmolLM2-135M's), recorded on CPU tensors rather than run (kernels.launch.recording).
-    Run where the CPU stands for the GPU being compiled for (config.STANDS_FOR), so each tile rule answers as
-    it would there."""
-    import kernels as K
-
+    (each operation's compile cases, kernels.operations), recorded on CPU tensors rather than run
+    (kernels.launch.recording). Run where the CPU stands for the GPU being compiled for (config.STANDS_FOR), so
+    each tile rule answers as it would there."""
     from . import launch
-    from .config import TileConfig
     from .matmul import kernel as L
+    from .operations import OPERATIONS, Make
 
     tdt = getattr(torch, dtype)
     t = lambda *shape: torch.randn(*shape, dtype=tdt)
-    lengths = lambda batch, n: torch.full((batch,), n, dtype=torch.int32)
-    C, H, D = 768, 12, 64  # GPT-2 small
-    ln = (t(C), t(C), 1e-5)
-    rms = (t(576), None, 1e-5)  # SmolLM2's RMSNorm: a weight, no bias
-    cache = lambda batch, heads, n: (t(batch, heads, n, D), t(batch, heads, n, D))
-    persistent = L.persistent_form(4096, tdt, "cpu")
-    calls = {
-        "layer_norm": lambda: K.layer_norm(t(4096, C), *ln[:2], residual=t(4096, C)),
-        "rms_norm": lambda: K.rms_norm(t(4096, 576), t(576), residual=t(4096, 576)),
-        "swiglu": lambda: K.swiglu(t(1024, 576), t(3072, 576)),
-        "rotary": lambda: K.rotary(t(1, 9, 1024, D), torch.arange(1024)[None], 100000.0),
-        "grouped_attention": lambda: K.grouped_attention(t(1, 9, 1024, D), *cache(1, 3, 1024)),
-        "grouped_decode_attention": lambda: K.grouped_decode_attention(
-            t(1, 9, 1, D), *cache(1, 3, 4096), lengths(1, 4000)
-        ),
-        "grouped_decode_attention B=8": lambda: K.grouped_decode_attention(
-            t(8, 9, 1, D), *cache(8, 3, 4096), lengths(8, 4000)
-        ),
-        "linear": lambda: K.linear(t(4096, C), t(4 * C, C), t(4 * C), activation="gelu", residual=t(4096, 4 * C)),
-        "linear split-k": lambda: K.linear(
-            t(1, C), t(4 * C, C), t(4 * C), activation="gelu", config=TileConfig(split_k=4)
-        ),
-        "decode linear": lambda: K.decode_linear(
-            t(1, C),
-            t(3 * C, C),
-            t(3 * C),
-            norm=ln,
-            kv=(*cache(1, H, 1024), lengths(1, 1000)),
-            config=TileConfig(block_n=32, block_k=128, split_k=4),
-            pdl=True,
-        ),
-        "decode prefetch c_attn": lambda: K.decode_linear(
-            t(1, C), t(3 * C, C), t(3 * C), norm=ln, kv=(*cache(1, H, 1024), lengths(1, 1000)), pdl=True
-        ),
-        "decode prefetch c_fc": lambda: K.decode_linear(
-            t(1, C), t(4 * C, C), t(4 * C), activation="gelu", norm=ln, pdl=True
-        ),
-        "decode prefetch mlp.c_proj": lambda: K.decode_linear(
-            t(1, 4 * C), t(C, 4 * C), t(C), residual=t(1, C), pdl=True
-        ),
-        # SmolLM2's decode rung: RMSNorm prologues, rotary and a grouped cache write in c_attn's epilogue, SwiGLU
-        # in c_fc's, the LM head in the K loop, attention launched to overlap.
-        "decode prefetch llama c_attn": lambda: K.decode_linear(
-            t(1, 576), t(960, 576), norm=rms, kv=(*cache(1, 3, 1024), lengths(1, 1000)), rope=1e5, pdl=True
-        ),
-        "decode prefetch llama c_fc": lambda: K.decode_linear(
-            t(1, 576), t(3072, 576), activation="swiglu", norm=rms, pdl=True
-        ),
-        "decode llama lm_head": lambda: K.decode_linear(
-            t(1, 576), t(4096, 576), norm=rms, config=TileConfig(block_n=128, block_k=64), pdl=True
-        ),
-        "grouped_decode_attention pdl": lambda: K.grouped_decode_attention(
-            t(1, 9, 1, D), *cache(1, 3, 4096), lengths(1, 4000), pdl=True
-        ),
-        "attention": lambda: K.attention(t(1, H, 1024, D), t(1, H, 1024, D), t(1, H, 1024, D)),
-        "decode layer": lambda: K.decode_layer(
-            t(1, C),
-            ln[:2],
-            (t(3 * C, C), t(3 * C)),
-            (t(C, C), t(C)),
-            ln[:2],
-            (t(4 * C, C), t(4 * C)),
-            (t(C, 4 * C), t(C)),
-            (*cache(1, H, 1024), lengths(1, 1000), lengths(1, 1001)),
-        ),
-        "kv write": lambda: K.kv_write(t(1, H, 1, D), t(1, H, 1, D), *cache(1, H, 1024), lengths(1, 1000)),
-        "add": lambda: K.elementwise.add(t(1 << 20), t(1 << 20)),
-        "bias add": lambda: K.elementwise.bias_add(t(1024, 1024), t(1024)),
-        "gelu": lambda: K.elementwise.gelu(t(1 << 20)),
-    }
-    # Decode attention: a split of one key tile in the vector loop (B=1, 8192 keys: 64 splits), splits of several
-    # tiles in the dot form (8 splits of 8192 keys, and the default at B=8); in two launches and in one, held
-    # around the programmatic-dependent-launch wait or not.
-    for form, batch, split_k in (("1 tile", 1, None), ("dot", 1, 8), ("dot default", 8, None)):
-        for one_launch, pdl in ((False, False), (True, False), (True, True)):
-            label = f"decode attention {form}{' one launch' if one_launch else ''}{' pdl' if pdl else ''}"
-            calls[label] = lambda b=batch, s=split_k, o=one_launch, p=pdl: K.decode_attention(
-                t(b, H, 1, D), *cache(b, H, 8192), lengths(b, 8000), config=TileConfig(split_k=s), one_launch=o, pdl=p
-            )
-    if persistent:  # the tile form too, where prefill takes the persistent form by default (config.tma_matmul)
-        calls["linear tiles"] = lambda: _tiles_form(
-            K.linear, t(4096, C), t(4 * C, C), t(4 * C), residual=t(4096, 4 * C)
-        )
-        calls["linear + gelu"] = lambda: K.linear(t(4096, C), t(4 * C, C), t(4 * C), activation="gelu")
-    for name, call in calls.items():
-        with launch.recording() as got:
-            call()
-        assert got, f"{name}: nothing launched"
-        for i, (fn, args, kwargs) in enumerate(got):
-            yield (name if len(got) == 1 else f"{name} [{i + 1}/{len(got)}]"), fn, args, kwargs
-
-
-def _tiles_form(linear, *args, **kwargs):
-    from .matmul.kernel import forced_form
-
-    with forced_form(False):
-        return linear(*args, **kwargs)
+    make = Make(
+        t=t,
+        lengths=lambda batch, n: torch.full((batch,), n, dtype=torch.int32),
+        cache=lambda batch, heads, n: (t(batch, heads, n, 64), t(batch, heads, n, 64)),
+        ln=(t(768), t(768), 1e-5),  # GPT-2 small's LayerNorm
+        rms=(t(576), None, 1e-5),  # SmolLM2's RMSNorm: a weight, no bias
+        persistent=L.persistent_form(4096, tdt, "cpu"),
+    )
+    for op in OPERATIONS.values():
+        for name, call in op.compiles(make).items():
+            with launch.recording() as got:
+                call()
+            assert got, f"{name}: nothing launched"
+            for i, (fn, args, kwargs) in enumerate(got):
+                yield (name if len(got) == 1 else f"{name} [{i + 1}/{len(got)}]"), fn, args, kwargs
 
 
 def _estimate(fn, kwargs: dict, itemsize: int, limits) -> int:
@@ -210,8 +126,8 @@ def _source(fn, args: tuple, kwargs: dict):
 
 
 def compile_for(arch: int, dtypes):
-    """Yield (dtype, name, shared bytes used, estimate) for every recorded launch, compiled for arch; raises if a
-    kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR)."""
+    """Yield (dtype, name, shared bytes used, estimate, PTX) for every recorded launch, compiled for arch; raises
+    if a kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR)."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
@@ -227,7 +143,8 @@ def compile_for(arch: int, dtypes):
         for name, fn, args, kwargs in launches(dtype):
             options = dict(num_warps=kwargs.get("num_warps", 4), num_stages=kwargs.get("num_stages", 3))
             k = triton.compile(_source(fn, args, kwargs), target=GPUTarget("cuda", arch, 32), options=options)
-            yield dtype, f"{name} ({fn.__name__})", k.metadata.shared, _estimate(fn, kwargs, itemsize, limits)
+            name = f"{name} ({fn.__name__})"
+            yield dtype, name, k.metadata.shared, _estimate(fn, kwargs, itemsize, limits), k.asm.get("ptx", "")
 
 
 def _dtype(value: str) -> str:
@@ -240,6 +157,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", nargs="*", default=[str(a) for a in GPUS], help="75 .. 120, or sm_75 .. sm_120")
     parser.add_argument("--dtype", nargs="*", default=list(DTYPES), help=" ".join(DTYPES))
+    parser.add_argument("--ptx", metavar="DIR", help="also write each launch's PTX to DIR/sm_<arch>/<dtype>/")
     args = parser.parse_args()
     try:
         archs, dtypes = [arch_of(a, "--arch") for a in args.arch], [_dtype(d) for d in args.dtype]
@@ -252,16 +170,25 @@ def main():
         failed = 0
         for a in archs:
             cmd = [sys.executable, "-m", "kernels.compile_check", "--arch", str(a), "--dtype", *dtypes]
+            cmd += ["--ptx", args.ptx] if args.ptx else []
             failed |= subprocess.run(cmd, env=os.environ | {STANDS_FOR: str(a)}).returncode
         sys.exit(1 if failed else 0)
-    sys.exit(0 if check(archs[0], dtypes) else 1)
+    sys.exit(0 if check(archs[0], dtypes, args.ptx) else 1)
 
 
-def check(arch: int, dtypes) -> bool:
-    """Compile every launch for arch, a line each, then a line of totals; whether every one fits."""
+def check(arch: int, dtypes, ptx: str | None = None) -> bool:
+    """Compile every launch for arch, a line each, then a line of totals; whether every one fits. With `ptx`, each
+    launch's PTX goes to ptx/sm_<arch>/<dtype>/<launch>.ptx, to compare a kernel's instructions before and after a
+    change (diff -r)."""
+    from pathlib import Path
+
     gpu = GPUS[arch]
     failures, counts, most = 0, {}, 0
-    for dtype, name, shared, estimate in compile_for(arch, dtypes):
+    for dtype, name, shared, estimate, asm in compile_for(arch, dtypes):
+        if ptx:
+            folder = Path(ptx) / f"sm_{arch}" / dtype
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / (name.replace("/", "of").replace(" ", "_") + ".ptx")).write_text(asm)
         ok = shared <= gpu.shared_memory and (estimate == 0 or shared <= estimate)
         failures += not ok
         counts[dtype] = counts.get(dtype, 0) + 1

@@ -22,6 +22,7 @@ from .attn.grouped import grouped_decode_attention
 from .attn.kernel import attention, traffic_floor
 from .attn.kernel import traffic as attention_traffic
 from .config import Traffic, cdiv
+from .kv_cache.kernel import kv_write
 from .kv_cache.kernel import traffic as kv_write_traffic
 from .layer.kernel import traffic as decode_layer_traffic
 from .matmul import swiglu as swiglu_module
@@ -35,6 +36,7 @@ from .norm import rms
 from .norm.kernel import layer_norm
 from .norm.kernel import traffic as layer_norm_traffic
 from .norm.kernel import traffic_unfused as layer_norm_unfused
+from .rope.kernel import rotary
 from .rope.kernel import traffic as rotary_traffic
 
 # book(sizes, itemsize, *, triton, config, dtype, device, lengths) -> Traffic: one call's bytes and FLOPs
@@ -64,6 +66,18 @@ class Counted:
 
 
 @dataclass(frozen=True)
+class Make:
+    """The CPU tensors kernels.compile_check launches with (recorded, not run), in the dtype it compiles."""
+
+    t: Callable  # t(*shape): random values
+    lengths: Callable  # lengths(batch, n): every sequence n long
+    cache: Callable  # cache(batch, heads, n): a K and a V cache of 64-wide heads
+    ln: tuple  # GPT-2 small's LayerNorm: (weight, bias, eps)
+    rms: tuple  # SmolLM2's RMSNorm: (weight, None, eps)
+    persistent: bool  # prefill takes the persistent linear on the GPU the CPU stands for
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str
     sizes: type  # the NamedTuple of kernels.sizes a call's sizes are recorded in
@@ -73,6 +87,8 @@ class Operation:
     # launches(sizes, config, dtype, device) -> kernels one Triton call launches (split-K, a merge launched apart)
     launches: Callable = lambda s, config, dtype, device: 1
     counted: Counted | None = None  # held to the hardware counters by kernels.ncu_check
+    # compiles(make) -> {label: a launch as the decoder makes it}: what kernels.compile_check builds for each GPU
+    compiles: Callable = lambda make: {}
 
 
 def _passes(reads: int, writes: int, elements: int, item: int, flops: int = 0) -> Traffic:
@@ -197,8 +213,6 @@ def _counted_rotary_model(g, item, dtype, device):
 
 
 def _counted_rotary_call(g, rand, device):
-    from .rope.kernel import rotary
-
     x = rand(g["batch"], g["heads"], g["t"], g["d"])
     positions = torch.arange(g["t"], device=device)[None, :].expand(g["batch"], -1).contiguous()
     return lambda: rotary(x, positions, 100000.0)
@@ -209,12 +223,126 @@ def _counted_kv_write_model(g, item, dtype, device):
 
 
 def _counted_kv_write_call(g, rand, device):
-    from .kv_cache.kernel import kv_write
-
     k, v = rand(g["batch"], g["heads"], 1, g["d"]), rand(g["batch"], g["heads"], 1, g["d"])
     kc, vc = (rand(g["batch"], g["heads"], g["t_max"], g["d"]) for _ in range(2))
     lengths = torch.arange(g["batch"], device=device, dtype=torch.int32) % g["t_max"]
     return lambda: kv_write(k, v, kc, vc, lengths)
+
+
+# --- Built for every GPU (kernels.compile_check): each launch as the decoder makes it, at GPT-2 small's shapes
+# (C=768, 12 heads of 64) and SmolLM2-135M's (576 wide, 9 heads over 3) -----------------------------------------
+
+C, H, D = 768, 12, 64  # GPT-2 small
+
+
+def _compiles_linear(m: Make) -> dict:
+    from .config import TileConfig
+    from .matmul.kernel import forced_form
+
+    def tiles_form(*args, **kwargs):
+        with forced_form(False):
+            return linear(*args, **kwargs)
+
+    t = m.t
+    calls = {
+        "linear": lambda: linear(t(4096, C), t(4 * C, C), t(4 * C), activation="gelu", residual=t(4096, 4 * C)),
+        "linear split-k": lambda: linear(
+            t(1, C), t(4 * C, C), t(4 * C), activation="gelu", config=TileConfig(split_k=4)
+        ),
+    }
+    if m.persistent:  # the tile form too, where prefill takes the persistent form by default (config.tma_matmul)
+        calls["linear tiles"] = lambda: tiles_form(t(4096, C), t(4 * C, C), t(4 * C), residual=t(4096, 4 * C))
+        calls["linear + gelu"] = lambda: linear(t(4096, C), t(4 * C, C), t(4 * C), activation="gelu")
+    return calls
+
+
+def _compiles_decode_linear(m: Make) -> dict:
+    from .config import TileConfig
+    from .matmul.decode import decode_linear
+
+    t, kv = m.t, lambda heads: (*m.cache(1, heads, 1024), m.lengths(1, 1000))
+    return {
+        "decode linear": lambda: decode_linear(
+            t(1, C),
+            t(3 * C, C),
+            t(3 * C),
+            norm=m.ln,
+            kv=kv(H),
+            config=TileConfig(block_n=32, block_k=128, split_k=4),
+            pdl=True,
+        ),  # fmt: skip
+        "decode prefetch c_attn": lambda: decode_linear(t(1, C), t(3 * C, C), t(3 * C), norm=m.ln, kv=kv(H), pdl=True),
+        "decode prefetch c_fc": lambda: decode_linear(
+            t(1, C), t(4 * C, C), t(4 * C), activation="gelu", norm=m.ln, pdl=True
+        ),
+        "decode prefetch mlp.c_proj": lambda: decode_linear(t(1, 4 * C), t(C, 4 * C), t(C), residual=t(1, C), pdl=True),
+        # SmolLM2's decode rung: RMSNorm prologues, rotary and a grouped cache write in c_attn's epilogue, SwiGLU
+        # in c_fc's, the LM head in the K loop.
+        "decode prefetch llama c_attn": lambda: decode_linear(
+            t(1, 576), t(960, 576), norm=m.rms, kv=kv(3), rope=1e5, pdl=True
+        ),
+        "decode prefetch llama c_fc": lambda: decode_linear(
+            t(1, 576), t(3072, 576), activation="swiglu", norm=m.rms, pdl=True
+        ),
+        "decode llama lm_head": lambda: decode_linear(
+            t(1, 576), t(4096, 576), norm=m.rms, config=TileConfig(block_n=128, block_k=64), pdl=True
+        ),
+    }
+
+
+def _compiles_decode_attention(m: Make) -> dict:
+    """A split of one key tile in the vector loop (B=1, 8192 keys: 64 splits), splits of several tiles in the dot
+    form (8 splits of 8192 keys, and the default at B=8); in two launches and in one, held around the
+    programmatic-dependent-launch wait or not."""
+    from .config import TileConfig
+
+    calls = {}
+    for form, batch, split_k in (("1 tile", 1, None), ("dot", 1, 8), ("dot default", 8, None)):
+        for one_launch, pdl in ((False, False), (True, False), (True, True)):
+            label = f"decode attention {form}{' one launch' if one_launch else ''}{' pdl' if pdl else ''}"
+            calls[label] = lambda b=batch, s=split_k, o=one_launch, p=pdl: decode_attention(
+                m.t(b, H, 1, D), *m.cache(b, H, 8192), m.lengths(b, 8000), config=TileConfig(split_k=s),
+                one_launch=o, pdl=p,
+            )  # fmt: skip
+    return calls
+
+
+def _compiles_grouped_decode(m: Make) -> dict:
+    t, cache, lengths = m.t, m.cache, m.lengths
+    return {
+        "grouped_decode_attention": lambda: grouped_decode_attention(
+            t(1, 9, 1, D), *cache(1, 3, 4096), lengths(1, 4000)
+        ),
+        "grouped_decode_attention B=8": lambda: grouped_decode_attention(
+            t(8, 9, 1, D), *cache(8, 3, 4096), lengths(8, 4000)
+        ),
+        "grouped_decode_attention pdl": lambda: grouped_decode_attention(
+            t(1, 9, 1, D), *cache(1, 3, 4096), lengths(1, 4000), pdl=True
+        ),
+    }
+
+
+def _compiles_decode_layer(m: Make) -> dict:
+    from .layer.kernel import decode_layer
+
+    t, ln = m.t, m.ln[:2]
+    return {
+        "decode layer": lambda: decode_layer(
+            t(1, C),
+            ln,
+            (t(3 * C, C), t(3 * C)),
+            (t(C, C), t(C)),
+            ln,
+            (t(4 * C, C), t(4 * C)),
+            (t(C, 4 * C), t(C)),
+            (*m.cache(1, H, 1024), m.lengths(1, 1000), m.lengths(1, 1001)),
+        )
+    }
+
+
+def _compiles_one(label: str, make_call) -> Callable:
+    """An operation built in one launch: {label: make_call(make)}."""
+    return lambda m: {label: make_call(m)}
 
 
 # --- Normalisation -------------------------------------------------------------------------------------------
@@ -245,6 +373,7 @@ LAYER_NORM = Operation(
     sizes.NormSizes,
     _book_layer_norm,
     counted=_counted_norm("layer_norm", norm_kernel, layer_norm, True),
+    compiles=_compiles_one("layer_norm", lambda m: lambda: layer_norm(m.t(4096, C), *m.ln[:2], residual=m.t(4096, C))),
     sweep=Sweep(
         grid=dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
         shape=dict(M=4096, C=768),
@@ -265,6 +394,9 @@ RMS_NORM = Operation(
     sizes.NormSizes,
     _book_rms_norm,
     counted=_counted_norm("rms_norm", rms, rms.rms_norm, False),
+    compiles=_compiles_one(
+        "rms_norm", lambda m: lambda: rms.rms_norm(m.t(4096, 576), m.t(576), residual=m.t(4096, 576))
+    ),
     sweep=Sweep(  # RMSNorm holds rows as LayerNorm does
         grid=dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
         shape=dict(M=4096, C=576),  # SmolLM2-135M's width
@@ -328,6 +460,7 @@ LINEAR = Operation(
     _book_linear,
     launches=_linear_launches,
     counted=Counted(_counted_linear_model, _counted_linear_call),
+    compiles=_compiles_linear,
     sweep=Sweep(
         grid=dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128, 256], block_k=[32, 64], num_stages=[2, 3, 4]),
         shape=dict(M=1024, K=768, N=3072),
@@ -349,12 +482,14 @@ DECODE_LINEAR = Operation(
     sizes.DecodeLinearSizes,
     _book_decode_linear,
     counted=Counted(_counted_decode_linear_model, _counted_decode_linear_call),
+    compiles=_compiles_decode_linear,
 )
 SWIGLU = Operation(
     "swiglu",
     sizes.SwigluSizes,
     _book_swiglu,
     counted=Counted(_counted_swiglu_model, _counted_swiglu_call),
+    compiles=_compiles_one("swiglu", lambda m: lambda: swiglu_module.swiglu(m.t(1024, 576), m.t(3072, 576))),
     sweep=Sweep(  # its tiles hold two weight tiles, the gate's and the up's
         grid=dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128], block_k=[32, 64], num_stages=[2, 3, 4]),
         shape=dict(M=1024, K=576, F=1536),
@@ -425,6 +560,9 @@ ATTENTION = Operation(
     sizes.AttentionSizes,
     _book_attention,
     counted=Counted(_counted_attention_model, _counted_attention_call),
+    compiles=_compiles_one(
+        "attention", lambda m: lambda: attention(m.t(1, H, 1024, D), m.t(1, H, 1024, D), m.t(1, H, 1024, D))
+    ),
     sweep=Sweep(
         grid=dict(block_m=[16, 32, 64, 128], block_n=[16, 32, 64, 128], num_warps=[4, 8], num_stages=[1, 2, 3]),
         shape=dict(B=1, H=12, T=1024, D=64),
@@ -443,6 +581,7 @@ DECODE_ATTENTION = Operation(
     _book_decode_attention,
     by_length=True,
     counted=Counted(_counted_decode_attention_model, _counted_decode_attention_call),
+    compiles=_compiles_decode_attention,
     launches=lambda s, config, dtype, device: 1 if s.one_launch else 2,  # the splits merged by a second launch
     sweep=Sweep(
         grid=dict(block_n=[16, 32, 64, 128, 256], split_k=[1, 4, 16, 64], num_warps=[2, 4]),
@@ -461,13 +600,22 @@ DECODE_ATTENTION = Operation(
         elements=lambda g: 2 * g["B"] * g["H"] * g["T"] * g["D"],
     ),
 )
-GROUPED_ATTENTION = Operation("grouped_attention", sizes.GroupedAttentionSizes, _book_grouped_attention)
+GROUPED_ATTENTION = Operation(
+    "grouped_attention",
+    sizes.GroupedAttentionSizes,
+    _book_grouped_attention,
+    compiles=_compiles_one(
+        "grouped_attention",
+        lambda m: lambda: grouped_prefill.grouped_attention(m.t(1, 9, 1024, D), *m.cache(1, 3, 1024)),
+    ),
+)
 GROUPED_DECODE_ATTENTION = Operation(
     "grouped_decode_attention",
     sizes.GroupedDecodeSizes,
     _book_grouped_decode,
     by_length=True,
     counted=Counted(_counted_grouped_model, _counted_grouped_call),
+    compiles=_compiles_grouped_decode,
     sweep=Sweep(
         grid=dict(block_n=[32, 64, 128], split_k=[1, 4, 16, 64]),
         shape=dict(B=1, H=9, KV=3, T=8192, D=64),
@@ -533,9 +681,19 @@ OPERATIONS: dict[str, Operation] = {
             sizes.KVWriteSizes,
             _book_kv_write,
             counted=Counted(_counted_kv_write_model, _counted_kv_write_call),
+            compiles=_compiles_one(
+                "kv write",
+                lambda m: lambda: kv_write(m.t(1, H, 1, D), m.t(1, H, 1, D), *m.cache(1, H, 1024), m.lengths(1, 1000)),
+            ),
         ),
         Operation(
-            "rotary", sizes.RotarySizes, _book_rotary, counted=Counted(_counted_rotary_model, _counted_rotary_call)
+            "rotary",
+            sizes.RotarySizes,
+            _book_rotary,
+            counted=Counted(_counted_rotary_model, _counted_rotary_call),
+            compiles=_compiles_one(
+                "rotary", lambda m: lambda: rotary(m.t(1, 9, 1024, D), torch.arange(1024)[None], 100000.0)
+            ),
         ),
         Operation(
             "decode_layer",
@@ -544,10 +702,26 @@ OPERATIONS: dict[str, Operation] = {
                 list(lengths), s.width, s.heads, s.max_len, item, dtype=dtype, device=device
             ),
             by_length=True,
+            compiles=_compiles_decode_layer,
         ),
-        Operation("bias_add", sizes.RowsSizes, lambda s, item, **_: elementwise.traffic_bias_add(*s, item)),
-        Operation("gelu", sizes.ElementsSizes, lambda s, item, **_: elementwise.traffic_gelu(s.elements, item)),
-        Operation("add", sizes.ElementsSizes, lambda s, item, **_: elementwise.traffic_add(s.elements, item)),
+        Operation(
+            "bias_add",
+            sizes.RowsSizes,
+            lambda s, item, **_: elementwise.traffic_bias_add(*s, item),
+            compiles=_compiles_one("bias add", lambda m: lambda: elementwise.bias_add(m.t(1024, 1024), m.t(1024))),
+        ),
+        Operation(
+            "gelu",
+            sizes.ElementsSizes,
+            lambda s, item, **_: elementwise.traffic_gelu(s.elements, item),
+            compiles=_compiles_one("gelu", lambda m: lambda: elementwise.gelu(m.t(1 << 20))),
+        ),
+        Operation(
+            "add",
+            sizes.ElementsSizes,
+            lambda s, item, **_: elementwise.traffic_add(s.elements, item),
+            compiles=_compiles_one("add", lambda m: lambda: elementwise.add(m.t(1 << 20), m.t(1 << 20))),
+        ),
         Operation("embedding", sizes.RowsSizes, _book_embedding, launches=lambda *_: 3),  # two gathers and an add
         Operation("token_embedding", sizes.RowsSizes, _book_token_embedding),
     )

@@ -36,9 +36,10 @@ def every_kernel() -> set[str]:
 @pytest.mark.parametrize(
     "arch,dtypes", [(75, ["float16"]), (90, ["bfloat16"]), (100, ["bfloat16"]), (120, ["float16"])]
 )
-def test_kernels_compile_for_space_gpus(arch, dtypes):
+def test_kernels_compile_for_space_gpus(arch, dtypes, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-W", "ignore", "-m", "kernels.compile_check", "--arch", f"sm_{arch}", "--dtype", *dtypes]
+    cmd += ["--ptx", str(tmp_path)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith(f"sm_{arch} ")]
@@ -48,6 +49,10 @@ def test_kernels_compile_for_space_gpus(arch, dtypes):
     # Each line names the kernel its launcher launched: every kernel the package defines is among them.
     compiled = {m.group(1) for line in lines if (m := re.search(r"\((\w+_kernel)\)", line))}
     assert compiled == every_kernel() - (set() if tma_matmul(GPUS[arch].capability) else TMA_ONLY), done.stdout
+    # Each launch's PTX, for reading a kernel's instructions before and after a change, built for this GPU.
+    written = sorted((tmp_path / f"sm_{arch}").glob("*/*.ptx"))
+    assert len(written) == len(lines)
+    assert all(f".target sm_{arch}" in p.read_text() for p in written)
 
 
 @pytest.mark.parametrize(
