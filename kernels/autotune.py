@@ -17,38 +17,6 @@ import torch
 from . import timing
 from .config import TileConfig
 
-CANDIDATES = {
-    "layer_norm": [TileConfig(block_m=m, num_warps=w) for m in (1, 2, 4, 8) for w in (2, 4, 8)],
-    "linear": [
-        TileConfig(block_m=m, block_n=n, block_k=k, num_warps=w, num_stages=s)
-        for (m, n, k, w, s) in [
-            (128, 128, 64, 8, 3),
-            (128, 256, 64, 8, 3),
-            (64, 128, 64, 4, 4),
-            (128, 64, 64, 4, 4),
-            (64, 64, 64, 4, 4),
-            (128, 128, 32, 4, 4),
-        ]
-    ],
-    "linear_decode": [
-        TileConfig(block_m=16, block_n=n, block_k=k, split_k=s, num_warps=4, num_stages=st)
-        for n in (32, 64, 128)
-        for k in (64, 128)
-        for s in (1, 2, 4, 8)
-        for st in (3, 4)
-    ],
-    "attention": [
-        TileConfig(block_m=m, block_n=n, num_warps=w, num_stages=s)
-        for (m, n, w, s) in [(128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 32, 4, 4)]
-    ],
-    "decode_attention": [
-        TileConfig(block_n=n, split_k=s, num_warps=w, num_stages=2)
-        for n in (32, 64, 128)
-        for s in (8, 16, 32, 64)
-        for w in (2, 4)
-    ],
-}
-
 
 class Choice(NamedTuple):
     config: TileConfig | None  # None: no candidate ran, the launcher's defaults
@@ -86,6 +54,8 @@ class Tuner:
         if inputs is not None:
             sets = timing.rotated_inputs(lambda: timing.random_like(inputs), l2_bytes=self.l2_bytes)
         timed = []
+        from .operations import CANDIDATES  # each operation's own (it imports the launchers, which import this)
+
         for cfg in CANDIDATES[kind]:
             fn = (lambda c=cfg: run(c)) if inputs is None else (lambda *args, c=cfg: run(c, *args))
             try:

@@ -11,7 +11,7 @@ The traffic book (explorer.measure.traffic), the tile sweep (explorer.measure.sw
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,7 +21,7 @@ from .attn.decode import decode_attention, decode_traffic
 from .attn.grouped import grouped_decode_attention
 from .attn.kernel import attention, traffic_floor
 from .attn.kernel import traffic as attention_traffic
-from .config import Traffic, cdiv
+from .config import TileConfig, Traffic, cdiv
 from .kv_cache.kernel import kv_write
 from .kv_cache.kernel import traffic as kv_write_traffic
 from .layer.kernel import traffic as decode_layer_traffic
@@ -89,6 +89,8 @@ class Operation:
     counted: Counted | None = None  # held to the hardware counters by kernels.ncu_check
     # compiles(make) -> {label: a launch as the decoder makes it}: what kernels.compile_check builds for each GPU
     compiles: Callable = lambda make: {}
+    # the tiles config="autotune" times, by the kind its launcher asks kernels.autotune for
+    candidates: dict = field(default_factory=dict)
 
 
 def _passes(reads: int, writes: int, elements: int, item: int, flops: int = 0) -> Traffic:
@@ -373,6 +375,7 @@ LAYER_NORM = Operation(
     sizes.NormSizes,
     _book_layer_norm,
     counted=_counted_norm("layer_norm", norm_kernel, layer_norm, True),
+    candidates={"layer_norm": [TileConfig(block_m=m, num_warps=w) for m in (1, 2, 4, 8) for w in (2, 4, 8)]},
     compiles=_compiles_one("layer_norm", lambda m: lambda: layer_norm(m.t(4096, C), *m.ln[:2], residual=m.t(4096, C))),
     sweep=Sweep(
         grid=dict(block_m=[1, 2, 4, 8, 16], num_warps=[1, 2, 4, 8]),
@@ -461,6 +464,26 @@ LINEAR = Operation(
     launches=_linear_launches,
     counted=Counted(_counted_linear_model, _counted_linear_call),
     compiles=_compiles_linear,
+    candidates={
+        "linear": [
+            TileConfig(block_m=m, block_n=n, block_k=k, num_warps=w, num_stages=s)
+            for (m, n, k, w, s) in [
+                (128, 128, 64, 8, 3),
+                (128, 256, 64, 8, 3),
+                (64, 128, 64, 4, 4),
+                (128, 64, 64, 4, 4),
+                (64, 64, 64, 4, 4),
+                (128, 128, 32, 4, 4),
+            ]
+        ],
+        "linear_decode": [  # a few rows: the split-K form
+            TileConfig(block_m=16, block_n=n, block_k=k, split_k=s, num_warps=4, num_stages=st)
+            for n in (32, 64, 128)
+            for k in (64, 128)
+            for s in (1, 2, 4, 8)
+            for st in (3, 4)
+        ],
+    },
     sweep=Sweep(
         grid=dict(block_m=[16, 32, 64, 128], block_n=[32, 64, 128, 256], block_k=[32, 64], num_stages=[2, 3, 4]),
         shape=dict(M=1024, K=768, N=3072),
@@ -560,6 +583,12 @@ ATTENTION = Operation(
     sizes.AttentionSizes,
     _book_attention,
     counted=Counted(_counted_attention_model, _counted_attention_call),
+    candidates={
+        "attention": [
+            TileConfig(block_m=m, block_n=n, num_warps=w, num_stages=s)
+            for (m, n, w, s) in [(128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 32, 4, 4)]
+        ]
+    },
     compiles=_compiles_one(
         "attention", lambda m: lambda: attention(m.t(1, H, 1024, D), m.t(1, H, 1024, D), m.t(1, H, 1024, D))
     ),
@@ -582,6 +611,14 @@ DECODE_ATTENTION = Operation(
     by_length=True,
     counted=Counted(_counted_decode_attention_model, _counted_decode_attention_call),
     compiles=_compiles_decode_attention,
+    candidates={
+        "decode_attention": [
+            TileConfig(block_n=n, split_k=s, num_warps=w, num_stages=2)
+            for n in (32, 64, 128)
+            for s in (8, 16, 32, 64)
+            for w in (2, 4)
+        ]
+    },
     launches=lambda s, config, dtype, device: 1 if s.one_launch else 2,  # the splits merged by a second launch
     sweep=Sweep(
         grid=dict(block_n=[16, 32, 64, 128, 256], split_k=[1, 4, 16, 64], num_warps=[2, 4]),
@@ -727,6 +764,7 @@ OPERATIONS: dict[str, Operation] = {
     )
 }
 SWEEPS: dict[str, Sweep] = {name: op.sweep for name, op in OPERATIONS.items() if op.sweep is not None}
+CANDIDATES: dict[str, list] = {kind: c for op in OPERATIONS.values() for kind, c in op.candidates.items()}
 
 
 def operation(name: str) -> Operation:

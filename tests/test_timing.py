@@ -10,6 +10,7 @@ from triton.runtime.errors import OutOfResources
 
 from kernels import autotune, timing
 from kernels.config import TileConfig
+from kernels.operations import CANDIDATES
 
 MB = 1 << 20
 H200_L2 = 60 * MB
@@ -161,7 +162,7 @@ def test_pick_skips_refused_candidates_times_copies_and_caches():
 
     tuner, cuda = autotune.Tuner(time=fake_time, l2_bytes=MB), torch.device("cuda")
     best = tuner.pick("layer_norm", (4, 8), run, cuda, inputs=(x,))
-    allowed = [c for c in autotune.CANDIDATES["layer_norm"] if c.block_m not in refused]
+    allowed = [c for c in CANDIDATES["layer_norm"] if c.block_m not in refused]
     assert best == min(allowed, key=lambda c: c.block_m)
     assert all(s is not x and (s != 0).all() for s in seen)  # the caller's zeros were never timed
     assert tuner.choice("layer_norm", (4, 8), cuda).timing.regime == timing.COLD_REGIME
@@ -265,7 +266,7 @@ def test_autotune_picks_a_valid_config_per_kernel_and_caches_it(case):
     kind, run, inputs = _kinds()[case]
     tuner, device = autotune.Tuner(), torch.device("cuda")
     best = tuner.pick(kind, ("test",), run, device, inputs=inputs)
-    assert isinstance(best, TileConfig) and best in autotune.CANDIDATES[kind]
+    assert isinstance(best, TileConfig) and best in CANDIDATES[kind]
     assert tuner.choice(kind, ("test",), device).timing.ms > 0
     run(best, *inputs)  # the winner runs on the caller's tensors
 
@@ -276,7 +277,7 @@ def test_autotune_picks_a_valid_config_per_kernel_and_caches_it(case):
     assert tuner.pick(kind, ("test",), run, device, inputs=inputs) is best
     # Timed without inputs (the launchers' current closures): the same graph method, labelled as warm.
     tuner = autotune.Tuner()
-    assert tuner.pick(kind, ("closure",), lambda c: run(c, *inputs), device) in autotune.CANDIDATES[kind]
+    assert tuner.pick(kind, ("closure",), lambda c: run(c, *inputs), device) in CANDIDATES[kind]
     assert tuner.choice(kind, ("closure",), device).timing.regime == timing.SAME_INPUTS_REGIME
 
 
