@@ -8,7 +8,8 @@ key-for-key copy; only Conv1D weights are transposed into F.linear's (out, in). 
 
 That is the "epilogue" rung of the fusion ladder (see ops.py); "none" launches the bias, GELU and add
 apart, and "decode" folds each LayerNorm into the projection after it and the cache write into c_attn
-for decode steps (Block.decode_fused); "persistent" runs each block of a decode step in one launch.
+for decode steps (Block.decode_fused); "persistent" runs each block of a decode step in one launch. Ops.block
+chooses which form a block runs in.
 
 Three entry points share the blocks and differ only in how attention gets its keys:
 - forward(ids): the whole sequence, no cache (the O(n^2)-per-token path when generating);
@@ -78,33 +79,36 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """x = x + c_proj(attention(c_attn(ln_1(x)))); x = x + c_proj(gelu(c_fc(ln_2(x)))). The rung runs it as it
+    chooses (Ops.block): this forward, decode_fused's five launches, or the whole block in one."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
+        self.cfg = cfg
         self.ln_1 = LayerNorm(cfg.n_embd)
         self.attn = Attention(cfg)
         self.ln_2 = LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, ops: Ops, attend, eps):
+    @property
+    def eps(self) -> float:
+        return self.cfg.layer_norm_epsilon
+
+    def forward(self, x, ops: Ops, attend, positions):
+        """positions: GPT-2 reads them once, in the embedding (wpe); the block takes them as Llama's does."""
         B, T, C = x.shape
-        if attend.mode == "decode" and ops.runs_layers_whole(B):
-            cache, layer = attend.cache, attend.next_layer()
-            kv = (cache.k[layer], cache.v[layer], cache.lengths, cache.next_lengths)
-            return ops.decode_layer("block", x, self, kv, eps)
-        if attend.mode == "decode" and ops.fuses_decode(B):
-            return self.decode_fused(x, ops, attend, eps)
-        h = ops.layer_norm("ln_1", x, self.ln_1.weight, self.ln_1.bias, eps)
+        h = ops.layer_norm("ln_1", x, self.ln_1.weight, self.ln_1.bias, self.eps)
         qkv = ops.linear("attn.c_attn", h, self.attn.c_attn.weight, self.attn.c_attn.bias)  # (B, T, 3C)
         nh = attend.n_head
         q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=-1))  # (B, nh, T, hs) views
         o = attend(q, k, v)  # (B, nh, T, hs)
         o = o.transpose(1, 2).reshape(B, T, C)  # a view when the kernel stored (B, T, nh, hs)
         x = ops.linear("attn.c_proj", o, self.attn.c_proj.weight, self.attn.c_proj.bias, residual=x)
-        h = ops.layer_norm("ln_2", x, self.ln_2.weight, self.ln_2.bias, eps)
+        h = ops.layer_norm("ln_2", x, self.ln_2.weight, self.ln_2.bias, self.eps)
         h = ops.linear("mlp.c_fc", h, self.mlp.c_fc.weight, self.mlp.c_fc.bias, activation="gelu")  # (B, T, 4C)
         return ops.linear("mlp.c_proj", h, self.mlp.c_proj.weight, self.mlp.c_proj.bias, residual=x)
 
-    def decode_fused(self, x, ops: Ops, attend, eps):
+    def decode_fused(self, x, ops: Ops, attend, positions):
         """The decode rung's five launches: ln_1 + c_attn + the cache write, attention, c_proj + residual,
         ln_2 + c_fc + GELU, c_proj + residual."""
         B, _, C = x.shape
@@ -116,7 +120,7 @@ class Block(nn.Module):
             x,
             a.c_attn.weight,
             a.c_attn.bias,
-            norm=(self.ln_1.weight, self.ln_1.bias, eps),
+            norm=(self.ln_1.weight, self.ln_1.bias, self.eps),
             kv=(k_cache, v_cache, cache.lengths),
             part="attn.c_attn",
         )
@@ -131,7 +135,7 @@ class Block(nn.Module):
             m.c_fc.weight,
             m.c_fc.bias,
             activation="gelu",
-            norm=(self.ln_2.weight, self.ln_2.bias, eps),
+            norm=(self.ln_2.weight, self.ln_2.bias, self.eps),
             part="mlp.c_fc",
         )
         return ops.decode_linear("mlp.c_proj", h, m.c_proj.weight, m.c_proj.bias, residual=x)
@@ -162,22 +166,22 @@ class GPT(nn.Module):
     family = "GPT-2"  # the block's family, as the app names it
     RUNS_AS: dict[str, str] = {}  # a rung this family's blocks run as another (the Llama family's persistent rung)
 
-    def __init__(self, cfg: GPTConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
+    def __init__(self, cfg, backend: str = "triton", fusion: str = DEFAULT_FUSION):
         super().__init__()
         check_fusion(fusion)
-        self.config = cfg
-        self.backend = backend
-        self.fusion = fusion
-        self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-                wpe=nn.Embedding(cfg.n_positions, cfg.n_embd),
-                h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
-                ln_f=LayerNorm(cfg.n_embd),
-            )
-        )
+        self.config, self.backend, self.fusion = cfg, backend, fusion
+        self.transformer = nn.ModuleDict(self.parts(cfg))
         self.requires_grad_(False)
         self.decode_graphs = GraphPool()  # shared by the shallow copies below: they share the weights too
+
+    def parts(self, cfg: GPTConfig) -> dict:
+        """The checkpoint's modules under transformer: token and position embeddings, the blocks, the last norm."""
+        return dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            wpe=nn.Embedding(cfg.n_positions, cfg.n_embd),
+            h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
+            ln_f=LayerNorm(cfg.n_embd),
+        )
 
     def with_backend(self, backend: str) -> GPT:
         """The same weights, another default backend (a shallow copy: nothing is duplicated)."""
@@ -209,18 +213,26 @@ class GPT(nn.Module):
         return self.transformer.wte.weight.dtype
 
     def _run(self, ids, positions, ops: Ops, attend: _Attend, logits_at=None):
-        t = self.transformer
-        x = ops.embedding("wte/wpe", t.wte, t.wpe, ids, positions)  # (B, T, C)
-        eps = self.config.layer_norm_epsilon
-        for block in t.h:
-            x = block(x, ops, attend, eps)
+        x = self.embed(ops, ids, positions)  # (B, T, C)
+        positions = positions.expand(ids.shape)  # (T,) for a whole prompt, (B, 1) in a decode step
+        for block in self.transformer.h:
+            x = ops.block(block, x, attend, positions)
         if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
             x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
+        return self.head(ops, x, attend)
+
+    def embed(self, ops: Ops, ids, positions):
+        t = self.transformer
+        return ops.embedding("wte/wpe", t.wte, t.wpe, ids, positions)
+
+    def head(self, ops: Ops, x, attend):
+        """The last LayerNorm and the LM head, tied to the token embedding."""
+        t, eps = self.transformer, self.config.layer_norm_epsilon
         if attend.mode == "decode" and ops.fuses_decode(x.shape[0]):
             norm = (t.ln_f.weight, t.ln_f.bias, eps)
             return ops.decode_linear("ln_f+lm_head", x, t.wte.weight, norm=norm, part="lm_head")
         x = ops.layer_norm("ln_f", x, t.ln_f.weight, t.ln_f.bias, eps)
-        return ops.linear("lm_head", x, t.wte.weight)  # tied to the token embedding
+        return ops.linear("lm_head", x, t.wte.weight)
 
     @torch.inference_mode()
     def forward(

@@ -14,10 +14,11 @@ the parts do the same job, and four differences in the block, each one kernel:
 c_attn holds the checkpoint's q_proj, k_proj and v_proj stacked ((H + 2 H_kv) * D rows), c_fc its gate_proj
 over its up_proj (kernels.swiglu runs both in one matmul, the gating in its epilogue). No biases.
 
-Every rung of the fusion ladder runs it: "none" launches each residual add apart; on the decode rungs a decode
-step is four projections and attention, as GPT-2's (Block.decode_fused): RMSNorm in the prologue of the
-projection after it, rotary positions and the cache write in c_attn's epilogue, SwiGLU in c_fc's. The
-persistent rung's one-launch block is GPT-2's, so there a Llama decode step runs as "overlap".
+Every rung of the fusion ladder runs it (Ops.block chooses a block's form): "none" launches each residual add
+apart; on the decode rungs a decode step is four projections and attention, as GPT-2's (Block.decode_fused):
+RMSNorm in the prologue of the projection after it, rotary positions and the cache write in c_attn's epilogue,
+SwiGLU in c_fc's. The persistent rung's one-launch block is GPT-2's, so there a Llama decode step runs as
+"overlap".
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ from torch import nn
 
 from .cache import KVCache
 from .gpt import GPT, Linear, _Attend
-from .graphs import GraphPool
-from .ops import DEFAULT_FUSION, Ops, check_fusion
+from .ops import DEFAULT_FUSION, Ops
 
 
 @dataclass(frozen=True)
@@ -58,25 +58,42 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(width), requires_grad=False)
 
 
-class Block(nn.Module):
+class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         d, kv = cfg.head_dim, cfg.n_kv_head
-        self.ln_1 = RMSNorm(cfg.n_embd)
-        self.attn = nn.Module()
-        self.attn.c_attn = Linear(cfg.n_embd, (cfg.n_head + 2 * kv) * d, bias=False)  # q, k, v stacked
-        self.attn.c_proj = Linear(cfg.n_head * d, cfg.n_embd, bias=False)
-        self.ln_2 = RMSNorm(cfg.n_embd)
-        self.mlp = nn.Module()
-        self.mlp.c_fc = Linear(cfg.n_embd, 2 * cfg.ffn, bias=False)  # gate over up
-        self.mlp.c_proj = Linear(cfg.ffn, cfg.n_embd, bias=False)
+        self.c_attn = Linear(cfg.n_embd, (cfg.n_head + 2 * kv) * d, bias=False)  # q, k, v stacked
+        self.c_proj = Linear(cfg.n_head * d, cfg.n_embd, bias=False)
 
-    def forward(self, x, ops: Ops, attend: _GroupedAttend, positions, cfg: LlamaConfig):
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.c_fc = Linear(cfg.n_embd, 2 * cfg.ffn, bias=False)  # gate over up
+        self.c_proj = Linear(cfg.ffn, cfg.n_embd, bias=False)
+
+
+class Block(nn.Module):
+    """x = x + c_proj(attention(rotary(c_attn(rms_norm(x))))); x = x + c_proj(swiglu(c_fc(rms_norm(x)))): GPT-2's
+    block (explorer.model.gpt.Block) with the differences in the table above."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.ln_1 = RMSNorm(cfg.n_embd)
+        self.attn = Attention(cfg)
+        self.ln_2 = RMSNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    @property
+    def eps(self) -> float:
+        return self.cfg.rms_norm_eps
+
+    def forward(self, x, ops: Ops, attend: _GroupedAttend, positions):
         """positions (B, T): the rows' positions, which rotary reads."""
         B, T, _ = x.shape
-        if attend.mode == "decode" and ops.fuses_decode(B):
-            return self.decode_fused(x, ops, attend, cfg)
-        h = ops.rms_norm("ln_1", x, self.ln_1.weight, cfg.rms_norm_eps)
+        cfg = self.cfg
+        h = ops.rms_norm("ln_1", x, self.ln_1.weight, self.eps)
         qkv = ops.linear("attn.c_attn", h, self.attn.c_attn.weight)  # (B, T, (H + 2 H_kv) D)
         d, turned = cfg.head_dim, cfg.n_head + cfg.n_kv_head  # q's heads and k's, side by side in qkv
         qk, v = (t.view(B, T, -1, d).transpose(1, 2) for t in qkv.split((turned * d, cfg.n_kv_head * d), dim=-1))
@@ -84,14 +101,15 @@ class Block(nn.Module):
         q, k = qk.split((cfg.n_head, cfg.n_kv_head), dim=1)
         o = attend(q, k, v).transpose(1, 2).reshape(B, T, cfg.n_head * d)
         x = ops.linear("attn.c_proj", o, self.attn.c_proj.weight, residual=x)
-        h = ops.rms_norm("ln_2", x, self.ln_2.weight, cfg.rms_norm_eps)
+        h = ops.rms_norm("ln_2", x, self.ln_2.weight, self.eps)
         h = ops.swiglu("mlp.c_fc", h, self.mlp.c_fc.weight)  # (B, T, ffn)
         return ops.linear("mlp.c_proj", h, self.mlp.c_proj.weight, residual=x)
 
-    def decode_fused(self, x, ops: Ops, attend: _GroupedAttend, cfg: LlamaConfig):
+    def decode_fused(self, x, ops: Ops, attend: _GroupedAttend, positions):
         """The decode rung's five launches: ln_1 + c_attn + rotary + the cache write (the cache's length is each
         sequence's position), attention, c_proj + residual, ln_2 + c_fc + SwiGLU, c_proj + residual."""
         B = x.shape[0]
+        cfg = self.cfg
         cache, layer = attend.cache, attend.next_layer()
         k_cache, v_cache = cache.k[layer], cache.v[layer]
         a, m, d = self.attn, self.mlp, cfg.head_dim
@@ -99,7 +117,7 @@ class Block(nn.Module):
             "ln_1+attn.c_attn+rope+kv write",
             x,
             a.c_attn.weight,
-            norm=(self.ln_1.weight, None, cfg.rms_norm_eps),
+            norm=(self.ln_1.weight, None, self.eps),
             kv=(k_cache, v_cache, cache.lengths),
             rope=cfg.rope_theta,
             part="attn.c_attn",
@@ -107,7 +125,7 @@ class Block(nn.Module):
         q = qkv[..., : cfg.n_head * d].view(B, 1, cfg.n_head, d).transpose(1, 2)  # (B, H, 1, D)
         o = ops.grouped_decode_attention("attn", q, k_cache, v_cache, cache.next_lengths)
         x = ops.decode_linear("attn.c_proj", o.transpose(1, 2).reshape(B, 1, -1), a.c_proj.weight, residual=x)
-        norm = (self.ln_2.weight, None, cfg.rms_norm_eps)
+        norm = (self.ln_2.weight, None, self.eps)
         h = ops.decode_linear("ln_2+mlp.c_fc", x, m.c_fc.weight, activation="swiglu", norm=norm, part="mlp.c_fc")
         return ops.decode_linear("mlp.c_proj", h, m.c_proj.weight, residual=x)
 
@@ -132,34 +150,29 @@ class Llama(GPT):
     RUNS_AS = {"persistent": "overlap"}  # the persistent rung's one-launch block is GPT-2's
 
     def __init__(self, cfg: LlamaConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
-        nn.Module.__init__(self)
-        check_fusion(fusion)
-        self.config, self.backend, self.fusion = cfg, backend, fusion
-        self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-                h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
-                ln_f=RMSNorm(cfg.n_embd),
-            )
-        )
+        super().__init__(cfg, backend, fusion)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.requires_grad_(False)
-        self.decode_graphs = GraphPool()
+
+    def parts(self, cfg: LlamaConfig) -> dict:
+        """No position embeddings: rotary turns q and k by their positions inside each block."""
+        return dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
+            ln_f=RMSNorm(cfg.n_embd),
+        )
 
     def _attend(self, ops: Ops, cache: KVCache | None = None, mode: str = "full") -> _GroupedAttend:
         return _GroupedAttend(ops, self.config.n_head, cache, mode)
 
-    def _run(self, ids, positions, ops: Ops, attend: _GroupedAttend, logits_at=None):
-        t, cfg = self.transformer, self.config
-        x = ops.token_embedding("wte", t.wte, ids)  # (B, T, C)
-        positions = positions.expand(ids.shape)  # (T,) for a whole prompt, (B, 1) in a decode step
-        for block in t.h:
-            x = block(x, ops, attend, positions, cfg)
-        if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
-            x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
-        head = t.wte.weight if self.lm_head is None else self.lm_head.weight  # tied, or the checkpoint's own
+    def embed(self, ops: Ops, ids, positions):
+        return ops.token_embedding("wte", self.transformer.wte, ids)
+
+    def head(self, ops: Ops, x, attend):
+        """The last RMSNorm and the LM head: tied to the token embedding, or the checkpoint's own."""
+        t, eps = self.transformer, self.config.rms_norm_eps
+        head = t.wte.weight if self.lm_head is None else self.lm_head.weight
         if attend.mode == "decode" and ops.fuses_decode(x.shape[0]):
-            norm = (t.ln_f.weight, None, cfg.rms_norm_eps)
-            return ops.decode_linear("ln_f+lm_head", x, head, norm=norm, part="lm_head")
-        x = ops.rms_norm("ln_f", x, t.ln_f.weight, cfg.rms_norm_eps)
+            return ops.decode_linear("ln_f+lm_head", x, head, norm=(t.ln_f.weight, None, eps), part="lm_head")
+        x = ops.rms_norm("ln_f", x, t.ln_f.weight, eps)
         return ops.linear("lm_head", x, head)

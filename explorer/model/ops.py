@@ -218,6 +218,18 @@ class Ops:
         )
         return self._run(name, "decode_linear", x, sizes, cfg, run, part=part)
 
+    def block(self, block, x, attend, positions):
+        """One block as this rung runs it: in a decode step on the persistent rung the whole block in one launch,
+        on the decode rungs its fused launches (block.decode_fused), else its forward, operation by operation."""
+        rows = x.shape[0]
+        if attend.mode == "decode" and self.runs_layers_whole(rows):
+            cache, layer = attend.cache, attend.next_layer()
+            kv = (cache.k[layer], cache.v[layer], cache.lengths, cache.next_lengths)
+            return self.decode_layer("block", x, block, kv, block.eps)
+        if attend.mode == "decode" and self.fuses_decode(rows):
+            return block.decode_fused(x, self, attend, positions)
+        return block(x, self, attend, positions)
+
     def runs_layers_whole(self, rows: int) -> bool:
         """Whether a decode step of this many sequences runs each block in one launch (the persistent rung)."""
         return self.fusion == "persistent" and rows <= DECODE_ROWS
