@@ -24,7 +24,7 @@ _TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", 
 
 
 def launches(dtype):
-    """Yield (name, kernel, args, kwargs) for every kernel, as its launcher launches it for the decoder's shapes
+    """Yield (name, kernel, args, kwargs, grid) for every kernel, as its launcher launches it for the decoder's shapes
     (each operation's compile cases, kernels.operations), recorded on CPU tensors rather than run
     (kernels.launch.recording). Run where the CPU stands for the GPU being compiled for (config.STANDS_FOR), so
     each tile rule answers as it would there."""
@@ -47,8 +47,8 @@ def launches(dtype):
             with launch.recording() as got:
                 call()
             assert got, f"{name}: nothing launched"
-            for i, (fn, args, kwargs) in enumerate(got):
-                yield (name if len(got) == 1 else f"{name} [{i + 1}/{len(got)}]"), fn, args, kwargs
+            for i, (fn, args, kwargs, grid) in enumerate(got):
+                yield (name if len(got) == 1 else f"{name} [{i + 1}/{len(got)}]"), fn, args, kwargs, grid
 
 
 def _estimate(fn, kwargs: dict, itemsize: int, limits) -> int:
@@ -125,12 +125,19 @@ def _source(fn, args: tuple, kwargs: dict):
     return ASTSource(fn, sig, constexprs=consts, attrs=attrs)
 
 
+def build(fn, args: tuple, kwargs: dict, arch: int):
+    """One recorded launch compiled for arch (Triton's CompiledKernel: its asm and metadata)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    options = dict(num_warps=kwargs.get("num_warps", 4), num_stages=kwargs.get("num_stages", 3))
+    return triton.compile(_source(fn, args, kwargs), target=GPUTarget("cuda", arch, 32), options=options)
+
+
 def compile_for(arch: int, dtypes):
     """Yield (dtype, name, shared bytes used, estimate, PTX) for every recorded launch, compiled for arch; raises
     if a kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR)."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
 
     from .config import device_limits
 
@@ -140,9 +147,8 @@ def compile_for(arch: int, dtypes):
         if dtype == "bfloat16" and not limits.bf16:
             continue  # no bf16 before Ampere; config.supported_dtypes does not offer it there
         itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-        for name, fn, args, kwargs in launches(dtype):
-            options = dict(num_warps=kwargs.get("num_warps", 4), num_stages=kwargs.get("num_stages", 3))
-            k = triton.compile(_source(fn, args, kwargs), target=GPUTarget("cuda", arch, 32), options=options)
+        for name, fn, args, kwargs, _ in launches(dtype):
+            k = build(fn, args, kwargs, arch)
             name = f"{name} ({fn.__name__})"
             yield dtype, name, k.metadata.shared, _estimate(fn, kwargs, itemsize, limits), k.asm.get("ptx", "")
 

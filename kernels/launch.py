@@ -188,7 +188,7 @@ class _Fast:
     def launch(self, grid, args, kwargs):
         global _stream
         if _recorded is not None:
-            return _recorded.append((self.fn, args, kwargs))
+            return _recorded.append((self.fn, args, kwargs, grid))
         lead = args[0] if isinstance(args[0], Tensor) else _first_tensor(args)
         if not ENABLED or lead is None or not lead.is_cuda or self.refused:
             return self.fn[grid](*args, **kwargs)
@@ -265,7 +265,7 @@ _recorded: list | None = None
 @contextlib.contextmanager
 def recording():
     """Launches made inside are recorded instead of run: yields the list they are appended to, each as
-    (kernel, positional arguments, keyword arguments: constexprs and launch options). How
+    (kernel, positional arguments, keyword arguments: constexprs and launch options, grid). How
     kernels.compile_check reads what every launcher passes its kernel, on CPU tensors."""
     global _recorded
     outer, _recorded = _recorded, []
@@ -285,7 +285,7 @@ class _Plain:
     def __getitem__(self, grid):
         def run(*args, **kwargs):
             if _recorded is not None:
-                return _recorded.append((self.fn, args, kwargs))
+                return _recorded.append((self.fn, args, kwargs, grid))
             return self.fn[grid](*args, **kwargs)
 
         return run
