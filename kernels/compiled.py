@@ -61,7 +61,9 @@ def compile_times():
     they differ by kernel (a matmul's tiles against an elementwise kernel's) far more than by run. Each one's
     first launch counts too: it loads the binary and builds a launcher, which Triton compiles from C source
     (about a second) unless its cache holds one of the same signature. Empty under the interpreter (nothing
-    compiles) and with a Triton whose JIT has no _do_compile to time."""
+    compiles) and with a Triton whose JIT has no _do_compile to time. (Triton's knobs.compilation.listener
+    reports each compilation's time, but not that first launch's setup, which a cold cache pays too: both are
+    timed here, the same way.)"""
     from triton.compiler.compiler import CompiledKernel
     from triton.runtime.jit import JITFunction
 

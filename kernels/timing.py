@@ -119,6 +119,8 @@ def device_time(fn, inputs=None, *, bytes_per_set: int | None = None, reps: int 
 
     inputs: a make_inputs() returning one fresh random set (the sets are made here, see rotated_inputs),
     or a list of sets already made; None times fn() on whatever it closes over, labelled SAME_INPUTS_REGIME.
+    (triton.testing.do_bench_cudagraph replays one call on one set of inputs, which stay in L2 between replays;
+    rotating the sets needs them inside the graph, hence this.)
     """
     if inputs is None:
         sets, per_set = [()], 0

@@ -33,7 +33,8 @@ FIRST_CHART_S = {"cuda": 1.0, "cpu": 0.0}
 PROFILED = {"cuda": 5}  # decode positions the profiling pass times on a GPU (besides the prefill)
 # What a decode step launches, by the run's settings and cache size: the same settings launch the same kernels, so a
 # Generate run again is not counted again (the count, four short generations under torch.profiler, takes a tenth of
-# a GPT-2 small Generate on a GPU).
+# a GPT-2 small Generate on a GPU). A dict cleared past 256 rather than functools.lru_cache: the key is the
+# settings' (estimate.profile_key), not the model and prompt the count runs on, which lru_cache would key on.
 _counted: dict[tuple, launches.StepLaunches] = {}
 
 
