@@ -136,6 +136,23 @@ def resources(compiled) -> Resources:
     return Resources(md.num_warps, regs, md.shared)
 
 
+def driver_resident(compiled) -> int:
+    """Programs per SM the CUDA driver itself reports for a compiled kernel, loaded on this process's GPU
+    (cuOccupancyMaxActiveBlocksPerMultiprocessor at its warps and shared memory): what occupancy() is held to."""
+    import ctypes
+
+    compiled._init_handles()
+    count = ctypes.c_int()
+    md = compiled.metadata
+    threads, shared = ctypes.c_int(32 * md.num_warps), ctypes.c_size_t(md.shared)
+    err = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        ctypes.byref(count), ctypes.c_void_p(compiled.function), threads, shared
+    )
+    if err:
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: CUDA error {err}")
+    return count.value
+
+
 def grid_programs(grid, fn, args: tuple, kwargs: dict) -> int:
     """Programs a launch's grid (a tuple, or a function of the launch's arguments by name) starts."""
     if callable(grid):
@@ -147,6 +164,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", default="90", help="75 .. 120, or sm_75 .. sm_120")
     parser.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16"])
+    parser.add_argument("--driver", action="store_true", help="on a GPU of that arch: the driver's count beside ours")
     args = parser.parse_args()
     try:
         arch = arch_of(args.arch, "--arch")
@@ -154,10 +172,18 @@ def main():
         sys.exit(str(e))
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("unset TRITON_INTERPRET: this compiles the kernels for a real GPU")
+    if args.driver:
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit("--driver asks the CUDA driver: it needs a CUDA GPU")
+        if torch.cuda.get_device_capability() != GPUS[arch].capability:
+            sys.exit(f"--driver needs a GPU of sm_{arch}; this one is {torch.cuda.get_device_name()}")
     if args.dtype == "bfloat16" and not GPUS[arch].bf16:
         sys.exit(f"sm_{arch} has no bfloat16: use --dtype float16")
     if os.environ.get(STANDS_FOR) != str(arch):  # the tile rules answer as on that GPU: a process standing for it
         cmd = [sys.executable, "-m", "kernels.occupancy", "--arch", str(arch), "--dtype", args.dtype]
+        cmd += ["--driver"] if args.driver else []
         sys.exit(subprocess.run(cmd, env=os.environ | {STANDS_FOR: str(arch)}).returncode)
     from .compile_check import build, launches
 
@@ -165,11 +191,21 @@ def main():
     print(f"sm_{arch} {gpu.name}, {gpu.num_sms} SMs, {args.dtype}: the decoder's launches (kernels.operations)")
     columns = f"{'warps':>5} {'regs':>4} {'shared':>7} {'per SM':>6}  {'limited by':13} {'programs':>8}"
     print(f"{'launch':58} {columns} waves")
+    agree = total = 0
     for name, fn, a, kw, grid in launches(args.dtype):
-        res = resources(build(fn, a, kw, arch))
+        compiled = build(fn, a, kw, arch)
+        res = resources(compiled)
         occ = occupancy(res, sm, grid_programs(grid, fn, a, kw), gpu.num_sms)
         row = f"{name[:58]:58} {res.warps:5} {res.registers:4} {res.shared:7} {occ.resident:6}  {occ.limiter:13}"
-        print(f"{row} {occ.programs:8} {occ.waves:5.2f} (last {occ.last_wave_fill:.0%})", flush=True)
+        row += f" {occ.programs:8} {occ.waves:5.2f} (last {occ.last_wave_fill:.0%})"
+        if args.driver:
+            driver = driver_resident(compiled)
+            agree, total = agree + (driver == occ.resident), total + 1
+            row += f"  driver {driver}{'' if driver == occ.resident else ' DIFFERS'}"
+        print(row, flush=True)
+    if args.driver:
+        print(f"programs per SM: {agree} of {total} launches as the driver reports")
+        sys.exit(0 if agree == total else 1)
 
 
 if __name__ == "__main__":

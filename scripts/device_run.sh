@@ -10,7 +10,9 @@
 #     matrix    Generate at the matrix of settings the GPU time model is fitted on (scripts/record_matrix.py)
 #     sweeps    every kernel's tile sweep at its default GPU shape (scripts/record_sweeps.py)
 #     tests:N   the whole test suite under pytest -n 16, N times in a row (Triton's cache kept in .triton-cache,
-#               so a later call on the same warm machine compiles nothing again)
+#               so a later call on the same warm machine compiles nothing again); with EXPLORER_GPU_STANDS_FOR=120
+#               (or 80) set, the GPU stands for that one. Failures by name in the log, each run's junit XML in $OUT
+#     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 #     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
 #     ncu       the traffic models against the hardware counters (python -m kernels.ncu_check under ncu)
@@ -58,11 +60,15 @@ for PART in "${@:-page}"; do
   tests:*)
     for i in $(seq 1 "${PART#tests:}"); do
       say "the test suite, run $i"
-      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TESTS_S:-280}" python3 -m pytest -n 16 -q -p no:cacheprovider --durations=30 tests > "$OUT/gpu-tests-$i.log" 2>&1
+      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TESTS_S:-420}" python3 -m pytest -n 16 -q -p no:cacheprovider -rfE \
+        --durations=30 --junitxml="$OUT/gpu-tests-$i.xml" tests > "$OUT/gpu-tests-$i.log" 2>&1
       echo "pytest exit $?" | tee -a "$LOG"
       grep -E "passed|failed|error" "$OUT/gpu-tests-$i.log" | tail -n 2 | tee -a "$LOG"
       grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests-$i.log" | head -n 20 | tee -a "$LOG"
     done ;;
+  occupancy)
+    say "programs per SM, ours and the driver's"
+    timeout 240 python3 -m kernels.occupancy --arch 90 --driver 2>&1 | grep -v -i warn | tail -n 50 | tee -a "$LOG" ;;
   bench)
     say "the fusion ladder next to PyTorch and torch.compile"
     timeout 240 python3 -m benchmarks.ladder 2>&1 | tail -n 20 | tee -a "$LOG"
