@@ -105,7 +105,8 @@ def test_tile_sweep_endpoint(client):
 
 def test_named_endpoints(client):
     api = client.view_api(print_info=False, return_format="dict")
-    assert {"/generate", "/sweep", "/compare", "/ladder", "/export", "/lesson"} <= set(api["named_endpoints"])
+    endpoints = {"/generate", "/sweep", "/compare", "/ladder", "/export", "/lesson", "/occupancy"}
+    assert endpoints <= set(api["named_endpoints"])
     names = [p["parameter_name"] for p in api["named_endpoints"]["/generate"]["parameters"]]
     assert names[:3] == ["model", "prompt", "prompt_tokens"] and "attention_block_m" in names
     (choice,) = api["named_endpoints"]["/lesson"]["parameters"]

@@ -83,6 +83,9 @@ LADDER_RUNG_S = {"cpu": 0.0, "cuda": 0.06}
 # A Generate whose charts overlay the previous run's draws each with both runs' lines, which on a GPU costs about
 # this much more. On CPU, where the charts are drawn as the run goes, that falls within the learned rate.
 OVERLAY_S = {"cpu": 0.0, "cuda": 0.28}
+# The occupancy job: a process of its own that loads the model, records a prefill's and a decode step's launches and
+# compiles each kernel once (Triton's cache keeps them for the next time).
+OCCUPANCY_S = {"cpu": 20.0, "cuda": 15.0}
 PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
 # Decode steps' worth of one profiled step on a GPU, per layer: 6 ms at the GPU's reference rate (each step's two
 # runs and its PyTorch prefill, once cuDNN's attention has planned its length).

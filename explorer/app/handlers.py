@@ -29,6 +29,7 @@ GENERATE_OUT = ["text", "summary", "latency", "traffic", "kv", "share", "bandwid
 SWEEP_OUT = ["heat", "table", "best", "heat_gpu"]
 COMPARE_OUT = ["plot", "fusion", "table", "status"]
 LADDER_OUT = ["plot", "table", "status"]
+OCCUPANCY_OUT = ["occupancy"]
 PLOTS = {"latency", "traffic", "kv", "share", "bandwidth", "roofline", "heat", "heat_gpu", "plot", "fusion"}
 EXPORTS = {
     "last run: steps": "steps",
@@ -226,6 +227,23 @@ def plan_ladder(ctx: Context, values: dict, state: dict) -> Plan:
     return Plan(dict(settings=s), estimate.ladder_seconds(s, ctx.device), estimate.ladder_keys(s))
 
 
+def plan_occupancy(ctx: Context, values: dict, state: dict) -> Plan:
+    """Every Triton launch of a prefill and a decode step at the page's settings, compiled for the GPU (on a CPU,
+    the one the page stands for): programs per SM and waves."""
+    from .jobs.occupancy import target
+
+    s = settings.parse(values, ctx.dynamic())
+    ctx.policy.check(s.model)
+    if s.backend != "triton":
+        raise UserError("The torch backend launches PyTorch's own kernels, which are not compiled here: pick triton.")
+    try:
+        arch, gpu, note = target(ctx.device)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    payload = dict(settings=s, arch=arch, gpu=gpu, note=note)
+    return Plan(payload, estimate.OCCUPANCY_S[ctx.device], keep=lambda state, new: state)
+
+
 LESSON_ABOUT = (  # the /lesson endpoint's description for API clients
     "A lesson's job; another lesson picked on the same page meanwhile ends it (the pick's own job\n"
     "runs next), since a visitor who picks another lesson wants that one, not the one before."
@@ -272,6 +290,7 @@ def make(ctx: Context) -> dict:
         compare=job(ctx, "compare", plan_compare, COMPARE_OUT),
         ladder=job(ctx, "ladder", plan_ladder, LADDER_OUT),
         lesson=job(ctx, "lesson", plan_lesson, ["text", "plot"], page="request", about=LESSON_ABOUT),
+        occupancy=job(ctx, "occupancy", plan_occupancy, OCCUPANCY_OUT),
         export=export,
     )
 

@@ -132,6 +132,8 @@ def _generate_tab(ctx: Context) -> dict:
                     c[name] = control(ctx, name)
             with gr.Accordion("tiles (default, a power of two, or autotune)", open=False):
                 c |= _tile_controls(ctx)
+                where = "the H200" if ctx.device == "cpu" else "this GPU"
+                c["occupancy_go"] = gr.Button(f"Programs per SM on {where}", size="sm")
             with gr.Row():
                 c["go"] = gr.Button("Generate", variant="primary")
                 c["stop"] = gr.Button("Stop")
@@ -140,6 +142,7 @@ def _generate_tab(ctx: Context) -> dict:
             c["status"] = gr.Markdown(elem_id="generate-status")
             c["text"] = gr.Textbox(label="output", lines=8, elem_id="out")
             c["summary"] = gr.Markdown(elem_id="summary")
+            c["occupancy"] = gr.Markdown(elem_id="occupancy")  # the tiles' programs per SM, when asked
             if gpu:
                 with gr.Row():
                     c["latency"], c["traffic"] = (
@@ -268,6 +271,14 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     out[7:7] = [hierarchy, roofline]
     generating = _job(
         g["go"].click, api(names, job["generate"]), [*run, g["overlay"], *tiles, state], [*out, state], "generate"
+    )
+    _job(
+        g["occupancy_go"].click,
+        api([*RUN, *TILES], job["occupancy"]),
+        [*run, *tiles, state],
+        [g["occupancy"], state],
+        "occupancy",
+        status=0,
     )
     # Stop cancels the run, then says so: a separate step after the cancel, so that no update of the run
     # still on its way can land over what Stop wrote (one in six Stops right after the first token did).

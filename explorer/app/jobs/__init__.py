@@ -10,7 +10,7 @@ interpreter launch) is stopped by its worker being ended.
 from __future__ import annotations
 
 from ..friendly import friendly
-from . import compare, generate, lesson, sweep, warm
+from . import compare, generate, lesson, occupancy, sweep, warm
 from .base import Control
 
 JOBS = {
@@ -19,6 +19,7 @@ JOBS = {
     "compare": compare.run,
     "ladder": compare.ladder,
     "lesson": lesson.run,
+    "occupancy": occupancy.run,
 }
 device_info = warm.device_info
 warm_up = warm.warm_up

@@ -1,0 +1,87 @@
+"""The occupancy job: every Triton launch of a prefill and a decode step at the page's settings, compiled for a
+GPU (on a CPU, the one the page stands for), with the programs each SM holds and the waves each grid runs in."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pandas as pd
+
+from ...measure import occupancy
+from .. import counterpart
+from .base import Control
+
+PROMPT = 16  # the prefill's tokens when the page's prompt length is left to the prompt as written
+
+
+def spec(s) -> dict:
+    """The settings occupancy.compute() reads: the run's model, dtype, rung, tiles, batch and prompt length."""
+    tiles = {f.name: getattr(s.tiles, f.name) for f in dataclasses.fields(s.tiles)}
+    tiles = {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in tiles.items()}
+    tiles = {k: {f: x for f, x in v.items() if x is not None} if isinstance(v, dict) else v for k, v in tiles.items()}
+    dtype = counterpart.ran(s)
+    return dict(
+        model=s.model, dtype=dtype, fusion=s.fusion, tiles=tiles, batch=s.batch, prompt_tokens=s.prompt_tokens or PROMPT
+    )
+
+
+def table(rows: list[dict]) -> pd.DataFrame:
+    """One row per operation and kernel of each phase, its launches counted (a layer's are alike)."""
+    frame = pd.DataFrame(rows, columns=occupancy.COLUMNS)
+    keys = [c for c in occupancy.COLUMNS if c != "waves"]
+    grouped = frame.groupby(keys, sort=False).agg(launches=("waves", "size"), waves=("waves", "first"))
+    return grouped.reset_index()
+
+
+def markdown(frame: pd.DataFrame, gpu: str, note: str, at: dict) -> str:
+    decode = frame[frame.phase == "decode"]
+    launches = int(decode.launches.sum())
+    thin = int(decode[decode.waves < 0.1].launches.sum())
+    lines = [
+        f"**Compiled for {gpu}** ({note}): every Triton launch of a prefill of {at['prompt_tokens']} tokens and one "
+        f"decode step ({at['model']}, {at['dtype']}, the {at['fusion']} rung, batch {at['batch']}, these tiles): "
+        "the programs one SM holds at once (*per SM*) and what stops it holding more, and the waves each grid runs "
+        "in (programs / (programs per SM x SMs)). *n*: launches alike (one a layer).",
+        "",
+        f"The decode step makes {launches} launches; {thin} of them fill less than a tenth of one wave: their SMs "
+        "mostly wait, which is why a decode step costs more than its bytes.",
+    ]
+    for phase, title in (("prefill", f"Prefill of {at['prompt_tokens']} tokens"), ("decode", "One decode step")):
+        lines += [
+            "",
+            f"*{title}*",
+            "",
+            "| operation | kernel | n | warps | regs | smem KB | per SM (limit) | programs | waves |",
+            "|---|---|---:|---:|---:|---:|---|---:|---:|",
+        ]
+        for r in frame[frame.phase == phase].itertuples(index=False):
+            lines.append(
+                f"| {r.operation} | {r.kernel} | {r.launches} | {r.warps} | {r.registers} | {r.shared / 1024:.1f} | "
+                f"{r.resident} ({r.limiter}) | {r.programs} | {r.waves:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def run(payload: dict, control: Control):
+    s, arch = payload["settings"], payload["arch"]
+    gpu, note = payload["gpu"], payload["note"]
+    yield {"occupancy": f"*Compiling every kernel of a prefill and a decode step for {gpu}…*"}
+    at = spec(s)
+    rows = occupancy.run(arch, at, timeout=max(30.0, control.deadline - time.monotonic()))
+    yield {"occupancy": markdown(table(rows), gpu, note, at)}
+
+
+def target(device: str) -> tuple[int, str, str]:
+    """(the architecture compiled for, the GPU's name, what the figures are) on this device."""
+    from kernels.config import GPUS
+
+    if device == "cpu":
+        return 90, "NVIDIA H200 (sm_90)", "on this CPU, not run: the GPU this page's recordings come from"
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    arch = major * 10 + minor
+    if arch not in GPUS:
+        raise ValueError(f"no limits known for sm_{arch}: known are {' '.join(map(str, GPUS))}")
+    return arch, f"{torch.cuda.get_device_name()} (sm_{arch})", "on this GPU's architecture, compiled, not timed"

@@ -1,0 +1,127 @@
+"""Where a run's kernels sit on a GPU's SMs: every Triton launch of one prefill and one decode step at a run's
+settings (model, dtype, rung, tiles, batch, prompt length), compiled for the GPU named, each with the programs
+an SM holds and the waves its grid runs in (kernels.occupancy). Run as a program of its own, since it compiles
+for a real GPU (Triton's interpreter must be off) and the tile rules must answer as on that GPU:
+
+    python -m explorer.measure.occupancy --arch 90 --settings '{"model": "bundled", "dtype": "float16"}'
+
+prints the rows as one line of JSON. The launches are recorded, not run (kernels.launch.recording): the kernels
+are compiled, never executed, so no GPU is needed and none is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from kernels import launch
+from kernels.config import GPUS, STANDS_FOR, TileConfig
+from kernels.occupancy import SMS, grid_programs, occupancy, resources
+
+from ..model.cache import KVCache
+from ..model.ops import Tiles
+
+COLUMNS = ["phase", "operation", "kernel", "warps", "registers", "shared", "resident", "limiter", "programs", "waves"]
+
+
+def recorded(model, *, batch: int, prompt: int, tiles: Tiles | None = None) -> list[tuple]:
+    """(phase, operation, kernel function, args, kwargs, grid) of every Triton launch of a prefill of `prompt`
+    tokens and the decode step after it, each sequence of the batch alike."""
+    out, phase = [], ["prefill"]
+
+    def observe(op, run):
+        with launch.recording() as got:
+            result = run()
+        out.extend((phase[0], op.name, *g) for g in got)
+        return result
+
+    cache = KVCache.for_model(model, batch, prompt + 1)
+    ids = torch.randint(model.config.vocab_size, (batch, prompt), device=model.device)
+    model.prefill(ids, cache, [prompt] * batch, tiles=tiles, observer=observe)
+    phase[0] = "decode"
+    model.decode(ids[:, -1], cache, tiles=tiles, observer=observe)
+    return out
+
+
+def rows(arch: int, launches: list[tuple]) -> list[dict]:
+    """Each launch compiled for `arch` (once per distinct kernel and arguments) and placed on its SMs."""
+    from kernels.compile_check import _source, build
+
+    gpu, sm, built = GPUS[arch], SMS[arch], {}
+    out = []
+    for phase, name, fn, args, kwargs, grid in launches:
+        key = (_source(fn, args, kwargs).hash(), kwargs.get("num_warps"), kwargs.get("num_stages"))
+        if key not in built:
+            built[key] = resources(build(fn, args, kwargs, arch))
+        res = built[key]
+        occ = occupancy(res, sm, grid_programs(grid, fn, args, kwargs), gpu.num_sms)
+        out.append(
+            dict(
+                phase=phase,
+                operation=name,
+                kernel=fn.__name__.strip("_").removesuffix("_kernel"),
+                warps=res.warps,
+                registers=res.registers,
+                shared=res.shared,
+                resident=occ.resident,
+                limiter=occ.limiter,
+                programs=occ.programs,
+                waves=round(occ.waves, 3),
+            )
+        )
+    return out
+
+
+def tiles_of(spec: dict | None) -> Tiles:
+    """Tiles from {kernel: {field: value} or "autotune" or None}, as settings_key writes them."""
+    made = {}
+    for kernel, value in (spec or {}).items():
+        made[kernel] = TileConfig(**value) if isinstance(value, dict) else value
+    return Tiles(**made)
+
+
+def compute(arch: int, settings: dict) -> list[dict]:
+    from ..model.weights import load_model
+
+    model, _ = load_model(settings.get("model", "bundled"), dtype=getattr(torch, settings.get("dtype", "float16")))
+    model = model.with_fusion(settings.get("fusion", model.fusion))
+    launches = recorded(
+        model,
+        batch=int(settings.get("batch", 1)),
+        prompt=int(settings.get("prompt_tokens") or 16),
+        tiles=tiles_of(settings.get("tiles")),
+    )
+    return rows(arch, launches)
+
+
+def run(arch: int, settings: dict, timeout: float = 300) -> list[dict]:
+    """compute() in a process of its own, compiling for `arch` with the CPU standing for it: the rows."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {STANDS_FOR: str(arch)}
+    cmd = [sys.executable, "-m", "explorer.measure.occupancy", "--arch", str(arch), "--settings", json.dumps(settings)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", type=int, default=90, choices=sorted(GPUS))
+    parser.add_argument("--settings", default="{}", help="model, dtype, fusion, tiles, batch, prompt_tokens (JSON)")
+    args = parser.parse_args()
+    if os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get(STANDS_FOR) != str(args.arch):
+        sys.exit(run_here_message(args.arch))
+    print(json.dumps(compute(args.arch, json.loads(args.settings))))
+
+
+def run_here_message(arch: int) -> str:
+    return f"run with TRITON_INTERPRET unset and {STANDS_FOR}={arch}, as occupancy.run() starts it"
+
+
+if __name__ == "__main__":
+    main()
