@@ -27,7 +27,8 @@ def test_building_the_app_touches_no_cuda_and_runs_every_job_in_a_gpu_call(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(report.read_text())
     assert seen["touched"] == []  # no CUDA call while the app was built
-    assert set(seen["wrapped"]) == {"generate.run", "sweep.run", "compare.run", "compare.ladder", "lesson.run"}
+    jobs = {"generate.run", "sweep.run", "compare.run", "compare.ladder", "lesson.run", "occupancy.run"}
+    assert set(seen["wrapped"]) == jobs
     assert set(seen["wrapped"].values()) == {"callable"}  # each call asks for its own job's seconds
 
 
