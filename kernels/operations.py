@@ -15,18 +15,23 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import elementwise, sizes
+from . import elementwise, reference, sizes
 from .attn import grouped, grouped_prefill
 from .attn.decode import decode_attention, decode_traffic
+from .attn.decode_tiles import resolve_decode_config
 from .attn.grouped import grouped_decode_attention
 from .attn.kernel import attention, traffic_floor
+from .attn.kernel import resolve_config as attention_tiles
 from .attn.kernel import traffic as attention_traffic
 from .config import TileConfig, Traffic, cdiv
 from .kv_cache.kernel import kv_write
 from .kv_cache.kernel import traffic as kv_write_traffic
+from .layer.kernel import decode_layer
 from .layer.kernel import traffic as decode_layer_traffic
 from .matmul import swiglu as swiglu_module
+from .matmul.decode import decode_linear as decode_linear_launch
 from .matmul.decode import traffic as decode_linear_traffic
+from .matmul.decode_tiles import resolve_config as decode_linear_tiles
 from .matmul.kernel import DECODE_ROWS, linear
 from .matmul.kernel import resolve_config as linear_config
 from .matmul.kernel import traffic as linear_traffic
@@ -82,6 +87,9 @@ class Operation:
     name: str
     sizes: type  # the NamedTuple of kernels.sizes a call's sizes are recorded in
     book: Book
+    launch: Callable | None = None  # the launcher (None: PyTorch's own gather)
+    reference: Callable | None = None  # its PyTorch twin in kernels.reference, where it has one of its own
+    tiles: Callable | None = None  # its tile rule: the config a call runs with, from the one asked for
     by_length: bool = False  # its traffic depends on each sequence's length (decode attention over a cache)
     sweep: Sweep | None = None
     # launches(sizes, config, dtype, device) -> kernels one Triton call launches (split-K, a merge launched apart)
@@ -374,6 +382,9 @@ LAYER_NORM = Operation(
     "layer_norm",
     sizes.NormSizes,
     _book_layer_norm,
+    layer_norm,
+    reference.layer_norm,
+    norm_kernel.resolve_config,
     counted=_counted_norm("layer_norm", norm_kernel, layer_norm, True),
     candidates={"layer_norm": [TileConfig(block_m=m, num_warps=w) for m in (1, 2, 4, 8) for w in (2, 4, 8)]},
     compiles=_compiles_one("layer_norm", lambda m: lambda: layer_norm(m.t(4096, C), *m.ln[:2], residual=m.t(4096, C))),
@@ -396,6 +407,9 @@ RMS_NORM = Operation(
     "rms_norm",
     sizes.NormSizes,
     _book_rms_norm,
+    rms.rms_norm,
+    reference.rms_norm,
+    norm_kernel.resolve_config,  # called with name="rms_norm"
     counted=_counted_norm("rms_norm", rms, rms.rms_norm, False),
     compiles=_compiles_one(
         "rms_norm", lambda m: lambda: rms.rms_norm(m.t(4096, 576), m.t(576), residual=m.t(4096, 576))
@@ -461,6 +475,9 @@ LINEAR = Operation(
     "linear",
     sizes.LinearSizes,
     _book_linear,
+    linear,
+    reference.linear,
+    linear_config,
     launches=_linear_launches,
     counted=Counted(_counted_linear_model, _counted_linear_call),
     compiles=_compiles_linear,
@@ -504,6 +521,9 @@ DECODE_LINEAR = Operation(
     "decode_linear",
     sizes.DecodeLinearSizes,
     _book_decode_linear,
+    decode_linear_launch,
+    None,  # its reference is the unfused launches it replaces, composed in tests/ops/test_decode_linear.py
+    decode_linear_tiles,
     counted=Counted(_counted_decode_linear_model, _counted_decode_linear_call),
     compiles=_compiles_decode_linear,
 )
@@ -511,6 +531,9 @@ SWIGLU = Operation(
     "swiglu",
     sizes.SwigluSizes,
     _book_swiglu,
+    swiglu_module.swiglu,
+    reference.swiglu,
+    swiglu_module.resolve_config,
     counted=Counted(_counted_swiglu_model, _counted_swiglu_call),
     compiles=_compiles_one("swiglu", lambda m: lambda: swiglu_module.swiglu(m.t(1024, 576), m.t(3072, 576))),
     sweep=Sweep(  # its tiles hold two weight tiles, the gate's and the up's
@@ -582,6 +605,9 @@ ATTENTION = Operation(
     "attention",
     sizes.AttentionSizes,
     _book_attention,
+    attention,
+    reference.attention,
+    attention_tiles,
     counted=Counted(_counted_attention_model, _counted_attention_call),
     candidates={
         "attention": [
@@ -608,6 +634,9 @@ DECODE_ATTENTION = Operation(
     "decode_attention",
     sizes.DecodeAttentionSizes,
     _book_decode_attention,
+    decode_attention,
+    reference.decode_attention,
+    resolve_decode_config,
     by_length=True,
     counted=Counted(_counted_decode_attention_model, _counted_decode_attention_call),
     compiles=_compiles_decode_attention,
@@ -641,6 +670,8 @@ GROUPED_ATTENTION = Operation(
     "grouped_attention",
     sizes.GroupedAttentionSizes,
     _book_grouped_attention,
+    grouped_prefill.grouped_attention,
+    reference.grouped_attention,
     compiles=_compiles_one(
         "grouped_attention",
         lambda m: lambda: grouped_prefill.grouped_attention(m.t(1, 9, 1024, D), *m.cache(1, 3, 1024)),
@@ -650,6 +681,8 @@ GROUPED_DECODE_ATTENTION = Operation(
     "grouped_decode_attention",
     sizes.GroupedDecodeSizes,
     _book_grouped_decode,
+    grouped_decode_attention,
+    reference.grouped_decode_attention,
     by_length=True,
     counted=Counted(_counted_grouped_model, _counted_grouped_call),
     compiles=_compiles_grouped_decode,
@@ -717,6 +750,8 @@ OPERATIONS: dict[str, Operation] = {
             "kv_write",
             sizes.KVWriteSizes,
             _book_kv_write,
+            kv_write,
+            reference.kv_write,
             counted=Counted(_counted_kv_write_model, _counted_kv_write_call),
             compiles=_compiles_one(
                 "kv write",
@@ -727,6 +762,8 @@ OPERATIONS: dict[str, Operation] = {
             "rotary",
             sizes.RotarySizes,
             _book_rotary,
+            rotary,
+            reference.rotary,
             counted=Counted(_counted_rotary_model, _counted_rotary_call),
             compiles=_compiles_one(
                 "rotary", lambda m: lambda: rotary(m.t(1, 9, 1024, D), torch.arange(1024)[None], 100000.0)
@@ -738,6 +775,7 @@ OPERATIONS: dict[str, Operation] = {
             lambda s, item, *, dtype, device, lengths, **_: decode_layer_traffic(
                 list(lengths), s.width, s.heads, s.max_len, item, dtype=dtype, device=device
             ),
+            decode_layer,
             by_length=True,
             compiles=_compiles_decode_layer,
         ),
@@ -745,18 +783,21 @@ OPERATIONS: dict[str, Operation] = {
             "bias_add",
             sizes.RowsSizes,
             lambda s, item, **_: elementwise.traffic_bias_add(*s, item),
+            elementwise.bias_add,
             compiles=_compiles_one("bias add", lambda m: lambda: elementwise.bias_add(m.t(1024, 1024), m.t(1024))),
         ),
         Operation(
             "gelu",
             sizes.ElementsSizes,
             lambda s, item, **_: elementwise.traffic_gelu(s.elements, item),
+            elementwise.gelu,
             compiles=_compiles_one("gelu", lambda m: lambda: elementwise.gelu(m.t(1 << 20))),
         ),
         Operation(
             "add",
             sizes.ElementsSizes,
             lambda s, item, **_: elementwise.traffic_add(s.elements, item),
+            elementwise.add,
             compiles=_compiles_one("add", lambda m: lambda: elementwise.add(m.t(1 << 20), m.t(1 << 20))),
         ),
         Operation("embedding", sizes.RowsSizes, _book_embedding, launches=lambda *_: 3),  # two gathers and an add

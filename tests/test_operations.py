@@ -69,6 +69,22 @@ def test_every_operation_with_a_triton_kernel_declares_what_the_compile_check_bu
     assert len(labels) == len(set(labels))
 
 
+def test_every_operation_names_its_launcher_and_its_pytorch_twin_under_its_own_name():
+    """The launcher is the one kernels exports (kernels.elementwise's for the separate launches), the twin the one
+    of kernels.reference; the embeddings are PyTorch's gathers and have neither."""
+    import kernels
+    from kernels import elementwise, reference
+
+    for name, op in operations.OPERATIONS.items():
+        if name in ("embedding", "token_embedding"):
+            assert op.launch is None and op.reference is None
+            continue
+        exported = getattr(kernels, name, None) or getattr(elementwise, name)
+        assert op.launch is exported and op.launch.__name__ == name, name
+        assert op.reference in (None, getattr(reference, name, None)), name
+        assert op.reference is not None or not hasattr(reference, name), name
+
+
 def test_every_operation_records_its_sizes_in_a_named_tuple_of_kernels_sizes():
     for name, op in operations.OPERATIONS.items():
         assert op.name == name
