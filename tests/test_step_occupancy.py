@@ -19,7 +19,7 @@ SETTINGS = dict(dtype="float16", fusion="overlap", batch=2, prompt_tokens=17)
 
 @pytest.fixture(scope="module", params=[DEFAULT_MODEL, BUNDLED_LLAMA])
 def rows(request):
-    return request.param, occupancy.run(120, dict(SETTINGS, model=request.param))
+    return request.param, occupancy.run(120, dict(SETTINGS, model=request.param))["rows"]
 
 
 def test_every_launch_of_a_prefill_and_a_decode_step_is_compiled_and_placed(rows):
@@ -57,6 +57,9 @@ def test_the_page_shows_the_table_for_the_h200_and_says_what_it_is():
     assert shown.startswith("**Compiled for NVIDIA H200 (sm_90)** (on this CPU, not run")
     assert "| ln_1+attn.c_attn+kv write | decode_prefetch | 6 |" in shown and "*One decode step*" in shown
     assert "per SM (limit)" in shown and "The decode step makes 31 launches" in shown
+    # each kernel's source as written, under the values it was compiled with
+    assert "<details><summary><b>layer_norm</b><br><code>" in shown and "```python\ndef _layer_norm_kernel(" in shown
+    assert "BLOCK_M=" in shown and "num_warps=" in shown
 
 
 def test_the_torch_backend_is_refused_in_a_line_naming_the_choice():

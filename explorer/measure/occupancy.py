@@ -5,8 +5,8 @@ for a real GPU (Triton's interpreter must be off) and the tile rules must answer
 
     python -m explorer.measure.occupancy --arch 90 --settings '{"model": "bundled", "dtype": "float16"}'
 
-prints the rows as one line of JSON. The launches are recorded, not run (kernels.launch.recording): the kernels
-are compiled, never executed, so no GPU is needed and none is used.
+prints the rows, and each kernel's source as written in kernels/, as one line of JSON. The launches are recorded,
+not run (kernels.launch.recording): the kernels are compiled, never executed, so no GPU is needed and none is used.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..model.cache import KVCache
 from ..model.ops import Tiles
 
 COLUMNS = ["phase", "operation", "kernel", "warps", "registers", "shared", "resident", "limiter", "programs", "waves"]
+OPTIONS = ("num_warps", "num_stages")
 
 
 def recorded(model, *, batch: int, prompt: int, tiles: Tiles | None = None) -> list[tuple]:
@@ -46,6 +47,13 @@ def recorded(model, *, batch: int, prompt: int, tiles: Tiles | None = None) -> l
     phase[0] = "decode"
     model.decode(ids[:, -1], cache, tiles=tiles, observer=observe)
     return out
+
+
+def constants(fn, args: tuple, kwargs: dict) -> str:
+    """A launch's compile-time values, as the kernel names them: its constexpr parameters and launch options."""
+    values = dict(zip(fn.arg_names, args, strict=False)) | kwargs
+    named = [p.name for p in fn.params if p.is_constexpr and p.name in values] + [o for o in OPTIONS if o in values]
+    return ", ".join(f"{n}={values[n]}" for n in named)
 
 
 def rows(arch: int, launches: list[tuple]) -> list[dict]:
@@ -72,6 +80,7 @@ def rows(arch: int, launches: list[tuple]) -> list[dict]:
                 limiter=occ.limiter,
                 programs=occ.programs,
                 waves=round(occ.waves, 3),
+                constants=constants(fn, args, kwargs),
             )
         )
     return out
@@ -85,7 +94,13 @@ def tiles_of(spec: dict | None) -> Tiles:
     return Tiles(**made)
 
 
-def compute(arch: int, settings: dict) -> list[dict]:
+def sources(launches: list[tuple]) -> dict:
+    """Each kernel's source as written (its JIT function's), by the name rows() gives it."""
+    return {fn.__name__.strip("_").removesuffix("_kernel"): fn.src for _, _, fn, _, _, _ in launches}
+
+
+def compute(arch: int, settings: dict) -> dict:
+    """{"rows": rows(), "sources": sources()} of a prefill and a decode step at `settings`."""
     from ..model.weights import load_model
 
     model, _ = load_model(settings.get("model", "bundled"), dtype=getattr(torch, settings.get("dtype", "float16")))
@@ -96,11 +111,11 @@ def compute(arch: int, settings: dict) -> list[dict]:
         prompt=int(settings.get("prompt_tokens") or 16),
         tiles=tiles_of(settings.get("tiles")),
     )
-    return rows(arch, launches)
+    return dict(rows=rows(arch, launches), sources=sources(launches))
 
 
-def run(arch: int, settings: dict, timeout: float = 300) -> list[dict]:
-    """compute() in a process of its own, compiling for `arch` with the CPU standing for it: the rows."""
+def run(arch: int, settings: dict, timeout: float = 300) -> dict:
+    """compute() in a process of its own, compiling for `arch` with the CPU standing for it."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {STANDS_FOR: str(arch)}
     cmd = [sys.executable, "-m", "explorer.measure.occupancy", "--arch", str(arch), "--settings", json.dumps(settings)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

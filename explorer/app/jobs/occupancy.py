@@ -28,13 +28,24 @@ def spec(s) -> dict:
 
 def table(rows: list[dict]) -> pd.DataFrame:
     """One row per operation and kernel of each phase, its launches counted (a layer's are alike)."""
-    frame = pd.DataFrame(rows, columns=occupancy.COLUMNS)
-    keys = [c for c in occupancy.COLUMNS if c != "waves"]
+    frame = pd.DataFrame(rows, columns=[*occupancy.COLUMNS, "constants"])
+    keys = [c for c in frame.columns if c != "waves"]
     grouped = frame.groupby(keys, sort=False).agg(launches=("waves", "size"), waves=("waves", "first"))
     return grouped.reset_index()
 
 
-def markdown(frame: pd.DataFrame, gpu: str, note: str, at: dict) -> str:
+def source_blocks(frame: pd.DataFrame, sources: dict) -> list[str]:
+    """Each kernel's source as written in kernels/, folded, under the values its launches compiled it with."""
+    out = ["", "*The kernels as written in kernels/, each with the values its launches here compiled it with:*", ""]
+    for kernel, src in sources.items():
+        seen = sorted(set(frame[frame.kernel == kernel].constants))
+        values = "".join(f"<br><code>{v}</code>" for v in seen)
+        summary = f"<details><summary><b>{kernel}</b>{values}</summary>"
+        out += [summary, "", "```python", src.rstrip(), "```", "", "</details>"]
+    return out
+
+
+def markdown(frame: pd.DataFrame, gpu: str, note: str, at: dict, sources: dict | None = None) -> str:
     decode = frame[frame.phase == "decode"]
     launches = int(decode.launches.sum())
     thin = int(decode[decode.waves < 0.1].launches.sum())
@@ -60,6 +71,8 @@ def markdown(frame: pd.DataFrame, gpu: str, note: str, at: dict) -> str:
                 f"| {r.operation} | {r.kernel} | {r.launches} | {r.warps} | {r.registers} | {r.shared / 1024:.1f} | "
                 f"{r.resident} ({r.limiter}) | {r.programs} | {r.waves:.2f} |"
             )
+    if sources:
+        lines += source_blocks(frame, sources)
     return "\n".join(lines)
 
 
@@ -68,8 +81,8 @@ def run(payload: dict, control: Control):
     gpu, note = payload["gpu"], payload["note"]
     yield {"occupancy": f"*Compiling every kernel of a prefill and a decode step for {gpu}…*"}
     at = spec(s)
-    rows = occupancy.run(arch, at, timeout=max(30.0, control.deadline - time.monotonic()))
-    yield {"occupancy": markdown(table(rows), gpu, note, at)}
+    got = occupancy.run(arch, at, timeout=max(30.0, control.deadline - time.monotonic()))
+    yield {"occupancy": markdown(table(got["rows"]), gpu, note, at, got["sources"])}
 
 
 def target(device: str) -> tuple[int, str, str]:
