@@ -4,9 +4,10 @@ without one (the interpreter's heatmap beside this GPU's):
     python scripts/record_sweeps.py [--out assets/recorded/sweeps_h200.json] [--dtype bfloat16]
 
 Each kernel's grid is the sweep tab's, at the shape the tab offers on a GPU (settings.SWEEP_SHAPES["cuda"]),
-timed as the tab times it: CUDA-graph replays over inputs rotated past the L2 (kernels.timing). One process
-per kernel compiles its grid first, side by side; then one process times every kernel's grid alone on the
-GPU, and that is what is kept.
+timed as the tab times it: CUDA-graph replays over inputs rotated past the L2 (kernels.timing), and each
+config's first kernel placed on the GPU's SMs (registers, programs per SM and what limits them, waves:
+kernels.occupancy). One process per kernel compiles its grid first, side by side; then one process times every
+kernel's grid alone on the GPU, and that is what is kept.
 """
 
 import argparse
@@ -27,7 +28,10 @@ def sweep(kernel: str, dtype: str):
     from explorer.measure import sweeps
 
     shape = SWEEP_SHAPES["cuda"][kernel]
-    rows = [row for _, _, row in sweeps.tile_sweep_rows(kernel, shape, dtype=getattr(torch, dtype), device="cuda")]
+    major, minor = torch.cuda.get_device_capability()
+    arch = major * 10 + minor  # each config's first kernel placed on this GPU's SMs too (kernels.occupancy)
+    rows = sweeps.tile_sweep_rows(kernel, shape, dtype=getattr(torch, dtype), device="cuda", arch=arch)
+    rows = [row for _, _, row in rows]
     return sweeps.sweep_frame(kernel, shape, rows)
 
 

@@ -411,3 +411,39 @@ def test_one_ridge_for_the_roofline_and_the_lessons_from_one_function(dtype, roo
     shown("186")
     monkeypatch.setattr(roofs, "ridge", lambda tflops, gbs: 123.0)
     shown("123")
+
+
+def test_sweep_heatmap_hover_names_each_cells_fastest_config_and_where_it_sat_on_the_sms():
+    """A GPU's recorded sweep carries each config's registers, programs per SM, limiter and waves: the hover shows
+    them for the config the cell's colour is."""
+    rows = [
+        dict(
+            block_m=16,
+            num_warps=4,
+            valid=True,
+            reason="",
+            ms=2.0,
+            registers=64,
+            per_sm=8,
+            limiter="registers",
+            waves=0.4,
+        ),
+        dict(
+            block_m=16, num_warps=8, valid=True, reason="", ms=1.0, registers=40, per_sm=6, limiter="warps", waves=0.5
+        ),
+        dict(block_m=32, num_warps=4, valid=False, reason="needs 300 KB of shared memory", ms=None),
+    ]
+    sweep = pd.DataFrame(rows)
+    heat = plots.sweep_heatmap(sweep, "block_m", "num_warps").data[0]
+    cells = zip(heat.y, heat.customdata, strict=True)
+    hover = {(y, x): h for y, row in cells for x, h in zip(heat.x, row, strict=True)}
+    assert (
+        hover[("8", "16")]
+        == "block_m=16, num_warps=8<br>40 registers a thread, 6 programs per SM (limited by warps), 0.50 waves"
+    )
+    assert hover[("4", "16")].startswith("block_m=16, num_warps=4<br>64 registers a thread, 8 programs per SM")
+    assert hover[("4", "32")] == "needs 300 KB of shared memory"
+    interpreter = plots.sweep_heatmap(
+        sweep.drop(columns=["registers", "per_sm", "limiter", "waves"]), "block_m", "num_warps"
+    )
+    assert interpreter.data[0].customdata[0][0] == "block_m=16, num_warps=4"

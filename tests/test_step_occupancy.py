@@ -78,3 +78,27 @@ def test_the_program_refuses_to_run_where_it_would_compile_nothing():
     cmd = [sys.executable, "-m", "explorer.measure.occupancy", "--arch", "90"]
     done = subprocess.run(cmd, env=os.environ | {"TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "TRITON_INTERPRET unset" in done.stderr
+
+
+def test_a_sweeps_config_is_placed_on_the_sms_of_the_gpu_compiled_for():
+    """sweeps.placed, as the GPU's sweep recording calls it for each config, here compiled on CPU for the H200: a
+    LayerNorm of 1000 rows at block_m=4 launches 250 programs, over 132 SMs at the programs per SM it reports."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, torch\n"
+        "from explorer.measure import sweeps\n"
+        "from kernels.config import TileConfig\n"
+        "make, call, _ = sweeps._inputs('layer_norm', dict(M=1000, C=768), torch.float16, torch.device('cpu'))\n"
+        "inputs = make()\n"
+        "print(json.dumps(sweeps.placed(lambda: call(TileConfig(block_m=4, num_warps=4), *inputs), 90)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"EXPLORER_CPU_STANDS_FOR": "90"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 1 <= got["registers"] <= 255 and got["limiter"] in ("warps", "registers", "shared memory", "blocks")
+    assert got["waves"] == pytest.approx(250 / (got["per_sm"] * 132), abs=1e-3)

@@ -232,9 +232,9 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
     if not valid_rows.empty:
         at = valid_rows[value].idxmin() if lower_is_better else valid_rows[value].idxmax()
         best = (valid_rows.loc[at, x], valid_rows.loc[at, y])
-    z, text = [], []
+    z, text, hover = [], [], []
     for yv in ys:
-        row_z, row_t = [], []
+        row_z, row_t, row_h = [], [], []
         for xv in xs:
             cell = sweep[(sweep[x] == xv) & (sweep[y] == yv)]
             valid = cell[cell.valid] if "valid" in cell else cell
@@ -242,12 +242,16 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
                 row_z.append(None)
                 reason = cell.reason.iloc[0] if len(cell) and "reason" in cell else ""
                 row_t.append("✗ " + _short(reason))
+                row_h.append(reason)
             else:
-                cell_best = (valid[value].min() if lower_is_better else valid[value].max()) / per
+                at = valid[value].idxmin() if lower_is_better else valid[value].idxmax()
+                cell_best = valid.loc[at, value] / per
                 row_z.append(cell_best)
                 row_t.append(("★ " if best == (xv, yv) else "") + digits3(cell_best))
+                row_h.append(_hover(valid.loc[at]))
         z.append(row_z)
         text.append(row_t)
+        hover.append(row_h)
     fig = go.Figure(
         go.Heatmap(
             x=[str(v) for v in xs],
@@ -255,6 +259,8 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
             z=z,
             text=text,
             texttemplate="%{text}",
+            customdata=hover,
+            hovertemplate=f"{x}=%{{x}}, {y}=%{{y}}: %{{z:.3g}} {unit}<br>%{{customdata}}<extra></extra>",
             colorscale="Viridis",
             reversescale=lower_is_better,
             colorbar=dict(title=unit),
@@ -265,6 +271,20 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
         fig.add_shape(type="rect", x0=i - 0.5, x1=i + 0.5, y0=j - 0.5, y1=j + 0.5, line=dict(color="#e45756", width=3))
     title = f"Tile sweep: {unit} ({'lower' if lower_is_better else 'higher'} is better; ★ the fastest)"
     return _layout(fig, title, x, y, note, plot_px=320, width=900)
+
+
+TILE_FIELDS = ("block_m", "block_n", "block_k", "split_k", "group_m", "num_warps", "num_stages")
+
+
+def _hover(row: pd.Series) -> str:
+    """The fastest config of a cell, and where it sat on the SMs where the sweep recorded that."""
+    tiles = ", ".join(f"{f}={int(row[f])}" for f in TILE_FIELDS if f in row and pd.notna(row[f]))
+    if "per_sm" not in row or pd.isna(row.get("per_sm")):
+        return tiles
+    return (
+        f"{tiles}<br>{int(row['registers'])} registers a thread, {int(row['per_sm'])} programs per SM "
+        f"(limited by {row['limiter']}), {row['waves']:.2f} waves"
+    )
 
 
 def _short(reason: str) -> str:

@@ -68,11 +68,30 @@ def tile_sweep(
     return sweep_frame(kernel, shape, rows)
 
 
-def tile_sweep_rows(kernel: str, shape: dict, *, dtype=torch.float16, device="cpu", grid=None):
+def placed(run, arch: int) -> dict:
+    """The first kernel `run()` launches (recorded, not run), compiled for `arch` and placed on its SMs
+    (kernels.occupancy): its registers, programs per SM and what limits them, and its waves. Needs Triton's
+    compiler, not its interpreter."""
+    from kernels import launch
+    from kernels.compile_check import build
+    from kernels.config import GPUS
+    from kernels.occupancy import SMS, grid_programs, occupancy, resources
+
+    with launch.recording() as got:
+        run()
+    fn, args, kwargs, grid = got[0]
+    res = resources(build(fn, args, kwargs, arch))
+    occ = occupancy(res, SMS[arch], grid_programs(grid, fn, args, kwargs), GPUS[arch].num_sms)
+    return dict(registers=res.registers, per_sm=occ.resident, limiter=occ.limiter, waves=round(occ.waves, 3))
+
+
+def tile_sweep_rows(kernel: str, shape: dict, *, dtype=torch.float16, device="cpu", grid=None, arch=None):
     """Yield (index, count, row) for each config of the grid, as it is timed, by the one method of
     kernels.timing: on a GPU, CUDA-graph replays over random inputs rotated past L2 (made once, shared
     by every config); on CPU, one interpreter call. An impossible config's row has valid=False and the
-    reason. Closing the generator stops the sweep after the config being timed."""
+    reason. With `arch` (a GPU's, compiled for by Triton, not run in its interpreter), each timed config's
+    first kernel is also placed on that GPU's SMs (placed). Closing the generator stops the sweep after the
+    config being timed."""
     device = torch.device(device)
     make, call, model = _inputs(kernel, shape, dtype, device)
     sets = timing.rotated_inputs(make) if device.type == "cuda" else [make()]
@@ -86,6 +105,7 @@ def tile_sweep_rows(kernel: str, shape: dict, *, dtype=torch.float16, device="cp
             yield i, len(configs), dict(row, valid=False, reason=_reason(e), ms=math.nan)
             continue
         ms = timed.ms
+        where = placed(lambda c=cfg: call(c, *sets[0]), arch) if arch is not None else {}
         yield (
             i,
             len(configs),
@@ -98,6 +118,7 @@ def tile_sweep_rows(kernel: str, shape: dict, *, dtype=torch.float16, device="cp
                 gbs=traffic.bytes / ms / 1e6,
                 tflops=traffic.flops / ms / 1e9,
                 timer=timed.regime,
+                **where,
             ),
         )
 
