@@ -154,13 +154,7 @@ def generate(
     the sequence already holds, prompt included (explorer.model.sampling; SUGGESTED there reads well)."""
     if fusion is not None:
         model = model.with_fusion(fusion)
-    batch = as_batch(prompt_ids)
-    n_pos = model.config.n_positions
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
-    check(top_p, repetition_penalty)
-    if max(map(len, batch)) > n_pos:
-        raise ValueError(f"prompt of {max(map(len, batch))} tokens exceeds the model's {n_pos} positions")
+    batch = _checked(model, prompt_ids, max_new_tokens, top_p, repetition_penalty)
     if eos_token_id is None:
         eos_token_id = model.config.eos_token_id
     device = model.device
@@ -187,11 +181,28 @@ def generate(
         model, batch, max_new_tokens, cache, tiles, backend, graph, observer, sampler.greedy, clock, prefill_backend,
         positions,
     )  # fmt: skip
-    texts = _Texts(tokenizer, len(batch))
-    finished = [False] * len(batch)
-    steps = run.n_steps
     # Under an observer each step runs alone, so what it saw belongs to the Step yielded next.
     ahead = observer is None and run.cuda
+    yield from _loop(run, sampler, _Texts(tokenizer, len(batch)), max_new_tokens, eos_token_id, setup, ahead)
+
+
+def _checked(model, prompt_ids, max_new_tokens: int, top_p: float, repetition_penalty: float) -> list[list[int]]:
+    """The prompts as a batch, once the request is one the model can serve."""
+    batch = as_batch(prompt_ids)
+    n_pos = model.config.n_positions
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+    check(top_p, repetition_penalty)
+    if max(map(len, batch)) > n_pos:
+        raise ValueError(f"prompt of {max(map(len, batch))} tokens exceeds the model's {n_pos} positions")
+    return batch
+
+
+def _loop(run: _Run, sampler, texts: _Texts, max_new_tokens: int, eos_token_id, setup: tuple, ahead: bool):
+    """The prefill, then one decode step a token: each launched (with `ahead`, the next queued before this one's
+    tokens are read), its tokens read, its Step yielded, until a stop."""
+    finished = [False] * len(run.lengths)
+    steps = run.n_steps
     try:  # finally: also when the caller stops early, the captured graph goes back to the model's pool
         pending = run.launch(0, sampler)
         for index in range(steps):
@@ -208,23 +219,9 @@ def generate(
             elif index + 1 == max_new_tokens:
                 stop = f"reached max new tokens ({max_new_tokens})"
             elif index + 1 == steps:
-                stop = f"reached the model's position limit ({n_pos} positions)"
-            yield Step(
-                index=index,
-                phase="prefill" if index == 0 else "decode",
-                token_ids=ids,
-                texts=["" if was_finished[b] or finished[b] else texts.add(b, t) for b, t in enumerate(ids)],
-                positions=launched.positions,
-                context_tokens=launched.context_tokens,
-                kv_used_bytes=run.kv.bytes_per_token * sum(launched.positions) if run.kv else 0,
-                kv_allocated_bytes=run.kv.allocated_bytes if run.kv else 0,
-                ops=launched.ops,
-                graph=launched.graph,
-                finished=list(finished),
-                stop_reason=stop,
-                marks=launched.marks,
-                setup_marks=setup if index == 0 else launched.setup_marks,
-            )
+                stop = f"reached the model's position limit ({run.model.config.n_positions} positions)"
+            added = ["" if was_finished[b] or finished[b] else texts.add(b, t) for b, t in enumerate(ids)]
+            yield run.step(index, launched, ids, added, finished, stop, setup)
             if stop:
                 return
             if not ahead:
@@ -321,6 +318,25 @@ class _Run:
             next_ids = sampler(logits)
         marks = (start, mark()) if self.clock else ()
         return _Launched(next_ids, positions, context, ops, replayed, marks, setup, slot)
+
+    def step(self, index: int, launched: _Launched, ids, texts, finished, stop, setup) -> Step:
+        """The Step record of a launched step whose tokens `ids` (and their `texts`) have been read."""
+        return Step(
+            index=index,
+            phase="prefill" if index == 0 else "decode",
+            token_ids=ids,
+            texts=texts,
+            positions=launched.positions,
+            context_tokens=launched.context_tokens,
+            kv_used_bytes=self.kv.bytes_per_token * sum(launched.positions) if self.kv else 0,
+            kv_allocated_bytes=self.kv.allocated_bytes if self.kv else 0,
+            ops=launched.ops,
+            graph=launched.graph,
+            finished=list(finished),
+            stop_reason=stop,
+            marks=launched.marks,
+            setup_marks=setup if index == 0 else launched.setup_marks,
+        )
 
     def release(self) -> None:
         if self.pool is not None and self.graph is not None:
