@@ -225,12 +225,12 @@ def test_before_a_matrix_the_model_fitted_on_the_default_jobs_holds_within_1_5x_
     """The shipped H200 recordings: fitted on the default jobs' steps (bundled GPT-2, fp32), held against the
     lessons' decode steps (GPT-2 small's shape and a Llama block, bf16, eager and replayed), which it never saw:
     each within 1.5x, and the label says how far."""
-    from explorer.app.lessons import blocks
+    from explorer.app.lessons import blocks, recorded
 
     assert gpu_time.BLOCKS_RUNG == blocks.FUSION
     rec = counterpart.latest()
     model = counterpart.time_model(rec)
-    lessons = gpu_time.recorded_lessons(None, rec.meta["gpu"])
+    lessons = recorded.latest().results
     held = gpu_time.lesson_points(lessons, rec.meta["bandwidth_gbs"], model.tflops["bfloat16"])
     assert len(held) == 6 and {p.mode for p in held} == {"eager", "graph"}
     for p in held:

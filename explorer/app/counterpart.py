@@ -134,9 +134,12 @@ def time_model(rec: Recording | None, folder=None) -> gpu_time.TimeModel | None:
         return found
     key = (str(folder), rec.meta["gpu"], rec.meta["date"])
     if key not in _JOBS_MODELS:
-        lessons = gpu_time.recorded_lessons(folder, rec.meta["gpu"])
+        from .lessons import recorded  # the lessons' recording, read as the lessons read it
+
+        found = recorded.latest(folder)
+        lessons = found.results if found is not None and found.meta.get("gpu") == rec.meta["gpu"] else {}
         # the tensor cores' peak as the memory lesson measured it (bf16; fp16 runs at the same), else fp32's
-        tensor = lessons["memory"]["facts"]["peak_tflops"] if lessons and "memory" in lessons else rec.meta["tflops"]
+        tensor = lessons["memory"].facts["peak_tflops"] if "memory" in lessons else rec.meta["tflops"]
         tflops = {"float32": rec.meta["tflops"], "float16": tensor, "bfloat16": tensor}
         try:
             held = gpu_time.lesson_points(lessons, rec.meta["bandwidth_gbs"], tensor) if lessons else []

@@ -22,7 +22,6 @@ and a Llama block in bf16), which the fit never sees.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -325,29 +324,30 @@ BLOCKS_RUNG = "epilogue"  # the blocks lesson's rung (lessons/blocks.py FUSION):
 
 
 def lesson_points(lessons: dict, bandwidth_gbs: float, tflops: float) -> list[Point]:
-    """Decode steps the lessons recorded on the GPU (lessons_<gpu>.json), at settings no default job has: GPT-2
+    """Decode steps the lessons recorded on the GPU (lessons_<gpu>.json, read by lessons.recorded: `lessons` its
+    results by name), at settings no default job has: GPT-2
     small's shape in bf16 (the cuda-graphs lesson launched eagerly and replayed, the memory and prefill-decode
     lessons' replays) and the blocks lesson's GPT-2 and Llama at 1000 tokens (on its rung, BLOCKS_RUNG). The
     others are on the Triton backend's default rung, overlap. Each takes the largest logit. A step's operations
     are its lesson's count (the decode-step lesson's for GPT-2 small's shape at the same settings); the
     cuda-graphs lesson keeps no bytes, and takes the memory lesson's (the same model and dtype, its cache a few
     hundred kilobytes longer)."""
-    ops = lessons["decode-step"]["facts"]["operations"]
-    memory = lessons["memory"]["tables"]["steps"]
+    ops = lessons["decode-step"].facts["operations"]
+    memory = lessons["memory"].tables["steps"]
     memory = memory[memory.phase == "decode"]
-    gflop = lessons["memory"]["facts"]["last_gflop"]
+    gflop = lessons["memory"].facts["last_gflop"]
     out = []
 
     def add(mode, roof, launches, ms, rung="overlap"):
         out.append(Point(rung, mode, "decode", float(roof), float(launches), float(ms)))
 
-    graphs = lessons["cuda-graphs"]["tables"]["steps"]
+    graphs = lessons["cuda-graphs"].tables["steps"]
     decode = graphs[graphs.phase == "decode"]
     roof = float(np.median(roof_ms(memory.hbm_mb, gflop, bandwidth_gbs, tflops)))
     for launch, mode in (("eager", "eager"), ("CUDA graph", "graph")):
         add(mode, roof, ops, decode[decode.launch == launch].latency_ms.median())
     add("graph", roof, ops, memory.latency_ms.median())
-    pd_steps = lessons["prefill-decode"]["tables"]["steps"]
+    pd_steps = lessons["prefill-decode"].tables["steps"]
     pd_steps = pd_steps[pd_steps.phase == "decode"]
     add(
         "graph",
@@ -357,14 +357,14 @@ def lesson_points(lessons: dict, bandwidth_gbs: float, tflops: float) -> list[Po
     )
     blocks = lessons["blocks"]
     for family, name in (("GPT-2", "gpt2"), ("Llama", "llama")):
-        kinds = blocks["tables"]["bytes"]
+        kinds = blocks.tables["bytes"]
         hbm = kinds[kinds.family == family].hbm_mb.sum()
-        steps = blocks["tables"]["steps"]
+        steps = blocks.tables["steps"]
         steps = steps[(steps.family == family) & (steps.phase == "decode")]
         add(
             "graph",
             roof_ms(hbm, 0.0, bandwidth_gbs, tflops),
-            blocks["facts"][f"{name}_operations"],
+            blocks.facts[f"{name}_operations"],
             steps.latency_ms.median(),
             BLOCKS_RUNG,
         )
@@ -387,25 +387,3 @@ def model(folder: str | Path | None = None) -> TimeModel | None:
     """The time model fitted on the newest matrix recording, or None without one."""
     path = _newest(folder)
     return None if path is None else _fitted(str(path), os.path.getmtime(path))
-
-
-@functools.lru_cache(maxsize=4)
-def _lessons(path: str, mtime: float) -> dict:
-    data = json.loads(Path(path).read_text())
-    lessons = {
-        name: {"facts": d.get("facts", {}), "tables": {t: recordings.frame(v) for t, v in d.get("tables", {}).items()}}
-        for name, d in data.get("lessons", {}).items()
-    }
-    return {
-        "gpu": data.get("gpu"),
-        "date": str(data.get("date", "")),
-        "device_type": data.get("device_type"),
-        **lessons,
-    }
-
-
-def recorded_lessons(folder: str | Path | None = None, gpu: str | None = None) -> dict | None:
-    """The newest lessons recording made on a GPU (named `gpu`, where given), its tables as frames, or None."""
-    found = [_lessons(str(p), os.path.getmtime(p)) for p in Path(folder or FOLDER).glob("lessons_*.json")]
-    found = [r for r in found if r["device_type"] == "cuda" and (gpu is None or r["gpu"] == gpu)]
-    return max(found, key=lambda r: r["date"], default=None)
