@@ -160,6 +160,16 @@ def grid_programs(grid, fn, args: tuple, kwargs: dict) -> int:
     return math.prod(int(g) for g in grid)
 
 
+def place(fn, args: tuple, kwargs: dict, grid, arch: int, res: Resources | None = None):
+    """(resources, Occupancy) of one recorded launch (kernels.launch.recording) on GPU `arch`: compiled for it,
+    unless its resources are given, and its grid placed on that GPU's SMs."""
+    if res is None:
+        from .compile_check import build
+
+        res = resources(build(fn, args, kwargs, arch))
+    return res, occupancy(res, SMS[arch], grid_programs(grid, fn, args, kwargs), GPUS[arch].num_sms)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", default="90", help="75 .. 120, or sm_75 .. sm_120")
@@ -187,15 +197,14 @@ def main():
         sys.exit(subprocess.run(cmd, env=os.environ | {STANDS_FOR: str(arch)}).returncode)
     from .compile_check import build, launches
 
-    gpu, sm = GPUS[arch], SMS[arch]
+    gpu = GPUS[arch]
     print(f"sm_{arch} {gpu.name}, {gpu.num_sms} SMs, {args.dtype}: the decoder's launches (kernels.operations)")
     columns = f"{'warps':>5} {'regs':>4} {'shared':>7} {'per SM':>6}  {'limited by':13} {'programs':>8}"
     print(f"{'launch':58} {columns} waves")
     agree = total = 0
     for name, fn, a, kw, grid in launches(args.dtype):
         compiled = build(fn, a, kw, arch)
-        res = resources(compiled)
-        occ = occupancy(res, sm, grid_programs(grid, fn, a, kw), gpu.num_sms)
+        res, occ = place(fn, a, kw, grid, arch, resources(compiled))
         row = f"{name[:58]:58} {res.warps:5} {res.registers:4} {res.shared:7} {occ.resident:6}  {occ.limiter:13}"
         row += f" {occ.programs:8} {occ.waves:5.2f} (last {occ.last_wave_fill:.0%})"
         if args.driver:

@@ -21,7 +21,7 @@ import torch
 
 from kernels import launch
 from kernels.config import GPUS, STANDS_FOR, TileConfig
-from kernels.occupancy import SMS, grid_programs, occupancy, resources
+from kernels.occupancy import place
 
 from ..model.cache import KVCache
 from ..model.ops import Tiles
@@ -49,6 +49,11 @@ def recorded(model, *, batch: int, prompt: int, tiles: Tiles | None = None) -> l
     return out
 
 
+def kernel_name(fn) -> str:
+    """A Triton kernel's name as the page shows it: _layer_norm_kernel is layer_norm."""
+    return fn.__name__.strip("_").removesuffix("_kernel")
+
+
 def constants(fn, args: tuple, kwargs: dict) -> str:
     """A launch's compile-time values, as the kernel names them: its constexpr parameters and launch options."""
     values = dict(zip(fn.arg_names, args, strict=False)) | kwargs
@@ -58,21 +63,19 @@ def constants(fn, args: tuple, kwargs: dict) -> str:
 
 def rows(arch: int, launches: list[tuple]) -> list[dict]:
     """Each launch compiled for `arch` (once per distinct kernel and arguments) and placed on its SMs."""
-    from kernels.compile_check import _source, build
+    from kernels.compile_check import _source
 
-    gpu, sm, built = GPUS[arch], SMS[arch], {}
+    built = {}
     out = []
     for phase, name, fn, args, kwargs, grid in launches:
         key = (_source(fn, args, kwargs).hash(), kwargs.get("num_warps"), kwargs.get("num_stages"))
-        if key not in built:
-            built[key] = resources(build(fn, args, kwargs, arch))
-        res = built[key]
-        occ = occupancy(res, sm, grid_programs(grid, fn, args, kwargs), gpu.num_sms)
+        res, occ = place(fn, args, kwargs, grid, arch, built.get(key))
+        built[key] = res
         out.append(
             dict(
                 phase=phase,
                 operation=name,
-                kernel=fn.__name__.strip("_").removesuffix("_kernel"),
+                kernel=kernel_name(fn),
                 warps=res.warps,
                 registers=res.registers,
                 shared=res.shared,
@@ -96,7 +99,7 @@ def tiles_of(spec: dict | None) -> Tiles:
 
 def sources(launches: list[tuple]) -> dict:
     """Each kernel's source as written (its JIT function's), by the name rows() gives it."""
-    return {fn.__name__.strip("_").removesuffix("_kernel"): fn.src for _, _, fn, _, _, _ in launches}
+    return {kernel_name(fn): fn.src for _, _, fn, _, _, _ in launches}
 
 
 def compute(arch: int, settings: dict) -> dict:

@@ -73,15 +73,11 @@ def placed(run, arch: int) -> dict:
     (kernels.occupancy): its registers, programs per SM and what limits them, and its waves. Needs Triton's
     compiler, not its interpreter."""
     from kernels import launch
-    from kernels.compile_check import build
-    from kernels.config import GPUS
-    from kernels.occupancy import SMS, grid_programs, occupancy, resources
+    from kernels.occupancy import place
 
     with launch.recording() as got:
         run()
-    fn, args, kwargs, grid = got[0]
-    res = resources(build(fn, args, kwargs, arch))
-    occ = occupancy(res, SMS[arch], grid_programs(grid, fn, args, kwargs), GPUS[arch].num_sms)
+    res, occ = place(*got[0], arch)
     return dict(registers=res.registers, per_sm=occ.resident, limiter=occ.limiter, waves=round(occ.waves, 3))
 
 

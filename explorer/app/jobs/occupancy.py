@@ -3,7 +3,6 @@ GPU (on a CPU, the one the page stands for), with the programs each SM holds and
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import pandas as pd
@@ -17,13 +16,9 @@ PROMPT = 16  # the prefill's tokens when the page's prompt length is left to the
 
 def spec(s) -> dict:
     """The settings occupancy.compute() reads: the run's model, dtype, rung, tiles, batch and prompt length."""
-    tiles = {f.name: getattr(s.tiles, f.name) for f in dataclasses.fields(s.tiles)}
-    tiles = {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in tiles.items()}
-    tiles = {k: {f: x for f, x in v.items() if x is not None} if isinstance(v, dict) else v for k, v in tiles.items()}
-    dtype = counterpart.ran(s)
-    return dict(
-        model=s.model, dtype=dtype, fusion=s.fusion, tiles=tiles, batch=s.batch, prompt_tokens=s.prompt_tokens or PROMPT
-    )
+    tiles = counterpart.settings_key(s)["tiles"]  # each kernel's as plain values, as a recording keys them
+    dtype, prompt = counterpart.ran(s), s.prompt_tokens or PROMPT
+    return dict(model=s.model, dtype=dtype, fusion=s.fusion, tiles=tiles, batch=s.batch, prompt_tokens=prompt)
 
 
 def table(rows: list[dict]) -> pd.DataFrame:
