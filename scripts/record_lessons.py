@@ -56,7 +56,7 @@ def main():
     cuda = torch.cuda.is_available()
     if not cuda:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
-    from explorer.app import lessons
+    from explorer.app import lessons, recordings
     from explorer.app.lessons import recorded
     from kernels.compiled import compile_times, compiled, forget
 
@@ -66,7 +66,7 @@ def main():
     gpu = torch.cuda.get_device_name() if cuda else "CPU"
     if args.out is None and not cuda:
         raise SystemExit("no GPU here: pass --out PATH (assets/recorded/ holds GPU recordings only)")
-    out = Path(args.out) if args.out else recorded.FOLDER / f"lessons_{recorded.slug(gpu)}.json"
+    out = Path(args.out) if args.out else recordings.FOLDER / f"lessons_{recorded.slug(gpu)}.json"
     names = args.lessons or lessons.names()
     unknown = [n for n in names if n not in lessons.LESSONS]
     if unknown:

@@ -78,7 +78,7 @@ def main():
         dtype=args.dtype,
         seconds=round(time.perf_counter() - t0, 1),
     )
-    out = Path(args.out) if args.out else gpu_sweeps.FOLDER / f"sweeps_{recorded.slug(meta['gpu'])}.json"
+    out = Path(args.out) if args.out else recordings.FOLDER / f"sweeps_{recorded.slug(meta['gpu'])}.json"
     path = gpu_sweeps.save(out, meta, frames)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB)", flush=True)
 

@@ -119,10 +119,10 @@ def test_the_traffic_legend_leaves_the_plot_readable_whatever_the_number_of_kind
     "name", ["memory", "decode-step", "kv-cache", "tiling", "cuda-graphs", "prefill-decode", "fusion"]
 )
 def test_a_lessons_chart_keeps_its_legend_and_title_clear_of_the_plot(page, name):
-    from explorer.app import lessons
+    from explorer.app import lessons, recordings
     from explorer.app.lessons import recorded
 
-    r = recorded.load(recorded.FOLDER / "lessons_h200.json").results[name]
+    r = recorded.load(recordings.FOLDER / "lessons_h200.json").results[name]
     m = page(lessons.LESSONS[name].figure(r), 620)  # beside the GPU recording, half the page
     assert _inside(m["title"], m["svg"]) and m["title"]["bottom"] <= m["plot"]["top"]
     assert m["plot"]["height"] >= 200, m["plot"]  # the top one of two, in the tiling lesson

@@ -16,7 +16,7 @@ NEVER = jobs.Control(lambda: False, float("inf"))
 def test_on_cpu_the_sweep_shows_the_gpus_recorded_heatmap_first_with_its_fastest_tile_marked(tmp_path, monkeypatch):
     """A recording of every kernel's sweep on a GPU (scripts/record_sweeps.py), here one made of an interpreter
     sweep with its times scrambled: the sweep tab draws it, named as recorded, its own fastest tile starred."""
-    from explorer.app import gpu_sweeps
+    from explorer.app import gpu_sweeps, recordings
     from explorer.measure import sweeps
 
     shape = {"M": 4, "C": 32}
@@ -25,7 +25,7 @@ def test_on_cpu_the_sweep_shows_the_gpus_recorded_heatmap_first_with_its_fastest
     frame["ms"] = np.random.default_rng(0).uniform(0.001, 0.01, len(frame))  # another GPU's times
     meta = dict(gpu="Test GPU", date="2026-12-05T00:00:00+00:00", dtype="bfloat16")
     gpu_sweeps.save(tmp_path / "sweeps_test.json", meta, {"layer_norm": frame})
-    monkeypatch.setattr(gpu_sweeps, "FOLDER", tmp_path)
+    monkeypatch.setattr(recordings, "FOLDER", tmp_path)
     payload = dict(kernel="layer_norm", shape=shape, dtype="float32", x="block_m", y="num_warps", value="ms")
     last = {}
     for update in jobs.JOBS["sweep"](payload, NEVER):
@@ -39,7 +39,7 @@ def test_on_cpu_the_sweep_shows_the_gpus_recorded_heatmap_first_with_its_fastest
     j = [str(v) for v in heat["y"]].index(str(fastest.num_warps))
     assert heat["text"][j][i].startswith("★"), heat["text"]
     assert sum(t.startswith("★") for row in heat["text"] for t in row) == 1
-    monkeypatch.setattr(gpu_sweeps, "FOLDER", tmp_path / "none")  # no recording: no GPU heatmap
+    monkeypatch.setattr(recordings, "FOLDER", tmp_path / "none")  # no recording: no GPU heatmap
     last = {}
     for update in jobs.JOBS["sweep"](payload, NEVER):
         last |= update

@@ -9,10 +9,10 @@ from collections import defaultdict
 
 import pytest
 
-from explorer.app import lessons
+from explorer.app import lessons, recordings
 from explorer.app.lessons import recorded
 
-H200 = recorded.load(recorded.FOLDER / "lessons_h200.json")
+H200 = recorded.load(recordings.FOLDER / "lessons_h200.json")
 INTERPRETER_LONGEST_MS = 5000.0  # the interpreter's slowest step, or tile shape in the sweep
 TIME_COLUMNS = ("latency_ms", "kernel_ms", "step_ms", "us")
 UNITS = ("µs", "ms", "s")

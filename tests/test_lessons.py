@@ -278,7 +278,7 @@ def test_without_a_gpu_recording_the_lesson_says_so(runs, tmp_path):
 
 
 def test_the_shipped_recordings_are_gpu_recordings_or_the_ui_says_there_are_none():
-    shipped = sorted(recorded.FOLDER.glob("lessons_*.json"))
+    shipped = sorted(recordings.FOLDER.glob("lessons_*.json"))
     assert sum(p.stat().st_size for p in shipped) < 1 << 20
     rec = recorded.latest()
     if rec is None:

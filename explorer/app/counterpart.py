@@ -18,14 +18,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from . import gpu_time, models, recordings
-from .recordings import FOLDER
 from .settings import RunSettings
 
 FORMAT = 1
@@ -98,9 +96,8 @@ def _load(path: str, mtime: float) -> Recording:
 
 def latest(folder: str | Path | None = None) -> Recording | None:
     """The newest recording of jobs made on a GPU in `folder` (assets/recorded/), or None."""
-    paths = sorted(Path(folder or FOLDER).glob("jobs_*.json"))
-    found = [_load(str(p), os.path.getmtime(p)) for p in paths]
-    return max(found, key=lambda r: str(r.meta.get("date", "")), default=None)
+    found = recordings.newest(folder, "jobs_*.json", _load)
+    return found[1] if found else None
 
 
 def _of(rec: Recording, kind: str, key: dict) -> Counterpart | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +13,6 @@ import pandas as pd
 from kernels.config import TileConfig
 
 from . import recordings
-from .recordings import FOLDER
 
 FORMAT = 1
 TILE_FIELDS = {f.name for f in dataclasses.fields(TileConfig)}
@@ -55,6 +53,5 @@ def _load(path: str, mtime: float) -> Sweeps:
 
 def latest(folder: str | Path | None = None) -> Sweeps | None:
     """The newest GPU sweeps recording in `folder` (assets/recorded/), or None."""
-    paths = sorted(Path(folder or FOLDER).glob("sweeps_*.json"))
-    found = [_load(str(p), os.path.getmtime(p)) for p in paths]
-    return max(found, key=lambda r: str(r.meta.get("date", "")), default=None)
+    found = recordings.newest(folder, "sweeps_*.json", _load)
+    return found[1] if found else None

@@ -32,7 +32,6 @@ import pandas as pd
 
 from ..measure.metrics import MB
 from . import recordings
-from .recordings import FOLDER
 
 FORMAT = 1
 MODES = ("graph", "eager")
@@ -261,15 +260,10 @@ def _load(path: str, mtime: float) -> Matrix:
     return Matrix(meta, rows)
 
 
-def _newest(folder) -> Path | None:
-    paths = sorted(Path(folder or FOLDER).glob("matrix_*.json"))
-    return max(paths, key=lambda p: str(_load(str(p), os.path.getmtime(p)).meta.get("date", "")), default=None)
-
-
 def matrix(folder: str | Path | None = None) -> Matrix | None:
     """The newest matrix recording in `folder` (assets/recorded/), or None."""
-    path = _newest(folder)
-    return None if path is None else _load(str(path), os.path.getmtime(path))
+    found = recordings.newest(folder, "matrix_*.json", _load)
+    return found[1] if found else None
 
 
 @functools.lru_cache(maxsize=4)
@@ -385,5 +379,5 @@ def from_jobs(meta: dict, jobs: dict, tflops: dict, held: list[Point] = ()) -> T
 
 def model(folder: str | Path | None = None) -> TimeModel | None:
     """The time model fitted on the newest matrix recording, or None without one."""
-    path = _newest(folder)
-    return None if path is None else _fitted(str(path), os.path.getmtime(path))
+    found = recordings.newest(folder, "matrix_*.json", _load)
+    return None if found is None else _fitted(str(found[0]), os.path.getmtime(found[0]))

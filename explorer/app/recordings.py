@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -79,3 +80,12 @@ def stamp(command: str) -> dict:
         python=platform.python_version(),
         command=command,
     )
+
+
+def newest(folder, pattern: str, load, keep=lambda recording: True) -> tuple[Path, object] | None:
+    """(path, recording) of the recording matching `pattern` in `folder` (assets/recorded/ by default) whose meta
+    has the latest date, among those `keep` accepts; `load(path, mtime)` is its module's cached reader. None if
+    there is none."""
+    found = [(p, load(str(p), os.path.getmtime(p))) for p in sorted(Path(folder or FOLDER).glob(pattern))]
+    found = [(p, r) for p, r in found if keep(r)]
+    return max(found, key=lambda pr: str(pr[1].meta.get("date", "")), default=None)

@@ -98,7 +98,7 @@ def estimate(
     (the worker's, kernels.compiled) count: each by the seconds its compilation and first launch took there (a
     launcher of a signature the warm-up did not meet is built then), or, in a recording that did not time them,
     an equal share of the first run's extra seconds. Otherwise all, until the lesson has run in this server.
-    size_: "cpu" | "gpu" (this device's by default); folder: where the recordings are (recorded.FOLDER by
+    size_: "cpu" | "gpu" (this device's by default); folder: where the recordings are (recordings.FOLDER by
     default)."""
     lesson, size_ = LESSONS[name], size_ or size()
     modeled = lesson.estimate(lesson.settings(size_))
@@ -173,7 +173,7 @@ def live_markdown(result: Result) -> str:
 
 def recorded_view(name: str, folder=None):
     """(markdown, figure or None): the lesson as recorded on a GPU (the newest recording in `folder`,
-    recorded.FOLDER by default), shown where there is none."""
+    recordings.FOLDER by default), shown where there is none."""
     if size() == "gpu":
         return "", None
     rec = recorded.latest(folder)

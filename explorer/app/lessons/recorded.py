@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import recordings
-from ..recordings import FOLDER
 from .base import Result
 
 FORMAT = 1
@@ -95,6 +94,5 @@ def _load(path: str, mtime: float) -> Recording:
 
 def latest(folder: str | Path | None = None) -> Recording | None:
     """The newest recording made on a GPU in `folder` (assets/recorded/), or None."""
-    found = [load(p) for p in sorted(Path(folder or FOLDER).glob("lessons_*.json"))]
-    found = [r for r in found if r.meta.get("device_type") == "cuda"]
-    return max(found, key=lambda r: str(r.meta.get("date", "")), default=None)
+    found = recordings.newest(folder, "lessons_*.json", _load, keep=lambda r: r.meta.get("device_type") == "cuda")
+    return found[1] if found else None
