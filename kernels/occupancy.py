@@ -67,6 +67,7 @@ class Occupancy:
     resident: int  # programs one SM holds at once
     limits: dict  # programs per SM each resource allows: warps, registers, shared memory, blocks
     limiter: str  # the resource that allows fewest (several tie: the first of warps, registers, shared, blocks)
+    program_warps: int  # warps of one program
     programs: int = 0  # the grid's programs
     sms: int = 0
     waves: float = 0.0  # programs / (resident x SMs)
@@ -75,13 +76,7 @@ class Occupancy:
     @property
     def warps(self) -> int:
         """Warps resident on an SM."""
-        return self.resident * self.limits["warps per program"]
-
-    def describe(self) -> str:
-        held = f"{self.resident} programs per SM (limited by {self.limiter})"
-        if not self.programs:
-            return held
-        return f"{held}; {self.programs} programs in {self.waves:.2f} waves, the last {self.last_wave_fill:.0%} full"
+        return self.resident * self.program_warps
 
 
 def _round_up(x: int, unit: int) -> int:
@@ -102,13 +97,12 @@ def occupancy(res: Resources, sm: SM, programs: int = 0, sms: int = 0) -> Occupa
     }
     limiter = min(limits, key=limits.get)
     resident = limits[limiter]
-    limits = dict(limits, **{"warps per program": res.warps})
     if not programs or not sms or not resident:
-        return Occupancy(resident, limits, limiter, programs, sms)
+        return Occupancy(resident, limits, limiter, res.warps, programs, sms)
     slots = resident * sms
     waves = programs / slots
     left = programs - (math.ceil(waves) - 1) * slots
-    return Occupancy(resident, limits, limiter, programs, sms, waves, left / slots)
+    return Occupancy(resident, limits, limiter, res.warps, programs, sms, waves, left / slots)
 
 
 def registers(cubin: bytes) -> int:
