@@ -29,19 +29,9 @@ def launches(dtype):
     (kernels.launch.recording). Run where the CPU stands for the GPU being compiled for (config.STANDS_FOR), so
     each tile rule answers as it would there."""
     from . import launch
-    from .matmul import kernel as L
-    from .operations import OPERATIONS, Make
+    from .operations import OPERATIONS
 
-    tdt = getattr(torch, dtype)
-    t = lambda *shape: torch.randn(*shape, dtype=tdt)
-    make = Make(
-        t=t,
-        lengths=lambda batch, n: torch.full((batch,), n, dtype=torch.int32),
-        cache=lambda batch, heads, n: (t(batch, heads, n, 64), t(batch, heads, n, 64)),
-        ln=(t(768), t(768), 1e-5),  # GPT-2 small's LayerNorm
-        rms=(t(576), None, 1e-5),  # SmolLM2's RMSNorm: a weight, no bias
-        persistent=L.persistent_form(4096, tdt, "cpu"),
-    )
+    make = tensors(dtype)
     for op in OPERATIONS.values():
         for name, call in op.compiles(make).items():
             with launch.recording() as got:
@@ -49,6 +39,23 @@ def launches(dtype):
             assert got, f"{name}: nothing launched"
             for i, (fn, args, kwargs, grid) in enumerate(got):
                 yield (name if len(got) == 1 else f"{name} [{i + 1}/{len(got)}]"), fn, args, kwargs, grid
+
+
+def tensors(dtype: str):
+    """The CPU tensors every operation's compile cases launch with (kernels.operations.Make), in `dtype`."""
+    from .matmul import kernel as L
+    from .operations import Make
+
+    tdt = getattr(torch, dtype)
+    t = lambda *shape: torch.randn(*shape, dtype=tdt)
+    return Make(
+        t=t,
+        lengths=lambda batch, n: torch.full((batch,), n, dtype=torch.int32),
+        cache=lambda batch, heads, n: (t(batch, heads, n, 64), t(batch, heads, n, 64)),
+        ln=(t(768), t(768), 1e-5),  # GPT-2 small's LayerNorm
+        rms=(t(576), None, 1e-5),  # SmolLM2's RMSNorm: a weight, no bias
+        persistent=L.persistent_form(4096, tdt, "cpu"),
+    )
 
 
 def _estimate(fn, kwargs: dict, itemsize: int, limits) -> int:

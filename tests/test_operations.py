@@ -61,9 +61,11 @@ def test_every_case_held_to_the_counters_names_an_operation_that_is():
 def test_every_operation_with_a_triton_kernel_declares_what_the_compile_check_builds():
     """The embeddings are PyTorch's gathers: every other operation launches a Triton kernel, built for each GPU
     under labels no other operation uses."""
-    labels = []
+    from kernels.compile_check import tensors
+
+    labels, make = [], tensors("float16")
     for name, op in operations.OPERATIONS.items():
-        cases = op.compiles(_MAKE)
+        cases = op.compiles(make)
         assert bool(cases) == (name not in ("embedding", "token_embedding")), name
         labels += list(cases)
     assert len(labels) == len(set(labels))
@@ -96,16 +98,6 @@ def test_an_unknown_operation_or_sweep_is_refused_with_those_there_are():
         operations.operation("conv2d")
     with pytest.raises(ValueError, match="allowed: attention, decode_attention, linear"):
         operations.sweep("kv_write")
-
-
-_MAKE = operations.Make(
-    t=lambda *shape: torch.zeros(shape),
-    lengths=lambda batch, n: torch.full((batch,), n, dtype=torch.int32),
-    cache=lambda batch, heads, n: (torch.zeros(batch, heads, n, 64), torch.zeros(batch, heads, n, 64)),
-    ln=(torch.ones(768), torch.zeros(768), 1e-5),
-    rms=(torch.ones(576), None, 1e-5),
-    persistent=True,
-)
 
 
 def _op(kernel: str, record, dtype=torch.float16, config=None) -> Op:
