@@ -54,6 +54,12 @@ def roof_ms(hbm_mb, gflop, bandwidth_gbs: float, tflops: float):
     return np.maximum(np.asarray(hbm_mb) * MB / (bandwidth_gbs * 1e9), np.asarray(gflop) / (tflops * 1e3)) * 1e3
 
 
+def step_roofs(kernels: pd.DataFrame, bandwidth_gbs: float, tflops: float) -> pd.Series:
+    """Each step's sum of its kernel kinds' roofs (roof_ms of each kind's bytes and FLOPs), by step."""
+    roof = pd.Series(roof_ms(kernels.hbm_mb, kernels.gflop, bandwidth_gbs, tflops), index=kernels.index)
+    return roof.groupby(kernels.step).sum()
+
+
 @dataclass(frozen=True)
 class Point:
     """One step kind of one setting: what the model sees, and what was measured."""
@@ -76,8 +82,7 @@ def points(steps: pd.DataFrame, kernels: pd.DataFrame, settings: dict, bandwidth
     """A run's prefill step and its median decode step (the one whose measured time is the median, so that
     its features and its time are one step's), as Points. Each kernel kind's roof is taken from its own bytes
     and FLOPs."""
-    roof = roof_ms(kernels.hbm_mb, kernels.gflop, bandwidth_gbs, tflops)
-    per_step = pd.Series(roof, index=kernels.index).groupby(kernels.step).sum()
+    per_step = step_roofs(kernels, bandwidth_gbs, tflops)
     frame = steps.assign(roof_ms=steps.step.map(per_step).fillna(0.0))
     cache, graph_on = bool(settings["cache"]), bool(settings.get("cuda_graph", True))
     out = []
@@ -124,9 +129,7 @@ class TimeModel:
     def step_times(self, steps: pd.DataFrame, kernels: pd.DataFrame, settings: dict, dtype: str) -> pd.Series:
         """Each step's modeled milliseconds on this GPU (a Series on `steps`' index), from the step's kernels'
         bytes and FLOPs (a kernels frame, one row per step and kernel kind) and its launches."""
-        tflops = self.tflops[dtype]
-        roof = pd.Series(roof_ms(kernels.hbm_mb, kernels.gflop, self.bandwidth_gbs, tflops), index=kernels.index)
-        per_step = roof.groupby(kernels.step).sum()
+        per_step = step_roofs(kernels, self.bandwidth_gbs, self.tflops[dtype])
         cache, graph_on = bool(settings["cache"]), bool(settings.get("cuda_graph", True))
         rung, draws = rung_of(settings), sampled(settings)
         out = []
