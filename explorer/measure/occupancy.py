@@ -58,7 +58,12 @@ def constants(fn, args: tuple, kwargs: dict) -> str:
     """A launch's compile-time values, as the kernel names them: its constexpr parameters and launch options."""
     values = dict(zip(fn.arg_names, args, strict=False)) | kwargs
     named = [p.name for p in fn.params if p.is_constexpr and p.name in values] + [o for o in OPTIONS if o in values]
-    return ", ".join(f"{n}={values[n]}" for n in named)
+    return ", ".join(f"{n}={_shown(values[n])}" for n in named)
+
+
+def _shown(value):
+    """A constexpr as the kernel's source names it: a device function (an epilogue, say) by its name."""
+    return value.__name__ if hasattr(value, "arg_names") else value
 
 
 def rows(arch: int, launches: list[tuple]) -> list[dict]:

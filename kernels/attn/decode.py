@@ -181,7 +181,7 @@ def _rows_of(cache, b, h):
 
 
 @triton.jit
-def _partials(Part, SPLITS, BH, BLOCK_D: tl.constexpr):
+def partial_buffers(Part, SPLITS, BH, BLOCK_D: tl.constexpr):
     """The one fp32 buffer of partials, split three ways: every split's output (BLOCK_D each), then every
     split's max score, then every sum of exponentials, for BH (sequence, head) pairs."""
     parts = tl.cast(BH, tl.int64) * SPLITS
@@ -305,7 +305,7 @@ def _decode_partial_kernel(
     )
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
-    PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
+    PartO, PartM, PartL = partial_buffers(Part, SPLITS, tl.num_programs(0), BLOCK_D)
     tl.store(PartO + part * BLOCK_D + dims, acc)
     tl.store(PartM + part, m_i)
     tl.store(PartL + part, l_i)
@@ -315,7 +315,7 @@ def _decode_partial_kernel(
 def _decode_merge_kernel(Part, out, H, SPLITS, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     bh = tl.program_id(0).to(tl.int64)
     b, h = bh // H, bh % H
-    PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
+    PartO, PartM, PartL = partial_buffers(Part, SPLITS, tl.num_programs(0), BLOCK_D)
     _store_row(out, b, h, _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D), HEAD_DIM, BLOCK_D)
 
 
@@ -410,7 +410,7 @@ def attend_item(
     if partial is not None:
         Part, Counters, SPLITS = partial
         part = bh * SPLITS + split
-        PartO, PartM, PartL = _partials(Part, SPLITS, BH, BLOCK_D)
+        PartO, PartM, PartL = partial_buffers(Part, SPLITS, BH, BLOCK_D)
         tl.store(PartO + part * BLOCK_D + dims, acc)
         tl.store(PartM + part, m_i)
         tl.store(PartL + part, l_i)
@@ -457,7 +457,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=Fa
     if o.numel() == 0:
         return o
     part = counters = None  # one launch of one split: each (sequence, head)'s one program writes o, no partials
-    if splits > 1 or not one_launch:  # one allocation for the three kinds of partial (_partials): each costs the
+    if splits > 1 or not one_launch:  # one allocation for the three kinds of partial (partial_buffers): each costs the
         part = new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32)  # host more than its bytes
         counters = _arrival_counters(device, batch * heads) if one_launch else None
     # Each tensor with its strides, as the kernels take them: q and o (B, H, 1, D) by sequence, head and dim.

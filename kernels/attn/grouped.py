@@ -45,7 +45,7 @@ from ..config import (
     pipeline_stages,
     sectors,
 )
-from .decode import _partials
+from .decode import partial_buffers
 from .kernel import LOG2E, check_qkv
 from .softmax import lazy_step
 
@@ -141,7 +141,7 @@ def _grouped_decode_kernel(
     else:
         Part, SPLITS = partial
         first = b * kv_heads * group + kv * group  # the group's first (sequence, query head) pair
-        PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0) * group, BLOCK_D)
+        PartO, PartM, PartL = partial_buffers(Part, SPLITS, tl.num_programs(0) * group, BLOCK_D)
         part = (first + queries) * SPLITS + split
         tl.store(PartO + part[:, None] * BLOCK_D + dims[None, :], acc, mask=live[:, None])
         tl.store(PartM + part, m_i, mask=live)
@@ -230,7 +230,7 @@ def _grouped_merge(
     dims = tl.program_id(1) * BLOCK_DM + tl.arange(0, BLOCK_DM)
     splits = tl.arange(0, BLOCK_S)
     ok = splits < SPLITS
-    PartO, PartM, PartL = _partials(Part, SPLITS, tl.num_programs(0), BLOCK_D)
+    PartO, PartM, PartL = partial_buffers(Part, SPLITS, tl.num_programs(0), BLOCK_D)
     at = bh * SPLITS + splits
     m = tl.load(PartM + at, mask=ok, other=float("-inf"))
     sums = tl.load(PartL + at, mask=ok, other=0.0)
@@ -333,7 +333,7 @@ def grouped_decode_attention(q, k_cache, v_cache, lengths, *, block_n=None, spli
     if not o.numel():
         return o
     partial = None
-    if splits > 1:  # one fp32 buffer for the three kinds of partial (decode._partials), a counter per pair
+    if splits > 1:  # one fp32 buffer for the three kinds of partial (decode.partial_buffers), a counter per pair
         partial = (new_output(q, (batch * heads * splits * (block_d + 2),), torch.float32), splits)
     counters = None if apart or partial is None else arrival.counters(device, batch * kv_heads)
     sq, so = q.stride(), o.stride()

@@ -5,7 +5,7 @@ One program per (sequence, key/value head, block of query positions) holds the G
 positions as one tile of BLOCK_R rows (position-major: row r is head r % G at position r // G, so BLOCK_R // G
 positions per program and at most G - 1 rows idle, where padding G to a power of two would idle a quarter of
 SmolLM2's tile), so each tile of keys and values is read once for the whole group instead of once per query
-head. The key tiles are the flash kernel's own loop (kernel._attention_tiles: the shared online softmax, the
+head. The key tiles are the flash kernel's own loop (kernel.attend_tiles: the shared online softmax, the
 tiles below the diagonal unmasked); its causal mask reads each row's position, so it holds for any layout of
 rows. Causal masking is bottom-right aligned, as the other attention kernels align it: query i sits at key
 position Tk - Tq + i.
@@ -20,7 +20,7 @@ import triton.language as tl
 from .. import launch
 from ..config import TileConfig, Traffic, cdiv, device_limits, explain_resources, new_output, next_pow2, pipeline_stages
 from .grouped import check_groups
-from .kernel import LOG2E, _attention_tiles
+from .kernel import LOG2E, attend_tiles
 
 
 # Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
@@ -72,7 +72,7 @@ def _grouped_attention_kernel(
     K, V = K + b * skb + kv * skh, V + b * svb + kv * svh
     # The key tiles every row sees in full, unmasked, then the tiles the diagonal crosses (or the last, partial
     # tile), masked.
-    acc, l_i, m_i = _attention_tiles(
+    acc, l_i, m_i = attend_tiles(
         acc,
         l_i,
         m_i,
@@ -96,7 +96,7 @@ def _grouped_attention_kernel(
         PRECISION=PRECISION,
         BLOCK_N=BLOCK_N,
     )
-    acc, l_i, m_i = _attention_tiles(
+    acc, l_i, m_i = attend_tiles(
         acc,
         l_i,
         m_i,

@@ -42,7 +42,7 @@ MASKED_SCORE = tl.constexpr(-1.0e30)  # finite, so a row whose first tile is all
 
 
 @triton.jit
-def _attention_tiles(
+def attend_tiles(
     acc,
     l_i,
     m_i,
@@ -143,7 +143,7 @@ def _attention_kernel(
     else:
         full_hi = TK // BLOCK_N * BLOCK_N
         hi = TK
-    acc, l_i, m_i = _attention_tiles(
+    acc, l_i, m_i = attend_tiles(
         acc,
         l_i,
         m_i,
@@ -167,7 +167,7 @@ def _attention_kernel(
         PRECISION,
         BLOCK_N,
     )
-    acc, l_i, m_i = _attention_tiles(
+    acc, l_i, m_i = attend_tiles(
         acc,
         l_i,
         m_i,

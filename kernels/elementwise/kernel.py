@@ -41,7 +41,7 @@ from ..config import (
     next_pow2,
     sectors,
 )
-from ..matmul.kernel import _gelu_tanh
+from ..matmul.kernel import gelu_tanh
 
 CPU_BLOCK = 65536  # largest default span on CPU: few programs for the interpreter
 
@@ -72,7 +72,7 @@ def _gelu_kernel(X, Out, N, BLOCK_N: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = offs < N
     x = tl.load(X + offs, mask=mask).to(tl.float32)
-    tl.store(Out + offs, _gelu_tanh(x).to(Out.dtype.element_ty), mask=mask)
+    tl.store(Out + offs, gelu_tanh(x).to(Out.dtype.element_ty), mask=mask)
 
 
 def default_config(numel: int, device) -> TileConfig:

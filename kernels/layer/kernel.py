@@ -52,7 +52,7 @@ from ..config import (
     prev_pow2,
 )
 from ..matmul.decode import _check as check_decode_linear
-from ..matmul.decode_items import load_slice, slice_item
+from ..matmul.decode_items import finish, load_slice, slice_times, store_gelu, store_linear
 from ..matmul.decode_tiles import PREFETCH_BLOCK_K, PREFETCH_ELEMENTS, slice_tiles
 from ..matmul.decode_tiles import traffic as linear_traffic
 from ..matmul.kernel import DECODE_ROWS
@@ -96,21 +96,13 @@ def varied(variant: Variant):
 @triton.jit
 def _decode_layer_kernel(
     X,
-    ln_1,
-    c_attn,
-    c_proj,
-    ln_2,
-    c_fc,
-    mlp_proj,
+    block,
     cache,
     attention,
     scratch,
-    Out,
     Sync,
     Times,
-    M,
-    C,
-    H,
+    sizes,
     ROWS: tl.constexpr,
     BN_A: tl.constexpr,
     BN_O: tl.constexpr,
@@ -128,15 +120,18 @@ def _decode_layer_kernel(
     ATT_PREFETCH: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """ln_1, ln_2 = (weight, bias, eps); c_attn, c_proj, c_fc, mlp_proj = (weight (out, in), bias);
-    cache = (k_cache, v_cache, lengths, next_lengths, head_dim, k_strides, v_strides); attention = (partials, counters,
-    splits, keys per split, scale); scratch = (qkv, attn, x1, hid), the block's activations, each (M, width)
-    and contiguous as X and Out are; Times: the timer stamps' buffer, or None. BN_*: the four projections'
-    columns per item; HEAD_* and TAIL_*: a K slice C (and 4C) wide in two powers of two."""
+    """block = (ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj): ln_1, ln_2 = (weight, bias, eps), the projections
+    (weight (out, in), bias); cache = (k_cache, v_cache, lengths, next_lengths, head_dim, k_strides, v_strides);
+    attention = (partials, counters, splits, keys per split, scale); scratch = (qkv, attn, x1, hid, out), the
+    block's activations and its output, each (M, width) and contiguous as X is; Times: the timer stamps'
+    buffer, or None; sizes = (M rows, C width, H heads). BN_*: the four projections' columns per item; HEAD_*
+    and TAIL_*: a K slice C (and 4C) wide in two powers of two."""
     pid = tl.program_id(0)
     P = tl.num_programs(0)
+    ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj = block
+    M, C, H = sizes
     F = 4 * C
-    QKV, Attn, X1, Hid = scratch
+    QKV, Attn, X1, Hid, Out = scratch
     KC, VC, Lengths, NextLengths, HEAD_DIM, k_strides, v_strides = cache
     Part, Heads, SPLITS, CHUNK, qk_scale = attention
     pdl.launch_dependents(PDL)  # the next layer may start loading its weights; it waits before reading ours
@@ -148,14 +143,12 @@ def _decode_layer_kernel(
         c_attn,
         (X, C, 1),
         ln_1,
-        None,
-        (QKV, 3 * C),
-        kv,
-        M,
-        3 * C,
-        C,
-        None,
-        GELU=False,
+        out=((QKV, 3 * C), None, None, kv, None),
+        M=M,
+        N=3 * C,
+        K=C,
+        wait=None,
+        EPILOGUE=store_linear,
         PDL=PDL,
         ROWS=ROWS,
         BN=BN_A,
@@ -206,15 +199,13 @@ def _decode_layer_kernel(
         P,
         c_proj,
         (Attn, C, 1),
-        None,
-        (X, C),
-        (X1, C),
-        None,
-        M,
-        C,
-        C,
-        (Sync, 1, P),
-        GELU=False,
+        norm=None,
+        out=((X1, C), None, (X, C), None, None),
+        M=M,
+        N=C,
+        K=C,
+        wait=(Sync, 1, P),
+        EPILOGUE=store_linear,
         PDL=False,
         ROWS=ROWS,
         BN=BN_O,
@@ -230,14 +221,12 @@ def _decode_layer_kernel(
         c_fc,
         (X1, C, 1),
         ln_2,
-        None,
-        (Hid, F),
-        None,
-        M,
-        F,
-        C,
-        (Sync, 2, P),
-        GELU=True,
+        out=((Hid, F), None, None, None, None),
+        M=M,
+        N=F,
+        K=C,
+        wait=(Sync, 2, P),
+        EPILOGUE=store_gelu,
         PDL=False,
         ROWS=ROWS,
         BN=BN_F,
@@ -252,15 +241,13 @@ def _decode_layer_kernel(
         P,
         mlp_proj,
         (Hid, F, 1),
-        None,
-        (X1, C),
-        (Out, C),
-        None,
-        M,
-        C,
-        F,
-        (Sync, 3, P),
-        GELU=False,
+        norm=None,
+        out=((Out, C), None, (X1, C), None, None),
+        M=M,
+        N=C,
+        K=F,
+        wait=(Sync, 3, P),
+        EPILOGUE=store_linear,
         PDL=False,
         ROWS=ROWS,
         BN=BN_P,
@@ -279,14 +266,12 @@ def _stage(
     linear,
     x,
     norm,
-    res,
-    y,
-    kv,
+    out,
     M,
     N,
     K,
     wait,
-    GELU: tl.constexpr,
+    EPILOGUE: tl.constexpr,
     PDL: tl.constexpr,
     ROWS: tl.constexpr,
     BN: tl.constexpr,
@@ -295,37 +280,24 @@ def _stage(
     STATS_COLS: tl.constexpr,
 ):
     """A projection stage: this program's column tiles of linear = (W (N, K), bias), items pid, pid + P, ...,
-    each one's weight slice loaded before it waits (wait, as slice_item takes it) for the stage's input."""
+    each one's weight slice loaded before it waits for the stage's input: wait = (Sync, stage, arrivals),
+    `arrivals` arrivals at Sync[stage] (kernels.barrier), or None for the layer ahead under PDL. x, norm and
+    out (whose bias is linear's) as kernels.matmul.decode_items takes them."""
     W, Bias = linear
+    y, _, res, kv, _ = out
     for t in range(pid, tl.cdiv(N, BN), P):
-        w_slice = load_slice(t, 0, (W, K, 1), N, K, K, None, BN, HEAD_K, TAIL_K, False)
-        slice_item(
-            w_slice,
-            t,
-            0,
-            x,
-            norm,
-            Bias,
-            res,
-            y,
-            None,
-            kv,
-            None,
-            M,
-            N,
-            K,
-            K,
-            wait,
-            APPLY_GELU=GELU,
-            SWIGLU=False,
-            RMS=False,
-            PDL=PDL,
-            ROWS=ROWS,
-            BLOCK_N=BN,
-            HEAD_K=HEAD_K,
-            TAIL_K=TAIL_K,
-            STATS_COLS=STATS_COLS,
+        w_slice = load_slice(
+            t, 0, (W, K, 1), N, K, K, rope=None, BLOCK_N=BN, HEAD_K=HEAD_K, TAIL_K=TAIL_K, SWIGLU=False
         )
+        if wait is None:
+            pdl.wait(PDL)
+        else:
+            Sync, stage, arrivals = wait
+            barrier.wait(Sync, stage, arrivals)
+        acc = slice_times(w_slice, 0, x, norm, M, K, K, ROWS, BN, HEAD_K, TAIL_K, STATS_COLS)
+        rows = tl.arange(0, ROWS).to(tl.int64)
+        cols = tl.cast(t, tl.int64) * BN + tl.arange(0, BN)
+        finish(acc, rows, cols, t, 0, None, (y, Bias, res, kv, None), M, N, EPILOGUE=EPILOGUE, BLOCK_M=ROWS, BLOCK_N=BN)
 
 
 @triton.jit
@@ -429,21 +401,13 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *,
     part = new_output(x, (rows * heads * p["splits"] * (p["constexprs"]["BLOCK_D"] + 2),), torch.float32)
     launch.plain(_decode_layer_kernel)[(p["programs"],)](
         x2,
-        (*ln_1, float(eps)),
-        c_attn,
-        c_proj,
-        (*ln_2, float(eps)),
-        c_fc,
-        mlp_proj,
+        ((*ln_1, float(eps)), c_attn, c_proj, (*ln_2, float(eps)), c_fc, mlp_proj),
         (k_cache, v_cache, lengths, next_lengths, width // heads, k_cache.stride(), v_cache.stride()),
         (part, arrival.counters(x.device, rows * heads), p["splits"], p["chunk"], p["scale"]),
-        (qkv, attn, x1, hid),
-        out,
+        (qkv, attn, x1, hid, out),
         arrival.stage_counters(x.device, STAGES),
         stamps,
-        rows,
-        width,
-        heads,
+        (rows, width, heads),
         **p["constexprs"],
         num_warps=WARPS,
         num_stages=1,

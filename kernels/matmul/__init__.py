@@ -4,19 +4,17 @@ its tiles and traffic in decode_tiles.py); and the gated feed-forward's gate and
 with SiLU(gate) * up in its epilogue (swiglu.py)."""
 
 from .decode import decode_linear
-from .decode_items import load_slice, slice_item
+from .decode_items import finish, load_slice, row_stats, slice_times, store_gelu, store_linear, store_swiglu
 from .decode_tiles import (
     CPU_BLOCK_N,
     CPU_PREFETCH_ELEMENTS,
     PREFETCH_BLOCK_K,
     PREFETCH_ELEMENTS,
     PREFETCH_SLICE,
-    STATS_ELEMENTS,
     cpu_config,
     prefetches,
     slice_tiles,
     splits_of,
-    stats_tile,
 )
 from .kernel import (
     DECODE_ROWS,
@@ -39,7 +37,6 @@ __all__ = [
     "PREFETCH_BLOCK_K",
     "PREFETCH_ELEMENTS",
     "PREFETCH_SLICE",
-    "STATS_ELEMENTS",
     "check_args",
     "cpu_config",
     "decode_linear",
@@ -51,10 +48,14 @@ __all__ = [
     "prefetches",
     "resolve_config",
     "shared_memory",
-    "slice_item",
+    "slice_times",
+    "store_gelu",
+    "store_linear",
+    "store_swiglu",
+    "row_stats",
+    "finish",
     "slice_tiles",
     "splits_of",
-    "stats_tile",
     "traffic",
     "traffic_unfused",
     "tuned_config",

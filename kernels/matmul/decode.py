@@ -44,14 +44,22 @@ from ..config import (
     next_pow2,
     overlaps_launches,
 )
-from ..norm.stats import inverse_rms, moments
-from .decode_items import _finish, load_slice, slice_item, weight_rows
+from ..norm.stats import normalized
+from .decode_items import (
+    finish,
+    load_slice,
+    row_stats,
+    slice_times,
+    store_gelu,
+    store_linear,
+    store_swiglu,
+    weight_rows,
+)
 from .decode_tiles import (
     prefetches,
     resolve_config,
     slice_tiles,
     splits_of,
-    stats_tile,
     traffic,  # noqa: F401 (decode_linear's traffic model, named beside it)
 )
 from .kernel import DECODE_ROWS, check_args
@@ -64,33 +72,28 @@ def _decode_linear_kernel(
     x,
     w,
     norm,
-    Bias,
-    res,
-    y,
+    out,
     partial,
-    kv,
-    rope,
     M,
     N,
     K,
     K_PER_SPLIT,
-    APPLY_GELU: tl.constexpr,
+    EPILOGUE: tl.constexpr,
     SWIGLU: tl.constexpr,
-    RMS: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    STATS_ROWS: tl.constexpr,
+    ROWS: tl.constexpr,
     STATS_COLS: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """The K-loop form. x = (X, stride_xm, stride_xk), w = (W, stride_wn, stride_wk); norm, Bias, res, partial,
-    kv and rope as slice_item (kernels.matmul.decode_items) takes them, each None where the launch has none."""
+    """The K-loop form, its groups (x, w, norm, out, partial) as kernels.matmul.decode_items names them."""
     pdl.launch_dependents(PDL)
     pdl.wait(PDL)  # the loop reads x with every weight tile: nothing to load before the wait
     X, stride_xm, stride_xk = x
     W, stride_wn, stride_wk = w
+    _, _, _, _, rope = out
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M).to(tl.int64)  # all M <= BLOCK_M rows in one tile
@@ -100,43 +103,13 @@ def _decode_linear_kernel(
     k_hi = min(k_lo + K_PER_SPLIT, K)
 
     if norm is not None:
-        LnW, LnB, eps = norm
-        # Every program needs the statistics of the full rows, not only of its slice.
-        if STATS_COLS > 0:
-            # The rows fit in registers (STATS_ROWS x STATS_COLS, powers of two covering M x K): one load,
-            # then mean and variance as layer_norm computes them. A loop would wait for its loads one chunk
-            # at a time, before the program has asked for any of its weight.
-            # (Names of their own: a name the K loop below assigns must keep one shape.)
-            s_rows = tl.arange(0, STATS_ROWS).to(tl.int64)
-            s_cols = tl.arange(0, STATS_COLS)
-            s_mask = (s_rows < M)[:, None] & (s_cols < K)[None, :]
-            xs = tl.load(X + s_rows[:, None] * stride_xm + s_cols[None, :] * stride_xk, mask=s_mask, other=0.0)
-            xs = xs.to(tl.float32)
-            if RMS:  # no mean taken out
-                mean_r, rstd_r = tl.zeros((STATS_ROWS,), tl.float32), inverse_rms(xs, K, eps, 1)
-            else:
-                mean_r, rstd_r, _ = moments(xs, s_mask, K, eps, 1)
-            # From STATS_ROWS rows to the dot's 16-row tile: row i takes row i's statistics.
-            pick = rows[:, None] == s_rows[None, :]
-            mean = tl.sum(tl.where(pick, mean_r[None, :], 0.0), axis=1)
-            rstd = tl.sum(tl.where(pick, rstd_r[None, :], 0.0), axis=1)
-        else:  # wide rows: two passes over x in BLOCK_K chunks (the rows are small and stay in cache)
-            acc_sum = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-            if not RMS:  # RMSNorm's mean stays 0
-                for k in range(0, K, BLOCK_K):
-                    ks = k + tl.arange(0, BLOCK_K)
-                    mask = row_mask[:, None] & (ks < K)[None, :]
-                    a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
-                    acc_sum += a.to(tl.float32)
-            mean = tl.sum(acc_sum, axis=1) / K
-            acc_sq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-            for k in range(0, K, BLOCK_K):
-                ks = k + tl.arange(0, BLOCK_K)
-                mask = row_mask[:, None] & (ks < K)[None, :]
-                a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
-                diff = tl.where(mask, a.to(tl.float32) - mean[:, None], 0.0)
-                acc_sq += diff * diff
-            rstd = 1.0 / tl.sqrt(tl.sum(acc_sq, axis=1) / K + eps)
+        LnW, LnB, _ = norm
+        # Every program needs the statistics of the full rows, not only of its slice; from ROWS rows to the
+        # dot's 16-row tile: row i takes row i's statistics.
+        mean_r, rstd_r = row_stats(x, norm, M, K, ROWS, STATS_COLS)
+        pick = rows[:, None] == tl.arange(0, ROWS)[None, :]
+        mean = tl.sum(tl.where(pick, mean_r[None, :], 0.0), axis=1)
+        rstd = tl.sum(tl.where(pick, rstd_r[None, :], 0.0), axis=1)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(k_lo, k_hi, BLOCK_K):
@@ -144,20 +117,19 @@ def _decode_linear_kernel(
         mask = row_mask[:, None] & (ks < k_hi)[None, :]
         a = tl.load(X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=mask, other=0.0)
         if norm is not None:
-            lw = tl.load(LnW + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
-            # The same expressions as rms_norm's and layer_norm's, rounded to x's dtype: the operand the unfused
-            # path reads.
-            if RMS:
-                a = tl.where(mask, a.to(tl.float32) * rstd[:, None] * lw[None, :], 0.0).to(X.dtype.element_ty)
-            else:
-                lb = tl.load(LnB + ks, mask=ks < k_hi, other=0.0).to(tl.float32)
-                diff = tl.where(mask, a.to(tl.float32) - mean[:, None], 0.0)
-                a = tl.where(mask, diff * rstd[:, None] * lw[None, :] + lb[None, :], 0.0).to(X.dtype.element_ty)
+            # Rounded to x's dtype: the operand the unfused path reads.
+            lw = tl.load(LnW + ks, mask=ks < k_hi, other=0.0).to(tl.float32)[None, :]
+            lb = None
+            centred = a.to(tl.float32)
+            if LnB is not None:  # RMSNorm takes no mean out
+                lb = tl.load(LnB + ks, mask=ks < k_hi, other=0.0).to(tl.float32)[None, :]
+                centred = tl.where(mask, centred - mean[:, None], 0.0)
+            a = tl.where(mask, normalized(centred, rstd[:, None], lw, lb), 0.0).to(X.dtype.element_ty)
         w_rows = weight_rows(cols, N, rope, SWIGLU)
         b = tl.load(W + w_rows[None, :] * stride_wn + ks[:, None] * stride_wk, mask=(ks < k_hi)[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
-    _finish(acc, rows, cols, pid_n, split, Bias, res, y, partial, kv, rope, M, N, APPLY_GELU, SWIGLU, BLOCK_M, BLOCK_N)
+    finish(acc, rows, cols, pid_n, split, partial, out, M, N, EPILOGUE=EPILOGUE, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
 
 
 @triton.jit
@@ -165,19 +137,14 @@ def _decode_prefetch_kernel(
     x,
     w,
     norm,
-    Bias,
-    res,
-    y,
+    out,
     partial,
-    kv,
-    rope,
     M,
     N,
     K,
     K_PER_SPLIT,
-    APPLY_GELU: tl.constexpr,
+    EPILOGUE: tl.constexpr,
     SWIGLU: tl.constexpr,
-    RMS: tl.constexpr,
     PDL: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -189,35 +156,14 @@ def _decode_prefetch_kernel(
     weight slice (HEAD_K columns of K, then TAIL_K more, both powers of two, TAIL_K possibly 0) before it
     reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
     pdl.launch_dependents(PDL)
+    _, _, _, _, rope = out
     pid_n, split = tl.program_id(0), tl.program_id(1)
-    w_slice = load_slice(pid_n, split, w, N, K, K_PER_SPLIT, rope, BLOCK_N, HEAD_K, TAIL_K, SWIGLU)
-    slice_item(
-        w_slice,
-        pid_n,
-        split,
-        x,
-        norm,
-        Bias,
-        res,
-        y,
-        partial,
-        kv,
-        rope,
-        M,
-        N,
-        K,
-        K_PER_SPLIT,
-        None,
-        APPLY_GELU=APPLY_GELU,
-        SWIGLU=SWIGLU,
-        RMS=RMS,
-        PDL=PDL,
-        ROWS=ROWS,
-        BLOCK_N=BLOCK_N,
-        HEAD_K=HEAD_K,
-        TAIL_K=TAIL_K,
-        STATS_COLS=STATS_COLS,
-    )
+    w_slice = load_slice(pid_n, split, w, N, K, K_PER_SPLIT, rope, BLOCK_N, HEAD_K, TAIL_K, SWIGLU=SWIGLU)
+    pdl.wait(PDL)  # from here on x, the residual, the caches and the partials: what earlier kernels write
+    acc = slice_times(w_slice, split, x, norm, M, K, K_PER_SPLIT, ROWS, BLOCK_N, HEAD_K, TAIL_K, STATS_COLS)
+    rows = tl.arange(0, ROWS).to(tl.int64)
+    cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    finish(acc, rows, cols, pid_n, split, partial, out, M, N, EPILOGUE=EPILOGUE, BLOCK_M=ROWS, BLOCK_N=BLOCK_N)
 
 
 def _check(x, weight, bias, activation, residual, norm, kv, rope=None):
@@ -324,10 +270,11 @@ def decode_linear(
     x2 = x if flat else x.reshape(rows, in_features)
     k_per_split, splits = splits_of(cfg, in_features)
     tiles_n = cdiv(out_features, cfg.block_n)
-    # The kernels' groups: a tensor with its strides, and None for each part this launch has none of.
-    norm_, rms = None, norm is not None and norm[1] is None
-    if norm is not None:  # RMSNorm's has no bias: its weight stands in the tuple, never read as one (RMS)
-        norm_ = (norm[0].contiguous(), (norm[0] if rms else norm[1]).contiguous(), float(norm[2]))
+    # The kernels' groups (kernels.matmul.decode_items): a tensor with its strides, None for each part this
+    # launch has none of.
+    norm_ = None
+    if norm is not None:  # RMSNorm's bias is None
+        norm_ = (norm[0].contiguous(), None if norm[1] is None else norm[1].contiguous(), float(norm[2]))
     res = None
     if residual is not None:
         r2 = residual.reshape(rows, out_features).contiguous()
@@ -347,31 +294,27 @@ def decode_linear(
         kv_ = (k_cache, v_cache, lengths, head_dim, k_start, kv_cols, k_cache.stride(), v_cache.stride())
         if rope is not None:  # q's heads and k's are turned: every column before V's
             rope_ = (math.log2(rope), k_start + kv_cols, head_dim)
+    out = ((y, y.stride(0)), bias.contiguous() if bias is not None else None, res, kv_, rope_)
     groups = (
         (x2, x2.stride(0), x2.stride(1)),
         (weight, weight.stride(0), weight.stride(1)),
         norm_,
-        bias.contiguous() if bias is not None else None,
-        res,
-        (y, y.stride(0)),
+        out,
         partial,
-        kv_,
-        rope_,
         rows,
         out_features,
         in_features,
         k_per_split,
     )
-    gelu = activation == "gelu"
+    epilogue = store_swiglu if swiglu else store_gelu if activation == "gelu" else store_linear
     pdl = bool(pdl) and overlaps_launches(x.device)
     with explain_resources(NAME, cfg):
         if prefetches(cfg):
             head_k, tail_k = slice_tiles(k_per_split)
             launch.fast(_decode_prefetch_kernel)[(tiles_n, splits)](
                 *groups,
-                APPLY_GELU=gelu,
+                EPILOGUE=epilogue,
                 SWIGLU=swiglu,
-                RMS=rms,
                 PDL=pdl,
                 ROWS=next_pow2(rows),
                 BLOCK_N=cfg.block_n,
@@ -385,14 +328,14 @@ def decode_linear(
         else:
             launch.fast(_decode_linear_kernel)[(tiles_n, splits)](
                 *groups,
-                APPLY_GELU=gelu,
+                EPILOGUE=epilogue,
                 SWIGLU=swiglu,
-                RMS=rms,
                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                 BLOCK_M=16,
                 BLOCK_N=cfg.block_n,
                 BLOCK_K=cfg.block_k,
-                **stats_tile(rows, in_features),
+                ROWS=next_pow2(rows),
+                STATS_COLS=next_pow2(in_features),
                 PDL=pdl,
                 num_warps=cfg.num_warps,
                 num_stages=cfg.num_stages,

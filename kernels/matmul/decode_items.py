@@ -1,20 +1,28 @@
 """The work items of decode_linear, shared by its two kernels (kernels.matmul.decode) and by the decode layer
-kernel (kernels.layer.kernel): the LayerNorm or RMSNorm statistics of the rows, the rows times a weight slice,
-the arrival of split partials and the epilogue (bias, GELU or SwiGLU, residual, rotary positions, the KV-cache
-write).
+kernel (kernels.layer.kernel), each a device function of one idea:
 
-A prefetch-form item is two calls: load_slice issues the loads of its weight slice, and slice_item waits for
-what earlier work writes (the kernel ahead under PDL, or a stage barrier) and does the rest, so the slice is
-in flight while the program waits.
+    load_slice    the loads of a (column tile, split)'s weight slice, issued before anything waits
+    row_stats     the LayerNorm or RMSNorm statistics of every row (the same arithmetic as kernels.norm)
+    slice_times   the rows, normalised, times the slice: the program's fp32 share of its output tile
+    finish        with several splits, the arrival of the partials (the last arriver adds them all), then
+    epilogues     store_linear (bias, residual), store_gelu (bias, GPT-2's GELU, residual), store_swiglu
+                  (silu(gate) * up) and store_qkv (bias, rotary positions, the KV-cache write), each with one
+                  signature so that a kernel takes the one it needs as a constexpr
+
+A prefetch-form item is load_slice, a wait for what earlier work writes (the kernel ahead under PDL, or a stage
+barrier), then slice_times and finish, so the slice is in flight while the program waits. The groups the
+functions pass: x = (X, stride_xm, stride_xk); w = (W, stride_wn, stride_wk); norm = (LnW, LnB, eps) or None,
+LnB None for RMSNorm; out = (y, Bias, res, kv, rope) with y = (Y, stride_ym), res = (R, stride_rm), and Bias,
+res, kv, rope each None where the launch has none (kv and rope as store_qkv takes them); partial = (P,
+Counters, splits) or None with one split.
 """
 
 import triton
 import triton.language as tl
 
-from .. import barrier, pdl
-from ..norm.stats import inverse_rms, moments
+from ..norm.stats import inverse_rms, moments, normalized
 from ..rope.rotate import rotate
-from .kernel import _bias_gelu_residual
+from .kernel import bias_gelu_residual
 
 
 @triton.jit
@@ -35,83 +43,86 @@ def weight_rows(cols, N, rope, SWIGLU: tl.constexpr):
 
 
 @triton.jit
-def _epilogue(
-    acc,
-    rows,
-    cols,
-    pid_n,
-    Bias,
-    res,
-    y,
-    kv,
-    rope,
-    M,
-    N,
-    APPLY_GELU: tl.constexpr,
-    SWIGLU: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """linear's epilogue on the fp32 tile acc at (rows, cols), storing y. SWIGLU: silu(gate) * up of the tile's
-    BLOCK_N / 2 features (columns in weight_rows' order), stored to y's N / 2 columns. With rope, the q and k
-    columns turned by the rows' positions (lengths[b], as the rotary launch turns them), then with kv the new
-    K and V rows stored into the caches at lengths[b]: kv = (k_cache, v_cache, lengths, head_dim, k_start,
-    kv_cols, k_strides, v_strides), K at columns [k_start, k_start + kv_cols) and V after it."""
+def store_linear(acc, rows, cols, pid_n, out, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The epilogue of a plain projection on the fp32 tile acc at (rows, cols): bias, residual, and with kv
+    rotary positions and the KV-cache write (as _stored does them), then y."""
+    _stored(acc, rows, cols, pid_n, out, M, N, APPLY_GELU=False, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+
+
+@triton.jit
+def store_gelu(acc, rows, cols, pid_n, out, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """store_linear with GPT-2's tanh GELU after the bias (mlp.c_fc)."""
+    _stored(acc, rows, cols, pid_n, out, M, N, APPLY_GELU=True, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+
+
+@triton.jit
+def store_swiglu(acc, rows, cols, pid_n, out, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """silu(gate) * up of the tile's BLOCK_N / 2 features (its columns in weight_rows' SWIGLU order), as
+    kernels.matmul.swiglu's epilogue, stored to y's N / 2 columns. out holds y alone."""
+    y, _, _, _, _ = out
+    Y, stride_ym = y
+    gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))
+    features = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+    mask = (rows < M)[:, None] & (features < N // 2)[None, :]
+    gated = (gate * tl.sigmoid(gate) * up).to(Y.dtype.element_ty)
+    tl.store(Y + rows[:, None] * stride_ym + features[None, :], gated, mask=mask)
+
+
+@triton.jit
+def _stored(acc, rows, cols, pid_n, out, M, N, APPLY_GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """linear's epilogue (kernels.matmul.kernel.bias_gelu_residual), then y. With rope = (log2_theta, turned,
+    head_dim), the q and k columns turned by the rows' positions (lengths[b], as the rotary launch turns
+    them); with kv = (k_cache, v_cache, lengths, head_dim, k_start, kv_cols, k_strides, v_strides) the new K
+    and V rows stored into the caches at lengths[b], K at columns [k_start, k_start + kv_cols) and V after it."""
+    y, Bias, res, kv, rope = out
     Y, stride_ym = y
     row_mask = rows < M
-    if SWIGLU:  # as kernels.matmul.swiglu's epilogue
-        gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))
-        features = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-        mask = row_mask[:, None] & (features < N // 2)[None, :]
-        out = (gate * tl.sigmoid(gate) * up).to(Y.dtype.element_ty)
-        tl.store(Y + rows[:, None] * stride_ym + features[None, :], out, mask=mask)
-    else:
-        R, stride_rm = None, 0
-        if res is not None:
-            R, stride_rm = res
-        at = weight_rows(cols, N, rope, False)  # each tile column's output column
-        acc = _bias_gelu_residual(
-            acc,
-            rows,
-            at,
-            Bias,
-            R,
-            M,
-            N,
-            stride_rm,
-            HAS_BIAS=Bias is not None,
-            APPLY_GELU=APPLY_GELU,
-            HAS_RESIDUAL=res is not None,
-        )
-        if kv is not None:
-            KC, VC, Lengths, HEAD_DIM, K_START, KV_COLS, k_strides, v_strides = kv
-        if rope is not None:  # every tile turns q's or k's columns, or stores V's beside them
-            pos = tl.load(Lengths + rows, mask=row_mask, other=0).to(tl.int64)
-            log2_theta, turned, head_dim = rope
-            # c_attn's output as the rotary launch would read it (rounded to y's dtype), in (i, i + D/2) pairs.
-            pairs = acc.to(Y.dtype.element_ty).to(tl.float32)
-            x1, x2 = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_N // 2, 2)))
-            dims = (pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)) % (head_dim // 2)
-            y1, y2 = rotate(x1, x2, pos, dims, head_dim, log2_theta)
-            turned_acc = tl.reshape(tl.join(y1, y2), (BLOCK_M, BLOCK_N))
-            acc = tl.where((cols % N < turned)[None, :], turned_acc, acc)
-        mask = row_mask[:, None] & (cols < N)[None, :]
-        out = acc.to(Y.dtype.element_ty)
-        tl.store(Y + rows[:, None] * stride_ym + at[None, :], out, mask=mask)
-        if kv is not None:
-            if pid_n * BLOCK_N + BLOCK_N > K_START:  # tiles wholly inside q's columns store no cache rows
-                if rope is None:
-                    pos = tl.load(Lengths + rows, mask=row_mask, other=0).to(tl.int64)
-                # K's heads at [k_start + h * D, ...), V's KV_COLS further on. 64-bit offsets throughout: a
-                # cache can pass 2^31 elements (see kv_write).
-                in_kv = (at >= K_START) & (cols < N)
-                c = tl.where(in_kv, at - K_START, 0) % KV_COLS  # column within K or V
-                h, d = c // HEAD_DIM, c % HEAD_DIM
-                is_k = at < K_START + KV_COLS
-                k_rows = _cache_rows(KC, k_strides, rows, pos, h, d)
-                tl.store(k_rows, out, mask=row_mask[:, None] & (in_kv & is_k)[None, :])
-                v_rows = _cache_rows(VC, v_strides, rows, pos, h, d)
-                tl.store(v_rows, out, mask=row_mask[:, None] & (in_kv & ~is_k)[None, :])
+    R, stride_rm = None, 0
+    if res is not None:
+        R, stride_rm = res
+    at = weight_rows(cols, N, rope, SWIGLU=False)  # each tile column's output column
+    acc = bias_gelu_residual(
+        acc,
+        rows,
+        at,
+        Bias,
+        R,
+        M,
+        N,
+        stride_rm,
+        HAS_BIAS=Bias is not None,
+        APPLY_GELU=APPLY_GELU,
+        HAS_RESIDUAL=res is not None,
+    )
+    if kv is not None:
+        KC, VC, Lengths, HEAD_DIM, K_START, KV_COLS, k_strides, v_strides = kv
+    if rope is not None:  # every tile turns q's or k's columns, or stores V's beside them
+        pos = tl.load(Lengths + rows, mask=row_mask, other=0).to(tl.int64)
+        log2_theta, turned, head_dim = rope
+        # c_attn's output as the rotary launch would read it (rounded to y's dtype), in (i, i + D/2) pairs.
+        pairs = acc.to(Y.dtype.element_ty).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_N // 2, 2)))
+        dims = (pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)) % (head_dim // 2)
+        y1, y2 = rotate(x1, x2, pos, dims, head_dim, log2_theta)
+        turned_acc = tl.reshape(tl.join(y1, y2), (BLOCK_M, BLOCK_N))
+        acc = tl.where((cols % N < turned)[None, :], turned_acc, acc)
+    mask = row_mask[:, None] & (cols < N)[None, :]
+    stored = acc.to(Y.dtype.element_ty)
+    tl.store(Y + rows[:, None] * stride_ym + at[None, :], stored, mask=mask)
+    if kv is not None:
+        if pid_n * BLOCK_N + BLOCK_N > K_START:  # tiles wholly inside q's columns store no cache rows
+            if rope is None:
+                pos = tl.load(Lengths + rows, mask=row_mask, other=0).to(tl.int64)
+            # K's heads at [k_start + h * D, ...), V's KV_COLS further on. 64-bit offsets throughout: a
+            # cache can pass 2^31 elements (see kv_write).
+            in_kv = (at >= K_START) & (cols < N)
+            c = tl.where(in_kv, at - K_START, 0) % KV_COLS  # column within K or V
+            h, d = c // HEAD_DIM, c % HEAD_DIM
+            is_k = at < K_START + KV_COLS
+            k_rows = _cache_rows(KC, k_strides, rows, pos, h, d)
+            tl.store(k_rows, stored, mask=row_mask[:, None] & (in_kv & is_k)[None, :])
+            v_rows = _cache_rows(VC, v_strides, rows, pos, h, d)
+            tl.store(v_rows, stored, mask=row_mask[:, None] & (in_kv & ~is_k)[None, :])
 
 
 @triton.jit
@@ -122,27 +133,22 @@ def _cache_rows(Cache, strides, rows, pos, h, d):
 
 
 @triton.jit
-def _finish(
+def finish(
     acc,
     rows,
     cols,
     pid_n,
     split,
-    Bias,
-    res,
-    y,
     partial,
-    kv,
-    rope,
+    out,
     M,
     N,
-    APPLY_GELU: tl.constexpr,
-    SWIGLU: tl.constexpr,
+    EPILOGUE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """The epilogue, after the arrival when the K range was split (partial = (P, Counters, splits) then,
-    None with one split): acc is this program's (BLOCK_M, BLOCK_N) share of the output tile."""
+    """EPILOGUE (one of the store_* above) on this program's fp32 share acc of its (BLOCK_M, BLOCK_N) output
+    tile; with several splits (partial = (P, Counters, splits)), after the arrival, by the last arriver alone."""
     if partial is not None:
         P, Counters, SPLITS = partial
         mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -158,24 +164,26 @@ def _finish(
             for s in range(0, SPLITS):  # in split order: the same sum whichever program arrives last
                 # .cg: from L2, never from a line this SM's L1 may hold from before the others stored.
                 acc += tl.load(partials + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _epilogue(acc, rows, cols, pid_n, Bias, res, y, kv, rope, M, N, APPLY_GELU, SWIGLU, BLOCK_M, BLOCK_N)
+            EPILOGUE(acc, rows, cols, pid_n, out, M, N, BLOCK_M, BLOCK_N)
             tl.store(Counters + pid_n, 0)  # the next launch on this stream finds zeros
     else:
-        _epilogue(acc, rows, cols, pid_n, Bias, res, y, kv, rope, M, N, APPLY_GELU, SWIGLU, BLOCK_M, BLOCK_N)
+        EPILOGUE(acc, rows, cols, pid_n, out, M, N, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def _row_stats(x, M, K, eps, RMS: tl.constexpr, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
-    """Each row's mean and rstd over its K columns, as kernels.norm.kernel computes them: (ROWS,) each. RMS:
-    RMSNorm's, as kernels.norm.rms computes it (mean 0)."""
+def row_stats(x, norm, M, K, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
+    """Each row's mean and rstd over its K columns, one row at a time (STATS_COLS, K rounded up to a power of
+    two, loaded at once), as kernels.norm.kernel computes them: (ROWS,) each, rows past M zero. norm's bias
+    None: RMSNorm's, as kernels.norm.rms computes it (mean 0)."""
     X, stride_xm, stride_xk = x
+    _, LnB, eps = norm
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, STATS_COLS)
     mean = tl.zeros((ROWS,), dtype=tl.float32)
     rstd = tl.zeros((ROWS,), dtype=tl.float32)
     for r in tl.static_range(ROWS):  # rows past M (ROWS is M rounded up to a power of two) load zeros
         v = tl.load(X + r * stride_xm + cols * stride_xk, mask=(cols < K) & (cols * 0 + r < M), other=0.0)
-        if RMS:
+        if LnB is None:
             m, s = 0.0, inverse_rms(v.to(tl.float32), K, eps, 0)
         else:
             m, s, _ = moments(v.to(tl.float32), cols < K, K, eps, 0)
@@ -185,7 +193,7 @@ def _row_stats(x, M, K, eps, RMS: tl.constexpr, ROWS: tl.constexpr, STATS_COLS: 
 
 
 @triton.jit
-def _rows_times(x, w, ks, k_mask, stats, norm, M, RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _rows_times(x, w, ks, k_mask, stats, norm, M, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     """x's rows over columns ks (with norm, normalised with the rows' stats = (mean, rstd), rounded to x's
     dtype as the unfused path stores them) times the weight tile w (len(ks) x BLOCK_N): (ROWS, BLOCK_N) in
     fp32. One row at a time on the vector units: for a handful of rows tl.dot would pad them to 16."""
@@ -196,19 +204,17 @@ def _rows_times(x, w, ks, k_mask, stats, norm, M, RMS: tl.constexpr, ROWS: tl.co
         LnW, LnB, _ = norm
         mean, rstd = stats
         lw = tl.load(LnW + ks, mask=k_mask, other=0.0).to(tl.float32)
-        lb = 0.0
-        if not RMS:
+        lb = None
+        if LnB is not None:
             lb = tl.load(LnB + ks, mask=k_mask, other=0.0).to(tl.float32)
     out = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
     for r in tl.static_range(ROWS):
         a = tl.load(X + r * stride_xm + ks * stride_xk, mask=k_mask & (ks * 0 + r < M), other=0.0).to(tl.float32)
         if norm is not None:
             rstd_r = tl.sum(tl.where(rows == r, rstd, 0.0), axis=0)
-            if RMS:  # the same expression as rms_norm's
-                a = a * rstd_r * lw
-            else:  # and as layer_norm's
-                a = (a - tl.sum(tl.where(rows == r, mean, 0.0), axis=0)) * rstd_r * lw + lb
-            a = tl.where(k_mask, a, 0.0).to(X.dtype.element_ty).to(tl.float32)
+            if LnB is not None:  # RMSNorm takes no mean out
+                a = a - tl.sum(tl.where(rows == r, mean, 0.0), axis=0)
+            a = tl.where(k_mask, normalized(a, rstd_r, lw, lb), 0.0).to(X.dtype.element_ty).to(tl.float32)
         out = tl.where(rows[:, None] == r, tl.sum(a[:, None] * wf, axis=0)[None, :], out)
     return out
 
@@ -245,56 +251,32 @@ def load_slice(
 
 
 @triton.jit
-def slice_item(
+def slice_times(
     w_slice,
-    pid_n,
     split,
     x,
     norm,
-    Bias,
-    res,
-    y,
-    partial,
-    kv,
-    rope,
     M,
-    N,
     K,
     K_PER_SPLIT,
-    wait,
-    APPLY_GELU: tl.constexpr,
-    SWIGLU: tl.constexpr,
-    RMS: tl.constexpr,
-    PDL: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_K: tl.constexpr,
     TAIL_K: tl.constexpr,
     STATS_COLS: tl.constexpr,
 ):
-    """The rest of a (column tile, split) once its slice w_slice = load_slice(...) is on its way: the wait for
-    what earlier work writes, then the rows times the slice and the epilogue.
-
-    x = (X, stride_xm, stride_xk); norm = (LnW, LnB, eps) or None, RMS: RMSNorm's (LnB unread); Bias or None; res =
-    (R, stride_rm) or None; y = (Y, stride_ym); partial = (P, Counters, splits) or None (one split); kv and rope
-    as _epilogue takes them, or None. wait = (Sync, stage, arrivals): wait for `arrivals` arrivals at
-    Sync[stage] (kernels.barrier); None: wait for the kernel ahead under PDL."""
+    """The rows of x (with norm, normalised by their statistics over the full row) times the slice w_slice =
+    load_slice(...) of this split: the program's fp32 (ROWS, BLOCK_N) share of its output tile. It reads x,
+    so it comes after the wait for what earlier work writes."""
     w0, w1 = w_slice
-    cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = split * K_PER_SPLIT
     k_hi = min(k_lo + K_PER_SPLIT, K)
     ks0 = k_lo + tl.arange(0, HEAD_K)
-    if wait is not None:
-        Sync, stage, arrivals = wait
-        barrier.wait(Sync, stage, arrivals)
-    else:
-        pdl.wait(PDL)  # from here on x, the residual, the caches and the partials: what earlier kernels write
     stats = (tl.zeros((ROWS,), dtype=tl.float32), tl.zeros((ROWS,), dtype=tl.float32))
     if norm is not None:  # every program needs the statistics of the full rows, not only of its slice
-        stats = _row_stats(x, M, K, norm[2], RMS, ROWS, STATS_COLS)
-    acc = _rows_times(x, w0, ks0, ks0 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
+        stats = row_stats(x, norm, M, K, ROWS, STATS_COLS)
+    acc = _rows_times(x, w0, ks0, ks0 < k_hi, stats, norm, M, ROWS, BLOCK_N)
     if TAIL_K > 0:
         ks1 = k_lo + HEAD_K + tl.arange(0, TAIL_K)
-        acc += _rows_times(x, w1, ks1, ks1 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
-    rows = tl.arange(0, ROWS).to(tl.int64)
-    _finish(acc, rows, cols, pid_n, split, Bias, res, y, partial, kv, rope, M, N, APPLY_GELU, SWIGLU, ROWS, BLOCK_N)
+        acc += _rows_times(x, w1, ks1, ks1 < k_hi, stats, norm, M, ROWS, BLOCK_N)
+    return acc

@@ -130,16 +130,6 @@ PREFETCH_ELEMENTS = 1 << 16  # the most weight elements one program of the prefe
 CPU_PREFETCH_ELEMENTS = 1 << 20
 
 
-STATS_ELEMENTS = 4096  # the most x elements the LayerNorm statistics load at once (fp32 registers)
-
-
-def stats_tile(rows: int, in_features: int) -> dict:
-    """The one-load statistics tile (powers of two covering rows x in_features), or STATS_COLS=0 for the
-    chunked two-pass loop when the rows would not fit registers."""
-    r, c = next_pow2(max(rows, 1)), next_pow2(in_features)
-    return dict(STATS_ROWS=r, STATS_COLS=c if r * c <= STATS_ELEMENTS else 0)
-
-
 PREFETCH_BLOCK_K = 512  # block_k from here up chooses the prefetch form; below it, the K loop
 
 

@@ -48,7 +48,7 @@ DECODE_ROWS = 16  # at most this many rows take the split-K path (tl.dot needs 1
 
 
 @triton.jit
-def _gelu_tanh(x):
+def gelu_tanh(x):
     # GPT-2's 0.5 * x * (1 + tanh(u)) with u = sqrt(2/pi) * (x + 0.044715 x^3), written as the exact
     # identity x * sigmoid(2u), which needs no tanh.
     u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
@@ -56,7 +56,7 @@ def _gelu_tanh(x):
 
 
 @triton.jit
-def _bias_gelu_residual(
+def bias_gelu_residual(
     acc,
     rows,
     cols,
@@ -74,7 +74,7 @@ def _bias_gelu_residual(
     if HAS_BIAS:
         acc += tl.load(Bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     if APPLY_GELU:
-        acc = _gelu_tanh(acc)
+        acc = gelu_tanh(acc)
     if HAS_RESIDUAL:
         mask = (rows < M)[:, None] & (cols < N)[None, :]
         acc += tl.load(R + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -97,13 +97,13 @@ def _epilogue_store(
     APPLY_GELU: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
 ):
-    acc = _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
+    acc = bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], acc.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+def tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
     """(row tile, column tile) of output tile number `tile`, visited in groups of GROUP_M row tiles."""
     group_size = GROUP_M * tiles_n
     first_m = (tile // group_size) * GROUP_M
@@ -137,7 +137,7 @@ def _linear_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
@@ -187,7 +187,7 @@ def _linear_persistent_kernel(
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=True):
-        pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -197,7 +197,7 @@ def _linear_persistent_kernel(
             acc = tl.dot(a, b.T, acc, input_precision=PRECISION)
         rows = (off_m + tl.arange(0, BLOCK_M)).to(tl.int64)
         cols = off_n + tl.arange(0, BLOCK_N)
-        acc = _bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
+        acc = bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
         YDesc.store([off_m, off_n], acc.to(YDesc.dtype))
 
 

@@ -32,7 +32,7 @@ from ..config import (
     mma_barrier_bytes,
     new_output,
 )
-from .kernel import DECODE_ROWS, _tile_coords, tile_rule
+from .kernel import DECODE_ROWS, tile_coords, tile_rule
 
 
 # Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
@@ -53,7 +53,7 @@ def _swiglu_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(F, BLOCK_N), GROUP_M)
+    pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(F, BLOCK_N), GROUP_M)
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)

@@ -28,7 +28,7 @@ from ..config import (
     new_output,
     next_pow2,
 )
-from .stats import moments, summed_rows
+from .stats import moments, normalized, summed_rows
 
 
 # Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
@@ -61,7 +61,7 @@ def _layer_norm_kernel(
 
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
-    y = diff * rstd[:, None] * w[None, :] + b[None, :]
+    y = normalized(diff, rstd[:, None], w[None, :], b[None, :])
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 

@@ -16,7 +16,7 @@ from .. import launch
 from ..config import Traffic, cdiv, check_dtype, explain_resources
 from .kernel import resolve_config, row_buffers, shaped_like
 from .kernel import traffic as layer_norm_traffic
-from .stats import inverse_rms, summed_rows
+from .stats import inverse_rms, normalized, summed_rows
 
 
 # Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
@@ -47,7 +47,7 @@ def _rms_norm_kernel(
     scale = inverse_rms(x, N, eps, 1)
 
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    y = x * scale[:, None] * w[None, :]
+    y = normalized(x, scale[:, None], w[None, :], None)
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 

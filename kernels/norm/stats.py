@@ -28,6 +28,16 @@ def inverse_rms(x, n, eps, AXIS: tl.constexpr):
 
 
 @triton.jit
+def normalized(centred, rstd, w, b):
+    """The normalisation's output in fp32: LayerNorm's (x - mean) * rstd * w + b from centred = x - mean, or with
+    b None RMSNorm's x * rstd * w from centred = x. Every operand already broadcasts to centred's shape."""
+    y = centred * rstd * w
+    if b is not None:
+        y = y + b
+    return y
+
+
+@triton.jit
 def summed_rows(X, R, S, rows, cols, mask, stride_xm, stride_rm, stride_sm, HAS_RESIDUAL: tl.constexpr):
     """A normalisation's input rows as fp32 (zero where masked): X's, or with HAS_RESIDUAL X + R, rounded to
     S's dtype as torch's separate add rounds it, and stored to S (the block's residual stream goes on from it)."""

@@ -23,8 +23,7 @@ USES = {
 }
 # (rows, in_features, out_features): rows 1, 3, 16; widths that are not multiples of a tile; one output
 # column, a ragged last column tile, and c_attn's 3 * in.
-# (16, 300, 40): 16 rows of 512 (the power of two over 300) pass STATS_ELEMENTS, so the statistics take
-# the chunked two-pass loop; every other shape loads its rows once.
+# (16, 300, 40): the statistics of a whole decode tile of rows, each row 300 wide loaded as 512 (its power of two).
 SHAPES = [(1, 17, 1), (3, 64, 17), (16, 96, 100), (3, 88, 264), (16, 17, 51), (16, 300, 40)]
 SPLITS = [1, 4]  # no split, and four: with K = 17, 88, 200 or 300 the slices of K come out uneven
 FORMS = ["loop", "prefetch"]
@@ -452,8 +451,8 @@ def test_a_tile_rule_holds_within_its_block_and_the_default_comes_back():
 # --- The Llama forms (the decode rung of a Llama block): RMSNorm in the prologue, SwiGLU over a gate_up weight in the
 # epilogue, and c_attn's epilogue turning q and k by rotary positions before it writes a grouped-query cache.
 
-# (rows, in_features, features): one row, a few, a whole decode tile; widths that are not powers of two. (16, 300, 20):
-# 16 rows of 512 (the power of two over 300) pass STATS_ELEMENTS, so the K loop takes its chunked statistics.
+# (rows, in_features, features): one row, a few, a whole decode tile; widths that are not powers of two, (16, 300, 20)
+# the widest.
 LLAMA_SHAPES = [(1, 40, 17), (3, 96, 100), (16, 72, 24), (16, 300, 20)]
 
 
