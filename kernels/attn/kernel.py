@@ -47,8 +47,8 @@ def attend_tiles(
     l_i,
     m_i,
     q,
-    K,
-    V,
+    keys,
+    values,
     rows,
     dims,
     lo,
@@ -56,16 +56,17 @@ def attend_tiles(
     TK,
     offset,
     qk_scale,
-    stride_kn,
-    stride_kd,
-    stride_vn,
-    stride_vd,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    """The online softmax over key tiles [lo, hi) of one head for the query tile q at positions rows: keys =
+    (K, stride over keys, stride over dims) and values alike, both at the head's first key. MASKED: the
+    tiles past TK or (CAUSAL) past the diagonal, where scores are masked; without it no mask is computed."""
+    K, stride_kn, stride_kd = keys
+    V, stride_vn, stride_vd = values
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
         kv_mask = dims[None, :] < HEAD_DIM
@@ -88,26 +89,10 @@ def attend_tiles(
 # Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
 @triton.jit(do_not_specialize=("TQ", "TK"))
 def _attention_kernel(
-    Q,
-    K,
-    V,
-    Out,
-    stride_qb,
-    stride_qh,
-    stride_qm,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_kn,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vn,
-    stride_vd,
-    stride_ob,
-    stride_oh,
-    stride_om,
-    stride_od,
+    q,
+    k,
+    v,
+    out,
     H,
     TQ,
     TK,
@@ -119,6 +104,11 @@ def _attention_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
+    """q, k, v and out each (tensor, stride over batch, head, position, dim)."""
+    Q, stride_qb, stride_qh, stride_qm, stride_qd = q
+    K, stride_kb, stride_kh, stride_kn, stride_kd = k
+    V, stride_vb, stride_vh, stride_vn, stride_vd = v
+    Out, stride_ob, stride_oh, stride_om, stride_od = out
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b, h = bh // H, bh % H
@@ -130,7 +120,7 @@ def _attention_kernel(
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     q_mask = (rows < TQ)[:, None] & (dims < HEAD_DIM)[None, :]
-    q = tl.load(Q + rows[:, None] * stride_qm + dims[None, :] * stride_qd, mask=q_mask, other=0.0)
+    queries = tl.load(Q + rows[:, None] * stride_qm + dims[None, :] * stride_qd, mask=q_mask, other=0.0)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -147,9 +137,9 @@ def _attention_kernel(
         acc,
         l_i,
         m_i,
-        q,
-        K,
-        V,
+        queries,
+        (K, stride_kn, stride_kd),
+        (V, stride_vn, stride_vd),
         rows,
         dims,
         0,
@@ -157,23 +147,19 @@ def _attention_kernel(
         TK,
         offset,
         qk_scale,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        False,
-        CAUSAL,
-        HEAD_DIM,
-        PRECISION,
-        BLOCK_N,
+        MASKED=False,
+        CAUSAL=CAUSAL,
+        HEAD_DIM=HEAD_DIM,
+        PRECISION=PRECISION,
+        BLOCK_N=BLOCK_N,
     )
     acc, l_i, m_i = attend_tiles(
         acc,
         l_i,
         m_i,
-        q,
-        K,
-        V,
+        queries,
+        (K, stride_kn, stride_kd),
+        (V, stride_vn, stride_vd),
         rows,
         dims,
         full_hi,
@@ -181,15 +167,11 @@ def _attention_kernel(
         TK,
         offset,
         qk_scale,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        True,
-        CAUSAL,
-        HEAD_DIM,
-        PRECISION,
-        BLOCK_N,
+        MASKED=True,
+        CAUSAL=CAUSAL,
+        HEAD_DIM=HEAD_DIM,
+        PRECISION=PRECISION,
+        BLOCK_N=BLOCK_N,
     )
     o = acc / l_i[:, None]
     tl.store(Out + rows[:, None] * stride_om + dims[None, :] * stride_od, o.to(Out.dtype.element_ty), mask=q_mask)
@@ -261,14 +243,10 @@ def attention(q, k, v, *, causal=True, config=None):
     grid = (cdiv(tq, cfg.block_m), batch * heads)
     with explain_resources("attention", cfg):
         launch.fast(_attention_kernel)[grid](
-            q,
-            k,
-            v,
-            o,
-            *q.stride(),
-            *k.stride(),
-            *v.stride(),
-            *o.stride(),
+            (q, *q.stride()),
+            (k, *k.stride()),
+            (v, *v.stride()),
+            (o, *o.stride()),
             heads,
             tq,
             tk,
