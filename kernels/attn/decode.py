@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import arrival, autotune, barrier, launch, pdl
+from .. import arrival, autotune, launch, pdl
 from ..config import explain_resources, new_output
 from .decode_tiles import (  # noqa: F401 (the tiles, plan and traffic model, named beside the kernels)
     PREFETCH_ELEMENTS_PER_WARP,
@@ -39,81 +39,113 @@ from .softmax import online_step
 
 
 @triton.jit
-def _decode_chunk(
-    query,
-    keys,
-    values,
-    b,
-    h,
-    lo,
-    hi,
-    qk_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    DOT: tl.constexpr,
+def _chunk_dot(
+    query, keys, values, b, h, lo, hi, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr
 ):
-    """One split's share of a (sequence, head): the unnormalised output, the max score and the sum of
-    exponentials over keys [lo, hi), all fp32 (max -inf, sum 0 and output 0 when the range is empty).
-    With DOT (a split of several key tiles), scores and output are tl.dot products. query = (Q, stride_b,
-    stride_h, stride_d), keys and values = (cache, stride_b, stride_h, stride_n, stride_d)."""
+    """One split's share of a (sequence, head) over keys [lo, hi), a split of several key tiles: the
+    unnormalised output, the max score and the sum of exponentials, all fp32 (max -inf, sum 0 and output 0
+    when the range is empty), scores and output as tl.dot products. query = (Q, stride_b, stride_h,
+    stride_d), keys and values = (cache, stride_b, stride_h, stride_n, stride_d)."""
     dims = tl.arange(0, BLOCK_D)
     d_mask = dims < HEAD_DIM
     q = _query(query, b, h, dims, d_mask)
     K, stride_kn, stride_kd = _rows_of(keys, b, h)
     V, stride_vn, stride_vd = _rows_of(values, b, h)
-    if DOT:
-        # q repeated on the 16 rows tl.dot needs (every row the same; row 0 is the answer). The compiler
-        # software-pipelines a loop of dots, keeping num_stages - 1 tiles of K and V in flight, which it does
-        # not for plain loads. As in the prefill kernel, the probabilities are rounded to the input dtype
-        # before the product with V.
-        q_rows = tl.broadcast_to(q[None, :], (16, BLOCK_D))
-        m_i = tl.full((16,), float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros((16,), dtype=tl.float32)
-        acc = tl.zeros((16, BLOCK_D), dtype=tl.float32)
-        for start_n in range(lo, hi, BLOCK_N):
-            cols = start_n + tl.arange(0, BLOCK_N)
-            kv_mask = (cols < hi)[:, None] & d_mask[None, :]
-            k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
-            v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
-            if k.dtype == tl.float32:  # fp32 stays fp32 (tl.dot would round it to tf32)
-                qk = tl.dot(q_rows, tl.trans(k), input_precision="ieee")
-            else:
-                qk = tl.dot(q_rows, tl.trans(k))
-            qk = tl.where((cols < hi)[None, :], qk * qk_scale, float("-inf"))
-            m_new, alpha, p, l_i = online_step(m_i, l_i, qk, 1)
-            if v.dtype == tl.float32:
-                acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-            else:
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
-        first = tl.arange(0, 16) == 0
-        acc, m_i, l_i = (
-            tl.sum(tl.where(first[:, None], acc, 0.0), axis=0),
-            tl.max(tl.where(first, m_i, float("-inf")), axis=0),
-            tl.sum(tl.where(first, l_i, 0.0), axis=0),
-        )
-    else:
-        q = q.to(tl.float32) * qk_scale
-        m_i = tl.full((), float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros((), dtype=tl.float32)
-        acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-        for start_n in range(lo, hi, BLOCK_N):
-            cols = start_n + tl.arange(0, BLOCK_N)
-            kv_mask = (cols < hi)[:, None] & d_mask[None, :]
-            # One query row: a dot product per key on the vector units (DOT repeats q on the 16 rows tl.dot needs).
-            k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
-            qk = tl.sum(q[None, :] * k.to(tl.float32), axis=1)
-            qk = tl.where(cols < hi, qk, float("-inf"))
-            m_new, alpha, p, l_i = online_step(m_i, l_i, qk, 0)
-            v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
-            acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
-            m_i = m_new
+    # q repeated on the 16 rows tl.dot needs (every row the same; row 0 is the answer). The compiler
+    # software-pipelines a loop of dots, keeping num_stages - 1 tiles of K and V in flight, which it does
+    # not for plain loads. As in the prefill kernel, the probabilities are rounded to the input dtype
+    # before the product with V.
+    q_rows = tl.broadcast_to(q[None, :], (16, BLOCK_D))
+    m_i = tl.full((16,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((16,), dtype=tl.float32)
+    acc = tl.zeros((16, BLOCK_D), dtype=tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (cols < hi)[:, None] & d_mask[None, :]
+        k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        if k.dtype == tl.float32:  # fp32 stays fp32 (tl.dot would round it to tf32)
+            qk = tl.dot(q_rows, tl.trans(k), input_precision="ieee")
+        else:
+            qk = tl.dot(q_rows, tl.trans(k))
+        qk = tl.where((cols < hi)[None, :], qk * qk_scale, float("-inf"))
+        m_new, alpha, p, l_i = online_step(m_i, l_i, qk, 1)
+        if v.dtype == tl.float32:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    first = tl.arange(0, 16) == 0
+    return (
+        tl.sum(tl.where(first[:, None], acc, 0.0), axis=0),
+        tl.max(tl.where(first, m_i, float("-inf")), axis=0),
+        tl.sum(tl.where(first, l_i, 0.0), axis=0),
+    )
+
+
+@triton.jit
+def _chunk_vector(
+    query, keys, values, b, h, lo, hi, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr
+):
+    """_chunk_dot's partial with one query row on the vector units: a dot product per key."""
+    dims = tl.arange(0, BLOCK_D)
+    d_mask = dims < HEAD_DIM
+    q = _query(query, b, h, dims, d_mask)
+    K, stride_kn, stride_kd = _rows_of(keys, b, h)
+    V, stride_vn, stride_vd = _rows_of(values, b, h)
+    q = q.to(tl.float32) * qk_scale
+    m_i = tl.full((), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (cols < hi)[:, None] & d_mask[None, :]
+        k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        qk = tl.sum(q[None, :] * k.to(tl.float32), axis=1)
+        qk = tl.where(cols < hi, qk, float("-inf"))
+        m_new, alpha, p, l_i = online_step(m_i, l_i, qk, 0)
+        v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+        m_i = m_new
     return acc, m_i, l_i
 
 
 @triton.jit
-def _decode_tile_prefetched(
+def early_rows(
+    keys,
+    values,
+    Lengths,
+    bh,
+    split,
+    H,
+    CHUNK,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    """What split `split` of (sequence, head) pair bh loads before it waits for the work that writes q and the
+    newest cache rows: its sequence's length, and with PREFETCH (a split of one key tile) the keys and values
+    that earlier steps wrote (positions below length - 1). Returns (length, (k, v)), for split_partial after the
+    wait; without PREFETCH (length, 0), since a device function returns no None."""
+    b, h = bh // H, bh % H
+    length = tl.load(Lengths + b).to(tl.int32)
+    old = 0
+    if PREFETCH:
+        dims = tl.arange(0, BLOCK_D)
+        cols = split * CHUNK + tl.arange(0, BLOCK_N)
+        K, stride_kn, stride_kd = _rows_of(keys, b, h)
+        V, stride_vn, stride_vd = _rows_of(values, b, h)
+        earlier = (cols < length - 1)[:, None] & (dims < HEAD_DIM)[None, :]
+        k = tl.load(K + cols[:, None] * stride_kn + dims[None, :] * stride_kd, mask=earlier, other=0.0)
+        v = tl.load(V + cols[:, None] * stride_vn + dims[None, :] * stride_vd, mask=earlier, other=0.0)
+        old = (k, v)
+    return length, old
+
+
+@triton.jit
+def _tile_after_wait(
+    old,
     query,
     keys,
     values,
@@ -121,28 +153,22 @@ def _decode_tile_prefetched(
     h,
     lo,
     length,
-    wait,
     qk_scale,
-    PDL: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """_decode_chunk for a chunk of one key tile, [lo, min(lo + BLOCK_N, length)), loaded around the wait for
-    the work before (_wait): the keys and values written by earlier steps (positions below length - 1) before
-    it, q and the newest row (length - 1, which that work stores) after it."""
+    """_chunk_vector for a chunk of one key tile, [lo, min(lo + BLOCK_N, length)), whose older rows old =
+    (k, v) were loaded before the wait (early_rows): q and the newest row (length - 1) now."""
+    k, v = old
     dims = tl.arange(0, BLOCK_D)
     d_mask = dims < HEAD_DIM
     cols = lo + tl.arange(0, BLOCK_N)
     K, stride_kn, stride_kd = _rows_of(keys, b, h)
     V, stride_vn, stride_vd = _rows_of(values, b, h)
+    newest = (cols == length - 1)[:, None] & d_mask[None, :]
     k_ptrs = K + cols[:, None] * stride_kn + dims[None, :] * stride_kd
     v_ptrs = V + cols[:, None] * stride_vn + dims[None, :] * stride_vd
-    old = (cols < length - 1)[:, None] & d_mask[None, :]
-    k = tl.load(k_ptrs, mask=old, other=0.0)
-    v = tl.load(v_ptrs, mask=old, other=0.0)
-    _wait(wait, PDL)
-    newest = (cols == length - 1)[:, None] & d_mask[None, :]
     k = tl.where(newest, tl.load(k_ptrs, mask=newest, other=0.0), k)
     v = tl.where(newest, tl.load(v_ptrs, mask=newest, other=0.0), v)
     q = _query(query, b, h, dims, d_mask).to(tl.float32)
@@ -151,18 +177,6 @@ def _decode_tile_prefetched(
     m_i = tl.max(qk, axis=0)
     p = tl.where(cols < length, tl.exp2(qk - m_i), 0.0)  # an empty chunk: max -inf, sum 0, output 0
     return tl.sum(p[:, None] * v.to(tl.float32), axis=0), m_i, tl.sum(p, axis=0)
-
-
-@triton.jit
-def _wait(wait, PDL: tl.constexpr):
-    """Wait for the work that writes q and the newest cache rows: with wait = (Sync, arrivals) (the decode
-    layer kernel), `arrivals` arrivals at stage counter 0 (kernels.barrier); with None, the kernel before
-    under PDL."""
-    if wait is not None:
-        Sync, arrivals = wait
-        barrier.wait(Sync, 0, arrivals)
-    else:
-        pdl.wait(PDL)
 
 
 @triton.jit
@@ -207,61 +221,38 @@ def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def _split(
+def split_partial(
+    bh,
+    split,
     query,
     keys,
     values,
-    Lengths,
-    b,
-    h,
-    split,
+    early,
+    H,
     CHUNK,
     qk_scale,
-    wait,
-    PDL: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PREFETCH: tl.constexpr,
     DOT: tl.constexpr,
 ):
-    """Split `split` of (sequence b, head h)'s keys, CHUNK of them from split * CHUNK up to its length: the
-    partial (unnormalised output, max score, sum of exponentials). With PREFETCH (a chunk of one key tile) its
-    keys and values are requested at once, the older rows before the wait (_wait) for the work before."""
-    length = tl.load(Lengths + b).to(tl.int32)
+    """Split `split` of (sequence, head) pair bh's keys, CHUNK of them from split * CHUNK up to its length,
+    after the wait: the partial (unnormalised output, max score, sum of exponentials). early = early_rows(...):
+    the length, and with PREFETCH the tile loaded before the wait; DOT: a split of several key tiles, on the
+    tensor cores (_chunk_dot), else one on the vector units (_chunk_vector)."""
+    b, h = bh // H, bh % H
+    length, old = early
     lo = split * CHUNK
+    hi = min(lo + CHUNK, length)
     if PREFETCH:
-        acc, m_i, l_i = _decode_tile_prefetched(
-            query,
-            keys,
-            values,
-            b,
-            h,
-            lo,
-            length,
-            wait,
-            qk_scale,
-            PDL=PDL,
-            HEAD_DIM=HEAD_DIM,
-            BLOCK_N=BLOCK_N,
-            BLOCK_D=BLOCK_D,
+        acc, m_i, l_i = _tile_after_wait(
+            old, query, keys, values, b, h, lo, length, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D
         )
+    elif DOT:
+        acc, m_i, l_i = _chunk_dot(query, keys, values, b, h, lo, hi, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D)
     else:
-        _wait(wait, PDL)
-        acc, m_i, l_i = _decode_chunk(
-            query,
-            keys,
-            values,
-            b,
-            h,
-            lo,
-            min(lo + CHUNK, length),
-            qk_scale,
-            HEAD_DIM=HEAD_DIM,
-            BLOCK_N=BLOCK_N,
-            BLOCK_D=BLOCK_D,
-            DOT=DOT,
-        )
+        acc, m_i, l_i = _chunk_vector(query, keys, values, b, h, lo, hi, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D)
     return acc, m_i, l_i
 
 
@@ -284,24 +275,22 @@ def _decode_partial_kernel(
 ):
     bh = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
-    b, h = bh // H, bh % H
-    acc, m_i, l_i = _split(
+    early = early_rows(keys, values, Lengths, bh, split, H, CHUNK, HEAD_DIM, BLOCK_N, BLOCK_D, PREFETCH=PREFETCH)
+    acc, m_i, l_i = split_partial(
+        bh,
+        split,
         query,
         keys,
         values,
-        Lengths,
-        b,
-        h,
-        split,
+        early,
+        H,
         CHUNK,
         qk_scale,
-        None,
-        False,
         HEAD_DIM,
         BLOCK_N,
         BLOCK_D,
-        PREFETCH,
-        DOT,
+        PREFETCH=PREFETCH,
+        DOT=DOT,
     )
     part = bh * SPLITS + split
     dims = tl.arange(0, BLOCK_D)
@@ -350,17 +339,19 @@ def _decode_one_launch_kernel(
     # before its wait, and with PREFETCH (a chunk of one key tile) the cache rows of earlier steps too; the
     # caller guarantees that the kernel just before writes nothing it reads but q and each newest row.
     pdl.launch_dependents(PDL)
+    bh, split = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    early = early_rows(keys, values, Lengths, bh, split, H, CHUNK, HEAD_DIM, BLOCK_N, BLOCK_D, PREFETCH=PREFETCH)
+    pdl.wait(PDL)
     attend_item(
-        tl.program_id(0).to(tl.int64),
-        tl.program_id(1),
+        bh,
+        split,
         tl.num_programs(0),
         query,
         keys,
         values,
         out,
-        Lengths,
+        early,
         partial,
-        None,
         H,
         CHUNK,
         qk_scale,
@@ -368,7 +359,6 @@ def _decode_one_launch_kernel(
         BLOCK_N=BLOCK_N,
         BLOCK_S=BLOCK_S,
         BLOCK_D=BLOCK_D,
-        PDL=PDL,
         PREFETCH=PREFETCH,
         DOT=DOT,
     )
@@ -383,9 +373,8 @@ def attend_item(
     keys,
     values,
     out,
-    Lengths,
+    early,
     partial,
-    wait,
     H,
     CHUNK,
     qk_scale,
@@ -393,18 +382,30 @@ def attend_item(
     BLOCK_N: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    PDL: tl.constexpr,
     PREFETCH: tl.constexpr,
     DOT: tl.constexpr,
 ):
-    """Split `split` of (sequence, head) pair bh, of BH pairs: its partial, and the merge when it arrives last;
-    with partial None (one split), the whole answer. query, out = (tensor, stride_b, stride_h, stride_d);
-    keys, values = (cache, stride_b, stride_h, stride_n, stride_d); partial = (Part, Counters, splits). The
-    decode layer kernel runs many per program, waiting for its first stage (wait = (Sync, arrivals)) where
-    the one-launch kernel waits under PDL (wait None)."""
+    """Split `split` of (sequence, head) pair bh, of BH pairs, after its wait: its partial (split_partial), and
+    the merge when it arrives last; with partial None (one split), the whole answer. query, out = (tensor,
+    stride_b, stride_h, stride_d); keys, values = (cache, stride_b, stride_h, stride_n, stride_d); early =
+    early_rows(...), PREFETCH as it was called with; partial = (Part, Counters, splits). The one-launch kernel
+    runs one per program, the decode layer kernel many."""
     b, h = bh // H, bh % H
-    acc, m_i, l_i = _split(
-        query, keys, values, Lengths, b, h, split, CHUNK, qk_scale, wait, PDL, HEAD_DIM, BLOCK_N, BLOCK_D, PREFETCH, DOT
+    acc, m_i, l_i = split_partial(
+        bh,
+        split,
+        query,
+        keys,
+        values,
+        early,
+        H,
+        CHUNK,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_N,
+        BLOCK_D,
+        PREFETCH=PREFETCH,
+        DOT=DOT,
     )
     dims = tl.arange(0, BLOCK_D)
     if partial is not None:

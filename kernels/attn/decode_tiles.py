@@ -105,7 +105,7 @@ def decode_split(max_len: int, cfg: TileConfig) -> tuple[int, int]:
 
 
 def loops_in_dot_form(max_len: int, cfg: TileConfig) -> bool:
-    """Whether a split spans several key tiles, which loop in the dot form (kernels.attn.decode._decode_chunk
+    """Whether a split spans several key tiles, which loop in the dot form (kernels.attn.decode._chunk_dot
     with DOT); a split of one tile is scored on the vector units, or held whole."""
     return decode_split(max_len, cfg)[0] > cfg.block_n
 

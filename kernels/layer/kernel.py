@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from .. import arrival, barrier, launch, pdl
-from ..attn.decode import attend_item
+from ..attn.decode import attend_item, early_rows
 from ..attn.decode import launch_plan as attention_plan
 from ..config import (
     SECTOR,
@@ -170,17 +170,21 @@ def _decode_layer_kernel(
     keys = (KC, k_strides[0], k_strides[1], k_strides[2], k_strides[3])
     values = (VC, v_strides[0], v_strides[1], v_strides[2], v_strides[3])
     for item in range(pid, M * H * SPLITS, P):
+        bh, split = tl.cast(item // SPLITS, tl.int64), item % SPLITS
+        early = early_rows(
+            keys, values, NextLengths, bh, split, H, CHUNK, HEAD_DIM, BLOCK_N, BLOCK_D, PREFETCH=ATT_PREFETCH
+        )
+        barrier.wait(Sync, 0, P)  # stage 0's q and newest cache rows
         attend_item(
-            tl.cast(item // SPLITS, tl.int64),
-            item % SPLITS,
+            bh,
+            split,
             M * H,
             (QKV, 3 * C, HEAD_DIM, 1),
             keys,
             values,
             (Attn, C, HEAD_DIM, 1),
-            NextLengths,
+            early,
             partial,
-            (Sync, P),
             H,
             CHUNK,
             qk_scale,
@@ -188,7 +192,6 @@ def _decode_layer_kernel(
             BLOCK_N=BLOCK_N,
             BLOCK_S=BLOCK_S,
             BLOCK_D=BLOCK_D,
-            PDL=False,
             PREFETCH=ATT_PREFETCH,
             DOT=False,
         )
