@@ -127,11 +127,13 @@ def _grouped_decode_kernel(
         k_split = k_base + opening * skt
         v_split = v_base + opening * svt
         for start in range(lo, whole, BLOCK_N):
-            m_i, l_i, acc = _keys_tile(q, k_split + (start - lo) * skt, v_split + (start - lo) * svt, m_i, l_i, acc,
-                                       scale_log2, keys_n, dims, BLOCK_N, HEAD_DIM, PRECISION, False)  # fmt: skip
+            m_i, l_i, acc = _keys_tile(q, k_split + (start - lo) * skt, v_split + (start - lo) * svt, m_i, l_i,
+                                       acc, scale_log2, keys_n, dims, BLOCK_N, HEAD_DIM, PRECISION,
+                                       MASKED=False)  # fmt: skip
         if whole < hi:  # the last tile, past the length in part: masked
-            m_i, l_i, acc = _keys_tile(q, k_split + (whole - lo) * skt, v_split + (whole - lo) * svt, m_i, l_i, acc,
-                                       scale_log2, keys_n, dims, hi - whole, HEAD_DIM, PRECISION, True)  # fmt: skip
+            m_i, l_i, acc = _keys_tile(q, k_split + (whole - lo) * skt, v_split + (whole - lo) * svt, m_i, l_i,
+                                       acc, scale_log2, keys_n, dims, hi - whole, HEAD_DIM, PRECISION,
+                                       MASKED=True)  # fmt: skip
 
     Out, sob, soh, sod = out
     live = queries < group

@@ -300,7 +300,20 @@ def _stage(
         acc = slice_times(w_slice, 0, x, norm, M, K, K, ROWS, BN, HEAD_K, TAIL_K, STATS_COLS)
         rows = tl.arange(0, ROWS).to(tl.int64)
         cols = tl.cast(t, tl.int64) * BN + tl.arange(0, BN)
-        finish(acc, rows, cols, t, 0, None, (y, Bias, res, kv, None), M, N, EPILOGUE=EPILOGUE, BLOCK_M=ROWS, BLOCK_N=BN)
+        finish(
+            acc,
+            rows,
+            cols,
+            t,
+            0,
+            partial=None,
+            out=(y, Bias, res, kv, None),
+            M=M,
+            N=N,
+            EPILOGUE=EPILOGUE,
+            BLOCK_M=ROWS,
+            BLOCK_N=BN,
+        )
 
 
 @triton.jit

@@ -47,7 +47,7 @@ def _rms_norm_kernel(
     scale = inverse_rms(x, N, eps, 1)
 
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    y = normalized(x, scale[:, None], w[None, :], None)
+    y = normalized(x, scale[:, None], w[None, :], b=None)
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
