@@ -192,7 +192,7 @@ def main():
 def check(arch: int, dtypes, ptx: str | None = None) -> bool:
     """Compile every launch for arch, a line each, then a line of totals; whether every one fits. With `ptx`, each
     launch's PTX goes to ptx/sm_<arch>/<dtype>/<launch>.ptx, to compare a kernel's instructions before and after a
-    change (diff -r)."""
+    change (python -m kernels.ptx BEFORE AFTER)."""
     from pathlib import Path
 
     gpu = GPUS[arch]
