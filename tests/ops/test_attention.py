@@ -1,7 +1,10 @@
 import pytest
 import torch
 
+import kernels.attn.kernel as attention_mod
 from kernels import TileConfig, attention, reference
+from kernels.config import cdiv
+from tests.ops.limits import BF16, H200
 from tests.tolerances import DTYPES, assert_close, f64, float16_here
 
 # (Tq, Tk): single token, awkward lengths, a long one, and queries over a cache that holds a prefix.
@@ -66,3 +69,32 @@ def test_attention_rejects_fewer_keys_than_queries(device):
     q, k, v = _qkv(device, torch.float32, 1, 1, 8, 4, 16)
     with pytest.raises(ValueError, match=r"keys \(4\) must be at least as many as queries \(8\)"):
         attention(q, k, v)
+
+
+# --- Requests between L2 and the SMs, against a walk over the kernel's program grid.
+
+
+def attention_keys(tq, tk, bm, bn, causal):
+    """Keys each query tile of the flash kernel loads, following its two loops and the load mask."""
+    offset, keys = tk - tq, 0
+    for start_m in range(cdiv(tq, bm)):
+        if causal:
+            full_hi = (offset + start_m * bm + 1) // bn * bn
+            hi = min(offset + (start_m + 1) * bm, tk)
+        else:
+            full_hi, hi = tk // bn * bn, tk
+        for lo_, hi_ in ((0, full_hi), (full_hi, hi)):
+            for start_n in range(lo_, hi_, bn):
+                keys += sum(1 for c in range(start_n, start_n + bn) if c < tk)
+    return keys
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("tq,tk,bm,bn", [(100, 300, 32, 64), (1024, 1024, 64, 64), (77, 77, 128, 32)])
+def test_attention_l2_reads_match_the_kernels_loops(tq, tk, bm, bn, causal):
+    b, h, d, item = 2, 3, 64, 2
+    cfg = TileConfig(block_m=bm, block_n=bn)
+    t = attention_mod.traffic(b, h, tq, tk, d, item, causal=causal, config=cfg, dtype=BF16, device=H200)
+    q = b * h * tq * d * item
+    assert t.bytes_read == q + 2 * b * h * d * item * attention_keys(tq, tk, bm, bn, causal)
+    assert t.bytes_written == q

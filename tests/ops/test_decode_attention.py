@@ -1,9 +1,11 @@
 import pytest
 import torch
 
+import kernels.attn.decode as decode_mod
 from kernels import TileConfig, arrival, decode_attention, reference
 from kernels.attn.decode import decode_split, launch_plan, resolve_decode_config
-from kernels.config import DeviceLimits
+from kernels.config import SECTOR, DeviceLimits, cdiv
+from tests.ops.limits import BF16, H200
 from tests.tolerances import DTYPES, assert_close, f64
 
 CONFIGS = [
@@ -191,3 +193,69 @@ def test_default_tiles_take_the_dot_form_for_long_splits_on_an_h200():
         assert _forms(12 * batch, keys, 64, None, h200) == "dot"
         cfg = launch_plan(None, 12 * batch, keys, 64, torch.bfloat16, h200)[0]
         assert (cfg.block_n, cfg.num_warps, cfg.split_k) == (64, 4, splits)
+
+
+# --- Requests between L2 and the SMs, against a walk over the kernel's program grid.
+
+
+def test_decode_attention_counts_whole_sectors_for_scalar_partials():
+    t = decode_mod.decode_traffic([8192], 12, 8192, 64, 2, dtype=BF16, device=H200)
+    cfg = decode_mod.resolve_decode_config(None, 12, 8192, 64, BF16, H200)
+    _, splits = decode_mod.decode_split(8192, cfg)
+    # per program: a 64-float partial and two scalars, each scalar a whole sector; then the output
+    assert t.bytes_written == 12 * splits * (64 * 4 + 2 * SECTOR) + 12 * 64 * 2
+    assert t.hbm_written == 12 * splits * (64 + 2) * 4 + 12 * 64 * 2
+
+
+def decode_walk(lengths, heads, max_len, head_dim, item, cfg, one_launch):
+    """(bytes read, bytes written) between L2 and the SMs, walking the decode grid program by program:
+    q, the length's sector and the chunk's keys and values; then the partial (one sector per scalar),
+    or with one split and one launch the output; then the merge, by the merge kernel or by the last
+    split to arrive, which also pays for its atomic and, once per pair, the counter's reset."""
+    chunk = cdiv(cdiv(max_len, cfg.split_k), cfg.block_n) * cfg.block_n
+    splits = cdiv(max_len, chunk)
+    block_d = max(16, 1 << (head_dim - 1).bit_length())
+    row = head_dim * item
+    read = written = 0
+    for n in lengths:
+        for _h in range(heads):
+            for split in range(splits):
+                keys = max(0, min(split * chunk + chunk, n) - split * chunk)
+                read += row + SECTOR + 2 * keys * row
+                if one_launch and splits == 1:
+                    written += row
+                    continue
+                written += block_d * 4 + 2 * SECTOR + (SECTOR if one_launch else 0)
+            if splits > 1 or not one_launch:  # the merge: every split's vector, the maxes and sums in sectors
+                read += splits * block_d * 4 + 2 * cdiv(splits * 4, SECTOR) * SECTOR
+                written += row + (SECTOR if one_launch else 0)
+    return read, written
+
+
+@pytest.mark.parametrize("one_launch", [False, True])
+@pytest.mark.parametrize(
+    "lengths,max_len,head_dim,cfg",
+    [
+        ([8192], 8192, 64, None),
+        ([0, 17, 999], 1000, 17, TileConfig(block_n=16, split_k=8)),
+        ([5, 1], 64, 40, TileConfig(block_n=64, split_k=1)),
+    ],
+)
+def test_decode_attention_l2_traffic_matches_a_walk_over_the_grid(lengths, max_len, head_dim, cfg, one_launch):
+    heads = 3
+    t = decode_mod.decode_traffic(
+        lengths, heads, max_len, head_dim, 2, config=cfg, dtype=BF16, device=H200, one_launch=one_launch
+    )
+    resolved = decode_mod.resolve_decode_config(cfg, len(lengths) * heads, max_len, head_dim, BF16, H200)
+    assert (t.bytes_read, t.bytes_written) == decode_walk(lengths, heads, max_len, head_dim, 2, resolved, one_launch)
+
+
+def test_decode_attention_in_one_launch_adds_the_counters_and_nothing_else_at_hbm():
+    two = decode_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=H200)
+    one = decode_mod.decode_traffic([8192] * 4, 12, 8192, 64, 2, dtype=BF16, device=H200, one_launch=True)
+    counters = cdiv(4 * 12 * 4, SECTOR) * SECTOR  # 48 int32 slots, read cold and written back
+    assert (one.hbm_read, one.hbm_written) == (two.hbm_read + counters, two.hbm_written + counters)
+    assert (one.flops, one.min_bytes, one.bytes_read) == (two.flops, two.min_bytes, two.bytes_read)
+    single = TileConfig(block_n=128, split_k=1)  # nothing to merge: q, lengths and cache in, the output out
+    alone = decode_mod.decode_traffic([100], 12, 8192, 64, 2, config=single, device=H200, one_launch=True)
+    assert (alone.hbm_read, alone.hbm_written) == (12 * 64 * 2 + 8 + 2 * 100 * 12 * 64 * 2, 12 * 64 * 2)

@@ -3,7 +3,9 @@
 import pytest
 import torch
 
+import kernels.kv_cache.kernel as kv_write_mod
 from kernels import kv_write, reference
+from kernels.config import SECTOR
 from tests.tolerances import DTYPES
 
 
@@ -68,3 +70,12 @@ def test_kv_write_addresses_caches_past_2_to_the_31_elements():
     expected = torch.tensor([[b, 0, pos] for b, pos in enumerate(positions)], device=device)
     for cache in (k_cache, v_cache):
         assert torch.equal(torch.nonzero(cache.any(dim=-1)), expected)
+
+
+# --- Requests between L2 and the SMs, against a walk over the kernel's program grid.
+
+
+def test_kv_write_moves_whole_sectors_per_row():
+    t = kv_write_mod.traffic(2, 3, 17, 2)  # a 34-byte row spans two sectors
+    assert t.bytes_read == 6 * (2 * 64 + SECTOR) and t.bytes_written == 6 * 2 * 64
+    assert t.hbm_written == 6 * 2 * 34 and t.min_bytes == 6 * 4 * 34

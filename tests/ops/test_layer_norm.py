@@ -1,7 +1,9 @@
 import pytest
 import torch
 
+import kernels.norm.kernel as layer_norm_mod
 from kernels import TileConfig, layer_norm, reference
+from tests.ops.limits import H200
 from tests.tolerances import DTYPES, assert_close, f64
 
 # (rows, width): sequence lengths 1, 17, 127, 1000 across GPT-2's width and two that are not powers of two.
@@ -54,3 +56,15 @@ def test_layer_norm_rejects_mismatched_weight(device):
     x = torch.randn(4, 96, device=device)
     with pytest.raises(ValueError, match=r"weight and bias must have shape \(96,\)"):
         layer_norm(x, torch.ones(95, device=device), torch.zeros(96, device=device))
+
+
+# --- Requests between L2 and the SMs, against a walk over the kernel's program grid.
+
+
+def test_layer_norm_requests_weight_and_bias_in_every_program_and_reads_them_from_hbm_once():
+    t = layer_norm_mod.traffic(4096, 768, 2, residual=True, device=H200)
+    rows, wb = 2 * 4096 * 768 * 2, 2 * 768 * 2
+    programs = -(-4096 // layer_norm_mod.resolve_config(None, 4096, 768, H200).block_m)
+    assert t.bytes_read == rows + programs * wb  # ncu on an H200: 15.73 MB through L1
+    assert abs(t.bytes_read / 15.73e6 - 1) < 0.15
+    assert t.hbm_read == rows + wb

@@ -3,6 +3,8 @@ import torch
 
 import kernels.matmul.kernel
 from kernels import TileConfig, linear, reference
+from kernels.config import cdiv
+from tests.ops.limits import BF16, H200
 from tests.tolerances import DTYPES, assert_close, f64, float16_here
 
 # (rows, in_features, out_features): decode rows 1 and 5, the 16-row boundary, prefill rows 17, 127, 1000,
@@ -114,3 +116,54 @@ def test_linear_rejects_bad_activation_and_split(device):
         linear(x, w, activation="relu")
     with pytest.raises(ValueError, match="split_k=4 is only for decode-shaped inputs of at most 16 rows, got 32"):
         linear(x, w, config=TileConfig(block_m=16, split_k=4))
+
+
+# --- Requests between L2 and the SMs, against a walk over the kernel's program grid.
+
+
+def linear_loads(rows, out, inp, item, cfg):
+    """Bytes of x, weight and bias each program of the tiled kernel loads, walking its grid."""
+    tiles_m, tiles_n = cdiv(rows, cfg.block_m), cdiv(out, cfg.block_n)
+    total = 0
+    for pid in range(tiles_m * tiles_n):
+        group = cfg.group_m * tiles_n
+        first_m = (pid // group) * cfg.group_m
+        pid_m = first_m + (pid % group) % min(tiles_m - first_m, cfg.group_m)
+        pid_n = (pid % group) // min(tiles_m - first_m, cfg.group_m)
+        tile_rows = {(pid_m * cfg.block_m + i) % rows for i in range(cfg.block_m)}  # wrapped rows repeat
+        tile_cols = {(pid_n * cfg.block_n + j) % out for j in range(cfg.block_n)}
+        valid_cols = [c for c in range(pid_n * cfg.block_n, (pid_n + 1) * cfg.block_n) if c < out]
+        total += (len(tile_rows) + len(tile_cols)) * inp * item + len(valid_cols) * item  # x, weight, bias
+    return total
+
+
+@pytest.mark.parametrize(
+    "rows,out,inp,cfg",
+    [
+        (100, 300, 70, TileConfig(block_m=32, block_n=64, block_k=32, group_m=2)),
+        (1024, 3072, 768, None),
+        (20, 96, 64, TileConfig(block_m=64, block_n=32, block_k=32, group_m=8)),
+    ],
+)
+def test_linear_l2_reads_match_a_walk_over_the_grid(rows, out, inp, cfg):
+    t = kernels.matmul.kernel.traffic(rows, out, inp, 2, activation="gelu", config=cfg, dtype=BF16, device=H200)
+    cfg = kernels.matmul.kernel.resolve_config(cfg, rows, out, inp, BF16, H200)
+    assert t.bytes_read == linear_loads(rows, out, inp, 2, cfg)
+    assert t.bytes_written == rows * out * 2
+
+
+def test_linear_split_k_l2_reads_match_a_walk_over_the_grid():
+    rows, out, inp, item = 3, 3072, 768, 2
+    t = kernels.matmul.kernel.traffic(rows, out, inp, item, dtype=BF16, device=H200)
+    cfg = kernels.matmul.kernel.resolve_config(None, rows, out, inp, BF16, H200)
+    assert cfg.split_k > 1
+    per_split = cdiv(cdiv(inp, cfg.split_k), cfg.block_k) * cfg.block_k
+    loads = partials = 0
+    for _pid_n in range(cdiv(out, cfg.block_n)):
+        for lo in range(0, inp, per_split):
+            width = min(lo + per_split, inp) - lo
+            loads += (rows + cfg.block_n) * width * item  # x rows are masked, weight columns wrap
+            partials += rows * cfg.block_n * 4
+    loads += partials + out * item  # the reduce kernel: every partial, then the bias
+    assert t.bytes_read == loads
+    assert t.bytes_written == partials + rows * out * item
