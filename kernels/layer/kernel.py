@@ -297,7 +297,21 @@ def _stage(
         else:
             Sync, stage, arrivals = wait
             barrier.wait(Sync, stage, arrivals)
-        acc = slice_times(w_slice, 0, x, norm, M, K, K, ROWS, BN, HEAD_K, TAIL_K, STATS_COLS)
+        acc = slice_times(
+            w_slice,
+            0,
+            x,
+            norm,
+            M,
+            K,
+            K,
+            RMS=False,
+            ROWS=ROWS,
+            BLOCK_N=BN,
+            HEAD_K=HEAD_K,
+            TAIL_K=TAIL_K,
+            STATS_COLS=STATS_COLS,
+        )
         rows = tl.arange(0, ROWS).to(tl.int64)
         cols = tl.cast(t, tl.int64) * BN + tl.arange(0, BN)
         finish(

@@ -80,6 +80,7 @@ def _decode_linear_kernel(
     K_PER_SPLIT,
     EPILOGUE: tl.constexpr,
     SWIGLU: tl.constexpr,
+    RMS: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -106,7 +107,7 @@ def _decode_linear_kernel(
         LnW, LnB, _ = norm
         # Every program needs the statistics of the full rows, not only of its slice; from ROWS rows to the
         # dot's 16-row tile: row i takes row i's statistics.
-        mean_r, rstd_r = row_stats(x, norm, M, K, ROWS, STATS_COLS)
+        mean_r, rstd_r = row_stats(x, norm, M, K, RMS, ROWS, STATS_COLS)
         pick = rows[:, None] == tl.arange(0, ROWS)[None, :]
         mean = tl.sum(tl.where(pick, mean_r[None, :], 0.0), axis=1)
         rstd = tl.sum(tl.where(pick, rstd_r[None, :], 0.0), axis=1)
@@ -121,7 +122,7 @@ def _decode_linear_kernel(
             lw = tl.load(LnW + ks, mask=ks < k_hi, other=0.0).to(tl.float32)[None, :]
             lb = None
             centred = a.to(tl.float32)
-            if LnB is not None:  # RMSNorm takes no mean out
+            if not RMS:  # RMSNorm takes no mean out
                 lb = tl.load(LnB + ks, mask=ks < k_hi, other=0.0).to(tl.float32)[None, :]
                 centred = tl.where(mask, centred - mean[:, None], 0.0)
             a = tl.where(mask, normalized(centred, rstd[:, None], lw, lb), 0.0).to(X.dtype.element_ty)
@@ -145,6 +146,7 @@ def _decode_prefetch_kernel(
     K_PER_SPLIT,
     EPILOGUE: tl.constexpr,
     SWIGLU: tl.constexpr,
+    RMS: tl.constexpr,
     PDL: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -160,7 +162,7 @@ def _decode_prefetch_kernel(
     pid_n, split = tl.program_id(0), tl.program_id(1)
     w_slice = load_slice(pid_n, split, w, N, K, K_PER_SPLIT, rope, BLOCK_N, HEAD_K, TAIL_K, SWIGLU=SWIGLU)
     pdl.wait(PDL)  # from here on x, the residual, the caches and the partials: what earlier kernels write
-    acc = slice_times(w_slice, split, x, norm, M, K, K_PER_SPLIT, ROWS, BLOCK_N, HEAD_K, TAIL_K, STATS_COLS)
+    acc = slice_times(w_slice, split, x, norm, M, K, K_PER_SPLIT, RMS, ROWS, BLOCK_N, HEAD_K, TAIL_K, STATS_COLS)
     rows = tl.arange(0, ROWS).to(tl.int64)
     cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     finish(acc, rows, cols, pid_n, split, partial, out, M, N, EPILOGUE=EPILOGUE, BLOCK_M=ROWS, BLOCK_N=BLOCK_N)
@@ -272,9 +274,11 @@ def decode_linear(
     tiles_n = cdiv(out_features, cfg.block_n)
     # The kernels' groups (kernels.matmul.decode_items): a tensor with its strides, None for each part this
     # launch has none of.
-    norm_ = None
-    if norm is not None:  # RMSNorm's bias is None
-        norm_ = (norm[0].contiguous(), None if norm[1] is None else norm[1].contiguous(), float(norm[2]))
+    # RMSNorm has no bias: its weight stands in the tuple, never read as one (RMS), since Triton 3.6 compiles no
+    # None inside a tuple that a device function is handed.
+    norm_, rms = None, norm is not None and norm[1] is None
+    if norm is not None:
+        norm_ = (norm[0].contiguous(), (norm[0] if rms else norm[1]).contiguous(), float(norm[2]))
     res = None
     if residual is not None:
         r2 = residual.reshape(rows, out_features).contiguous()
@@ -315,6 +319,7 @@ def decode_linear(
                 *groups,
                 EPILOGUE=epilogue,
                 SWIGLU=swiglu,
+                RMS=rms,
                 PDL=pdl,
                 ROWS=next_pow2(rows),
                 BLOCK_N=cfg.block_n,
@@ -330,6 +335,7 @@ def decode_linear(
                 *groups,
                 EPILOGUE=epilogue,
                 SWIGLU=swiglu,
+                RMS=rms,
                 PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                 BLOCK_M=16,
                 BLOCK_N=cfg.block_n,

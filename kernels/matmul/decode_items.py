@@ -4,17 +4,17 @@ kernel (kernels.layer.kernel), each a device function of one idea:
     load_slice    the loads of a (column tile, split)'s weight slice, issued before anything waits
     row_stats     the LayerNorm or RMSNorm statistics of every row (the same arithmetic as kernels.norm)
     slice_times   the rows, normalised, times the slice: the program's fp32 share of its output tile
-    finish        with several splits, the arrival of the partials (the last arriver adds them all), then
-    epilogues     store_linear (bias, residual), store_gelu (bias, GPT-2's GELU, residual), store_swiglu
-                  (silu(gate) * up) and store_qkv (bias, rotary positions, the KV-cache write), each with one
-                  signature so that a kernel takes the one it needs as a constexpr
+    finish        with several splits, the arrival of the partials (the last arriver adds them all), then the
+    epilogue:     store_linear (bias, residual, and with kv rotary positions and the KV-cache write),
+                  store_gelu (the same with GPT-2's GELU after the bias) and store_swiglu (silu(gate) * up), each
+                  with one signature so that a kernel takes the one it needs as a constexpr
 
 A prefetch-form item is load_slice, a wait for what earlier work writes (the kernel ahead under PDL, or a stage
 barrier), then slice_times and finish, so the slice is in flight while the program waits. The groups the
 functions pass: x = (X, stride_xm, stride_xk); w = (W, stride_wn, stride_wk); norm = (LnW, LnB, eps) or None,
-LnB None for RMSNorm; out = (y, Bias, res, kv, rope) with y = (Y, stride_ym), res = (R, stride_rm), and Bias,
-res, kv, rope each None where the launch has none (kv and rope as store_qkv takes them); partial = (P,
-Counters, splits) or None with one split.
+LnB unread with RMS (RMSNorm has no bias); out = (y, Bias, res, kv, rope) with y = (Y, stride_ym), res = (R,
+stride_rm), and Bias, res, kv, rope each None where the launch has none (kv and rope as _stored takes them);
+partial = (P, Counters, splits) or None with one split.
 """
 
 import triton
@@ -171,19 +171,19 @@ def finish(
 
 
 @triton.jit
-def row_stats(x, norm, M, K, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
+def row_stats(x, norm, M, K, RMS: tl.constexpr, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
     """Each row's mean and rstd over its K columns, one row at a time (STATS_COLS, K rounded up to a power of
-    two, loaded at once), as kernels.norm.kernel computes them: (ROWS,) each, rows past M zero. norm's bias
-    None: RMSNorm's, as kernels.norm.rms computes it (mean 0)."""
+    two, loaded at once), as kernels.norm.kernel computes them: (ROWS,) each, rows past M zero. RMS:
+    RMSNorm's, as kernels.norm.rms computes it (mean 0)."""
     X, stride_xm, stride_xk = x
-    _, LnB, eps = norm
+    _, _, eps = norm
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, STATS_COLS)
     mean = tl.zeros((ROWS,), dtype=tl.float32)
     rstd = tl.zeros((ROWS,), dtype=tl.float32)
     for r in tl.static_range(ROWS):  # rows past M (ROWS is M rounded up to a power of two) load zeros
         v = tl.load(X + r * stride_xm + cols * stride_xk, mask=(cols < K) & (cols * 0 + r < M), other=0.0)
-        if LnB is None:
+        if RMS:
             m, s = 0.0, inverse_rms(v.to(tl.float32), K, eps, 0)
         else:
             m, s, _ = moments(v.to(tl.float32), cols < K, K, eps, 0)
@@ -193,7 +193,7 @@ def row_stats(x, norm, M, K, ROWS: tl.constexpr, STATS_COLS: tl.constexpr):
 
 
 @triton.jit
-def _rows_times(x, w, ks, k_mask, stats, norm, M, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _rows_times(x, w, ks, k_mask, stats, norm, M, RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     """x's rows over columns ks (with norm, normalised with the rows' stats = (mean, rstd), rounded to x's
     dtype as the unfused path stores them) times the weight tile w (len(ks) x BLOCK_N): (ROWS, BLOCK_N) in
     fp32. One row at a time on the vector units: for a handful of rows tl.dot would pad them to 16."""
@@ -205,14 +205,14 @@ def _rows_times(x, w, ks, k_mask, stats, norm, M, ROWS: tl.constexpr, BLOCK_N: t
         mean, rstd = stats
         lw = tl.load(LnW + ks, mask=k_mask, other=0.0).to(tl.float32)
         lb = None
-        if LnB is not None:
+        if not RMS:
             lb = tl.load(LnB + ks, mask=k_mask, other=0.0).to(tl.float32)
     out = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
     for r in tl.static_range(ROWS):
         a = tl.load(X + r * stride_xm + ks * stride_xk, mask=k_mask & (ks * 0 + r < M), other=0.0).to(tl.float32)
         if norm is not None:
             rstd_r = tl.sum(tl.where(rows == r, rstd, 0.0), axis=0)
-            if LnB is not None:  # RMSNorm takes no mean out
+            if not RMS:  # RMSNorm takes no mean out
                 a = a - tl.sum(tl.where(rows == r, mean, 0.0), axis=0)
             a = tl.where(k_mask, normalized(a, rstd_r, lw, lb), 0.0).to(X.dtype.element_ty).to(tl.float32)
         out = tl.where(rows[:, None] == r, tl.sum(a[:, None] * wf, axis=0)[None, :], out)
@@ -259,6 +259,7 @@ def slice_times(
     M,
     K,
     K_PER_SPLIT,
+    RMS: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_K: tl.constexpr,
@@ -274,9 +275,9 @@ def slice_times(
     ks0 = k_lo + tl.arange(0, HEAD_K)
     stats = (tl.zeros((ROWS,), dtype=tl.float32), tl.zeros((ROWS,), dtype=tl.float32))
     if norm is not None:  # every program needs the statistics of the full rows, not only of its slice
-        stats = row_stats(x, norm, M, K, ROWS, STATS_COLS)
-    acc = _rows_times(x, w0, ks0, ks0 < k_hi, stats, norm, M, ROWS, BLOCK_N)
+        stats = row_stats(x, norm, M, K, RMS, ROWS, STATS_COLS)
+    acc = _rows_times(x, w0, ks0, ks0 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
     if TAIL_K > 0:
         ks1 = k_lo + HEAD_K + tl.arange(0, TAIL_K)
-        acc += _rows_times(x, w1, ks1, ks1 < k_hi, stats, norm, M, ROWS, BLOCK_N)
+        acc += _rows_times(x, w1, ks1, ks1 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
     return acc
