@@ -1,6 +1,9 @@
 """Where a run's kernels sit on a GPU's SMs (explorer.measure.occupancy, and the page's occupancy job): every Triton
 launch of a prefill and a decode step, recorded rather than run and compiled for the GPU named, here on CPU."""
 
+import json
+import re
+
 import pytest
 import torch
 
@@ -60,6 +63,13 @@ def test_the_page_shows_the_table_for_the_h200_and_says_what_it_is():
     # each kernel's source as written, under the values it was compiled with
     assert "<details><summary><b>layer_norm</b><br><code>" in shown and "```python\ndef _layer_norm_kernel(" in shown
     assert "BLOCK_M=" in shown and "num_warps=" in shown
+    # and the prefill's tiles pictured, the run's prompt being short at a prefill of 1024 tokens
+    picture = views[-1][1]
+    assert picture["visible"] is True and picture["__type__"] == "update"
+    figure = json.loads(picture["value"].plot)
+    assert [t["type"] for t in figure["data"]] == ["heatmap", "heatmap"]
+    title = " ".join(re.sub("<[^>]+>", " ", figure["layout"]["title"]["text"]).split())
+    assert "A prefill of 1024 tokens (the run's is shorter) at this page's tiles" in title
 
 
 def test_the_torch_backend_is_refused_in_a_line_naming_the_choice():

@@ -31,7 +31,7 @@ def side_by_side(left: go.Figure, right: go.Figure, titles: tuple[str, str], not
             fig.add_trace(trace, 1, col)
         fig.update_xaxes(title_text=part.layout.xaxis.title.text, type=part.layout.xaxis.type, row=1, col=col)
         fig.update_yaxes(title_text=part.layout.yaxis.title.text, type=part.layout.yaxis.type, row=1, col=col)
-    plots._layout(fig, title, left.layout.xaxis.title.text or "", left.layout.yaxis.title.text or "", note, width=900)
+    plots.layout(fig, title, left.layout.xaxis.title.text or "", left.layout.yaxis.title.text or "", note, width=900)
     # The title and its note from the top down, and the panels' titles under them: plotly would centre the
     # title in the top margin, over the panels' titles.
     fig.update_layout(

@@ -29,8 +29,21 @@ GENERATE_OUT = ["text", "summary", "latency", "traffic", "kv", "share", "bandwid
 SWEEP_OUT = ["heat", "table", "best", "heat_gpu"]
 COMPARE_OUT = ["plot", "fusion", "table", "status"]
 LADDER_OUT = ["plot", "table", "status"]
-OCCUPANCY_OUT = ["occupancy"]
-PLOTS = {"latency", "traffic", "kv", "share", "bandwidth", "roofline", "heat", "heat_gpu", "plot", "fusion"}
+OCCUPANCY_OUT = ["occupancy", "tile_reads"]
+PLOTS = {
+    "latency",
+    "traffic",
+    "kv",
+    "share",
+    "bandwidth",
+    "roofline",
+    "heat",
+    "heat_gpu",
+    "plot",
+    "fusion",
+    "tile_reads",
+}
+SHOWN_WHEN_SENT = {"tile_reads"}  # plots hidden until their job sends one
 EXPORTS = {
     "last run: steps": "steps",
     "last run: kernels": "kernels",
@@ -92,6 +105,8 @@ def outputs(view: dict, names: list[str]) -> tuple:
     for n in names:
         if n not in view:
             out.append(gr.skip())
+        elif n in SHOWN_WHEN_SENT:
+            out.append(gr.update(value=PlotData(type="plotly", plot=view[n]), visible=True))
         elif n in PLOTS and isinstance(view[n], str):
             out.append(PlotData(type="plotly", plot=view[n]))
         else:

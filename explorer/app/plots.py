@@ -69,7 +69,7 @@ def _legend(fig: go.Figure, width: int) -> tuple[dict, int]:
     return dict(entrywidth=entry, entrywidthmode="pixels"), math.ceil(len(names) / columns)
 
 
-def _layout(
+def layout(
     fig: go.Figure, title: str, x: str, y: str, note: str = "", plot_px: int = 280, width: int = NARROW_PX
 ) -> go.Figure:
     """Title, axes and legend; the figure as tall as the plot (`plot_px`) plus what sits above and under
@@ -118,7 +118,7 @@ def latency_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
                     name=f"{run} {phase}".strip(),
                 )
             )
-    return _layout(fig, "Latency per token", "generated token", unit, note)
+    return layout(fig, "Latency per token", "generated token", unit, note)
 
 
 def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
@@ -139,7 +139,7 @@ def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
             )
         )
     fig.update_layout(barmode="stack")
-    return _layout(fig, "HBM traffic per step by kernel (modeled)", "generated token", "MB moved", note)
+    return layout(fig, "HBM traffic per step by kernel (modeled)", "generated token", "MB moved", note)
 
 
 def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: str = "", width: int = 900) -> go.Figure:
@@ -153,7 +153,7 @@ def bandwidth_figure(steps: pd.DataFrame, peak_gbs: float | None = None, note: s
     if peak_gbs:
         fig.add_hline(y=peak_gbs, line_dash="dash", annotation_text=f"measured peak {peak_gbs:.0f} GB/s")
     fig.update_yaxes(rangemode="tozero")  # a share of the peak reads from zero
-    return _layout(fig, "Achieved bandwidth", "generated token", "GB/s", note, width=width)
+    return layout(fig, "Achieved bandwidth", "generated token", "GB/s", note, width=width)
 
 
 def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
@@ -188,7 +188,7 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
     )
     fig.update_yaxes(rangemode="tozero")
     title = "KV cache growth" if cached else "Tokens recomputed per step (KV cache off)"
-    return _layout(fig, title, "sequence position", "MB" if cached else "", note)
+    return layout(fig, title, "sequence position", "MB" if cached else "", note)
 
 
 def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "device time") -> go.Figure:
@@ -208,7 +208,7 @@ def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "dev
             marker=dict(colors=[KIND_COLORS.get(k) for k in share.index]),
         )
     )
-    fig = _layout(fig, f"Where a decode step goes ({what})", "", "", note)
+    fig = layout(fig, f"Where a decode step goes ({what})", "", "", note)
     # Nine kinds listed under a pie in a narrow column leave it a thumbnail: beside it, they leave it half.
     fig.update_layout(
         height=fig.layout.margin.t + 240,
@@ -270,7 +270,7 @@ def sweep_heatmap(sweep: pd.DataFrame, x: str, y: str, value: str = "ms", note: 
         i, j = xs.index(best[0]), ys.index(best[1])
         fig.add_shape(type="rect", x0=i - 0.5, x1=i + 0.5, y0=j - 0.5, y1=j + 0.5, line=dict(color="#e45756", width=3))
     title = f"Tile sweep: {unit} ({'lower' if lower_is_better else 'higher'} is better; ★ the fastest)"
-    return _layout(fig, title, x, y, note, plot_px=320, width=900)
+    return layout(fig, title, x, y, note, plot_px=320, width=900)
 
 
 TILE_FIELDS = ("block_m", "block_n", "block_k", "split_k", "group_m", "num_warps", "num_stages")
@@ -308,7 +308,7 @@ def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
         fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms / per, mode="lines", name=label))
     # Runs differ by 10-100x: on a linear axis the fast ones lie flat at zero.
     fig.update_yaxes(type="log", exponentformat="none", dtick="D2")  # 1, 2, 5, 10: not every digit between
-    return _layout(
+    return layout(
         fig, "Decode latency vs sequence position", "sequence position", f"{unit} per token (log)", note, width=650
     )
 
@@ -336,7 +336,7 @@ def fusion_figure(lessons: pd.DataFrame, note: str = "") -> go.Figure:
         )
     )
     fig.update_layout(barmode="group")
-    return _layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note, width=650)
+    return layout(fig, "What fusion saves (one layer, modeled)", "", "MB moved", note, width=650)
 
 
 def ladder_figure(ladder: pd.DataFrame, note: str = "", gpu_ms=None, gpu_title: str = "") -> go.Figure:
@@ -365,7 +365,7 @@ def ladder_figure(ladder: pd.DataFrame, note: str = "", gpu_ms=None, gpu_title: 
     step = go.Bar(x=names, y=ladder.step_ms / per, marker_color="#e45756", name="step", showlegend=False)
     fig.add_trace(step, 1, len(titles))
     context = int(ladder.context.iloc[0]) if len(ladder) else 0
-    _layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note, plot_px=300, width=900)
+    layout(fig, f"The fusion ladder: one decode step at context {context}", "", "", note, plot_px=300, width=900)
     # The subplots' titles sit just over their plots, in the top margin, under the figure's title and note.
     fig.update_layout(barmode="group", margin_t=fig.layout.margin.t + 24, height=fig.layout.height + 24)
     return fig
@@ -413,10 +413,10 @@ def roofline_figure(points: pd.DataFrame, peaks, note: str = "") -> go.Figure:
             f"Roofline, {peaks.roof}: {peak_tflops:,.0f} TFLOP/s and {peak_gbs:,.0f} GB/s measured, "
             f"ridge {roofs.ridge(peak_tflops, peak_gbs):,.0f} FLOP/byte"
         )
-        return _layout(fig, title, "arithmetic intensity (FLOP/byte)", unit, note, width=900)
+        return layout(fig, title, "arithmetic intensity (FLOP/byte)", unit, note, width=900)
     cpu = (
         "No GPU here, so no ceiling: each rate is the Triton interpreter running a kernel in Python, "
         "far below any GPU's."
     )
     title = "FLOP rate by arithmetic intensity (CPU: no roofline)"
-    return _layout(fig, title, "arithmetic intensity (FLOP/byte)", unit, f"{cpu} {note}".strip(), width=900)
+    return layout(fig, title, "arithmetic intensity (FLOP/byte)", unit, f"{cpu} {note}".strip(), width=900)

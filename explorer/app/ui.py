@@ -143,6 +143,7 @@ def _generate_tab(ctx: Context) -> dict:
             c["text"] = gr.Textbox(label="output", lines=8, elem_id="out")
             c["summary"] = gr.Markdown(elem_id="summary")
             c["occupancy"] = gr.Markdown(elem_id="occupancy")  # the tiles' programs per SM, when asked
+            c["tile_reads"] = gr.Plot(show_label=False, visible=False, elem_id="tile-reads")  # and their reads
             if gpu:
                 with gr.Row():
                     c["latency"], c["traffic"] = (
@@ -276,7 +277,7 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
         g["occupancy_go"].click,
         api([*RUN, *TILES], job["occupancy"]),
         [*run, *tiles, state],
-        [g["occupancy"], state],
+        [g["occupancy"], g["tile_reads"], state],
         "occupancy",
         status=0,
     )

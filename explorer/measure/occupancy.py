@@ -28,11 +28,12 @@ from ..model.ops import Tiles
 
 COLUMNS = ["phase", "operation", "kernel", "warps", "registers", "shared", "resident", "limiter", "programs", "waves"]
 OPTIONS = ("num_warps", "num_stages")
+PICTURE_PROMPT, PICTURED_AT = 256, 1024  # a prefill shorter than this is pictured (tile_reads) at that length
 
 
-def recorded(model, *, batch: int, prompt: int, tiles: Tiles | None = None) -> list[tuple]:
+def recorded(model, *, batch: int, prompt: int, tiles: Tiles | None = None, decode: bool = True) -> list[tuple]:
     """(phase, operation, kernel function, args, kwargs, grid) of every Triton launch of a prefill of `prompt`
-    tokens and the decode step after it, each sequence of the batch alike."""
+    tokens and (with `decode`) the decode step after it, each sequence of the batch alike."""
     out, phase = [], ["prefill"]
 
     def observe(op, run):
@@ -44,8 +45,9 @@ def recorded(model, *, batch: int, prompt: int, tiles: Tiles | None = None) -> l
     cache = KVCache.for_model(model, batch, prompt + 1)
     ids = torch.randint(model.config.vocab_size, (batch, prompt), device=model.device)
     model.prefill(ids, cache, [prompt] * batch, tiles=tiles, observer=observe)
-    phase[0] = "decode"
-    model.decode(ids[:, -1], cache, tiles=tiles, observer=observe)
+    if decode:
+        phase[0] = "decode"
+        model.decode(ids[:, -1], cache, tiles=tiles, observer=observe)
     return out
 
 
@@ -108,18 +110,24 @@ def sources(launches: list[tuple]) -> dict:
 
 
 def compute(arch: int, settings: dict) -> dict:
-    """{"rows": rows(), "sources": sources()} of a prefill and a decode step at `settings`."""
+    """{"rows": rows(), "sources": sources(), "tiles": the prefill's matmul and attention as tile_reads walks
+    them} of a prefill and a decode step at `settings`. The tiles pictured are the run's prefill's, or where that
+    is shorter than PICTURE_PROMPT tokens (its grids a tile or two) those of a prefill of PICTURED_AT; its length
+    under "prompt"."""
     from ..model.weights import load_model
+    from . import tile_reads
 
     model, _ = load_model(settings.get("model", "bundled"), dtype=getattr(torch, settings.get("dtype", "float16")))
     model = model.with_fusion(settings.get("fusion", model.fusion))
-    launches = recorded(
-        model,
-        batch=int(settings.get("batch", 1)),
-        prompt=int(settings.get("prompt_tokens") or 16),
-        tiles=tiles_of(settings.get("tiles")),
+    batch, prompt = int(settings.get("batch", 1)), int(settings.get("prompt_tokens") or 16)
+    tiles = tiles_of(settings.get("tiles"))
+    launches = recorded(model, batch=batch, prompt=prompt, tiles=tiles)
+    long = prompt if prompt >= PICTURE_PROMPT else min(PICTURED_AT, model.config.n_positions)
+    pictured = launches if long == prompt else recorded(model, batch=1, prompt=long, tiles=tiles, decode=False)
+    picture = tile_reads.from_launches(pictured) | dict(
+        prompt=long, itemsize=torch.empty((), dtype=model.dtype).element_size()
     )
-    return dict(rows=rows(arch, launches), sources=sources(launches))
+    return dict(rows=rows(arch, launches), sources=sources(launches), tiles=picture)
 
 
 def run(arch: int, settings: dict, timeout: float = 300) -> dict:

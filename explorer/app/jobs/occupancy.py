@@ -71,13 +71,38 @@ def markdown(frame: pd.DataFrame, gpu: str, note: str, at: dict, sources: dict |
     return "\n".join(lines)
 
 
+def picture(tiles: dict, gpu: str, at: dict) -> str | None:
+    """The prefill's matmul and attention tile by tile (explorer.app.tile_figure) as plotly JSON; None when the
+    launches had neither."""
+    from ...measure import tile_reads
+    from ..tile_figure import tile_reads_figure
+
+    names, walks = {}, {}
+    for kind, walk in (("linear", tile_reads.linear), ("attention", tile_reads.attention)):
+        if kind in tiles:
+            args = dict(tiles[kind])
+            names[kind] = args.pop("operation")
+            walks[kind] = walk(**args)
+    if not walks:
+        return None
+    shorter = " (the run's is shorter)" if tiles["prompt"] != at["prompt_tokens"] else ""
+    note = (
+        f"A prefill of {tiles['prompt']} tokens{shorter} at this page's tiles, as the launchers choose them for "
+        f"{gpu}; the attention's grid is per (sequence, head)."
+    )
+    figure = tile_reads_figure(walks.get("linear"), walks.get("attention"), tiles["itemsize"], names, note)
+    return figure.to_json()
+
+
 def run(payload: dict, control: Control):
     s, arch = payload["settings"], payload["arch"]
     gpu, note = payload["gpu"], payload["note"]
     yield {"occupancy": f"*Compiling every kernel of a prefill and a decode step for {gpu}…*"}
     at = spec(s)
     got = occupancy.run(arch, at, timeout=max(30.0, control.deadline - time.monotonic()))
-    yield {"occupancy": markdown(table(got["rows"]), gpu, note, at, got["sources"])}
+    view = {"occupancy": markdown(table(got["rows"]), gpu, note, at, got["sources"])}
+    figure = picture(got["tiles"], gpu, at)
+    yield view if figure is None else view | {"tile_reads": figure}
 
 
 def target(device: str) -> tuple[int, str, str]:
