@@ -141,9 +141,10 @@ def build(fn, args: tuple, kwargs: dict, arch: int):
     return triton.compile(_source(fn, args, kwargs), target=GPUTarget("cuda", arch, 32), options=options)
 
 
-def compile_for(arch: int, dtypes):
+def compile_for(arch: int, dtypes, stamped: bool = False):
     """Yield (dtype, name, shared bytes used, estimate, PTX) for every recorded launch, compiled for arch; raises
-    if a kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR)."""
+    if a kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR). stamped: each kernel's
+    variant that writes its programs' times and SMs (kernels.stamps), handed a buffer as stamping() hands it."""
     import torch
 
     from .config import device_limits
@@ -155,6 +156,8 @@ def compile_for(arch: int, dtypes):
             continue  # no bf16 before Ampere; config.supported_dtypes does not offer it there
         itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         for name, fn, args, kwargs, _ in launches(dtype):
+            if stamped and "Stamps" in fn.arg_names:
+                kwargs = kwargs | {"Stamps": torch.zeros(1024, dtype=torch.int64)}
             k = build(fn, args, kwargs, arch)
             name = f"{name} ({fn.__name__})"
             yield dtype, name, k.metadata.shared, _estimate(fn, kwargs, itemsize, limits), k.asm.get("ptx", "")
@@ -171,6 +174,9 @@ def main():
     parser.add_argument("--arch", nargs="*", default=[str(a) for a in GPUS], help="75 .. 120, or sm_75 .. sm_120")
     parser.add_argument("--dtype", nargs="*", default=list(DTYPES), help=" ".join(DTYPES))
     parser.add_argument("--ptx", metavar="DIR", help="also write each launch's PTX to DIR/sm_<arch>/<dtype>/")
+    parser.add_argument(
+        "--stamped", action="store_true", help="the variants that stamp their programs (kernels.stamps)"
+    )
     args = parser.parse_args()
     try:
         archs, dtypes = [arch_of(a, "--arch") for a in args.arch], [_dtype(d) for d in args.dtype]
@@ -184,12 +190,13 @@ def main():
         for a in archs:
             cmd = [sys.executable, "-m", "kernels.compile_check", "--arch", str(a), "--dtype", *dtypes]
             cmd += ["--ptx", args.ptx] if args.ptx else []
+            cmd += ["--stamped"] if args.stamped else []
             failed |= subprocess.run(cmd, env=os.environ | {STANDS_FOR: str(a)}).returncode
         sys.exit(1 if failed else 0)
-    sys.exit(0 if check(archs[0], dtypes, args.ptx) else 1)
+    sys.exit(0 if check(archs[0], dtypes, args.ptx, args.stamped) else 1)
 
 
-def check(arch: int, dtypes, ptx: str | None = None) -> bool:
+def check(arch: int, dtypes, ptx: str | None = None, stamped: bool = False) -> bool:
     """Compile every launch for arch, a line each, then a line of totals; whether every one fits. With `ptx`, each
     launch's PTX goes to ptx/sm_<arch>/<dtype>/<launch>.ptx, to compare a kernel's instructions before and after a
     change (python -m kernels.ptx BEFORE AFTER)."""
@@ -197,7 +204,7 @@ def check(arch: int, dtypes, ptx: str | None = None) -> bool:
 
     gpu = GPUS[arch]
     failures, counts, most = 0, {}, 0
-    for dtype, name, shared, estimate, asm in compile_for(arch, dtypes):
+    for dtype, name, shared, estimate, asm in compile_for(arch, dtypes, stamped):
         if ptx:
             folder = Path(ptx) / f"sm_{arch}" / dtype
             folder.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 
+import torch
 import triton
 from torch import Tensor
 from triton import knobs
@@ -178,6 +179,7 @@ def _entry(kernel) -> tuple:
 class _Fast:
     def __init__(self, fn):
         self.fn, self.bound, self.bind = fn, {}, _unbound
+        self.stamped = STAMPS in fn.arg_names
         # Why a bound launch was refused, if one was: the arguments as bound (tuples of addresses, say) are not
         # what this Triton's launcher takes. The kernel then launches through the JITFunction from there on.
         self.refused: str | None = None
@@ -187,10 +189,13 @@ class _Fast:
 
     def launch(self, grid, args, kwargs):
         global _stream
+        if self.stamped:
+            kwargs[STAMPS] = None if _stamping is None else _stamping.slot(self.fn, grid)
         if _recorded is not None:
             return _recorded.append((self.fn, args, kwargs, grid))
         lead = args[0] if isinstance(args[0], Tensor) else _first_tensor(args)
-        if not ENABLED or lead is None or not lead.is_cuda or self.refused:
+        stamped = _stamping is not None and self.stamped  # each launch a new slice: nothing to keep bound
+        if not ENABLED or lead is None or not lead.is_cuda or self.refused or stamped:
             return self.fn[grid](*args, **kwargs)
         device = lead.get_device()
         try:  # the binder of the last call: its tensors are most likely where this call has them
@@ -260,6 +265,49 @@ def _first_tensor(args) -> Tensor | None:
 
 _wrappers: dict = {}
 _recorded: list | None = None
+STAMPS = "Stamps"  # the parameter a kernel that can be stamped (kernels.stamps) takes
+
+
+class Stamping:
+    """The launches made while stamping: each one's kernel, grid, first program's place in `buffer` and
+    operation."""
+
+    def __init__(self, buffer: Tensor):
+        self.buffer, self.used, self.launches = buffer, 0, []
+        self.operations = [""]  # the operation launching now, where a caller keeps it up to date
+
+    def slot(self, fn, grid) -> Tensor:
+        from .stamps import SLOT
+
+        dims = (*grid, 1, 1)[:3]
+        programs = dims[0] * dims[1] * dims[2]
+        if (self.used + programs) * SLOT > self.buffer.numel():
+            raise ValueError(
+                f"stamping: {fn.__name__}'s {programs} programs do not fit the buffer after {self.used} others "
+                f"({self.buffer.numel() // SLOT} programs' room)"
+            )
+        self.launches.append((fn.__name__, dims, self.used, self.operations[0]))
+        at = self.buffer[self.used * SLOT :]
+        self.used += programs
+        return at
+
+
+_stamping: Stamping | None = None
+
+
+@contextlib.contextmanager
+def stamping(buffer: Tensor):
+    """Launches made inside hand their kernels (those with a Stamps parameter) consecutive slices of `buffer`, an
+    int64 GPU tensor, for kernels.stamps to write each program's start, end and SM into; yields the Stamping,
+    whose `launches` say which slice is whose. Outside it every such kernel is handed None."""
+    global _stamping
+    if not buffer.is_cuda or buffer.dtype != torch.int64:
+        raise ValueError("stamping needs an int64 tensor on a GPU: the interpreter has no global timer and no SMs")
+    outer, _stamping = _stamping, Stamping(buffer)
+    try:
+        yield _stamping
+    finally:
+        _stamping = outer
 
 
 @contextlib.contextmanager
@@ -281,9 +329,12 @@ class _Plain:
 
     def __init__(self, fn):
         self.fn = fn
+        self.stamped = STAMPS in fn.arg_names
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
+            if self.stamped:
+                kwargs[STAMPS] = None if _stamping is None else _stamping.slot(self.fn, grid)
             if _recorded is not None:
                 return _recorded.append((self.fn, args, kwargs, grid))
             return self.fn[grid](*args, **kwargs)

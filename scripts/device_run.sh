@@ -13,6 +13,7 @@
 #               so a later call on the same warm machine compiles nothing again); with EXPLORER_GPU_STANDS_FOR=120
 #               (or 80) set, the GPU stands for that one. Failures by name in the log, each run's junit XML in $OUT
 #     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
+#     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 #     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
 #     ncu       the traffic models against the hardware counters (python -m kernels.ncu_check under ncu)
@@ -66,6 +67,12 @@ for PART in "${@:-page}"; do
       grep -E "passed|failed|error" "$OUT/gpu-tests-$i.log" | tail -n 2 | tee -a "$LOG"
       grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests-$i.log" | head -n 20 | tee -a "$LOG"
     done ;;
+  timeline)
+    say "a decode step on every SM, each rung"
+    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TIMELINE_S:-240}" python3 scripts/record_timeline.py > "$OUT/timeline.log" 2>&1
+    echo "exit $?" | tee -a "$LOG"
+    grep -v Warn "$OUT/timeline.log" | tail -n 14 | tee -a "$LOG"
+    cp assets/recorded/timeline_h200.json "$OUT/" 2>/dev/null ;;
   occupancy)
     say "programs per SM, ours and the driver's"
     timeout 240 python3 -m kernels.occupancy --arch 90 --driver 2>&1 | grep -v -i warn | tail -n 50 | tee -a "$LOG" ;;

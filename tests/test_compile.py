@@ -64,3 +64,20 @@ def test_a_bad_choice_is_one_line_naming_the_allowed_ones(args, message):
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     allowed = "75 80 86 89 90 100 120" if "arch" in message else "float16 bfloat16"
     assert done.returncode != 0 and done.stderr.strip() == f"{message}: choose from {allowed}", done.stderr
+
+
+def test_the_stamped_variants_build_and_the_plain_ones_read_no_timer(tmp_path):
+    """Every kernel's variant that stamps its programs (kernels.stamps) builds for the H200 and reads the global
+    timer and the SM id; the variant launched when nothing stamps reads neither (the calls compile to nothing)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    base = [sys.executable, "-W", "ignore", "-m", "kernels.compile_check", "--arch", "90", "--dtype", "float16"]
+    for flag, folder in (["--stamped"], tmp_path / "on"), ([], tmp_path / "off"):
+        done = subprocess.run(
+            [*base, *flag, "--ptx", str(folder)], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0 and "all ok" in done.stdout, done.stdout + done.stderr[-3000:]
+    on, off = sorted((tmp_path / "on").rglob("*.ptx")), sorted((tmp_path / "off").rglob("*.ptx"))
+    assert [p.name for p in on] == [p.name for p in off] and on
+    for stamped, plain in zip(on, off, strict=True):
+        assert "%globaltimer" in stamped.read_text() and "%smid" in stamped.read_text(), stamped.name
+        assert "%smid" not in plain.read_text(), plain.name

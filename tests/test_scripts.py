@@ -91,6 +91,7 @@ AS_FILES = [
     "benchmarks/estimates.py --help",
     "explorer/bench.py --help",
     "scripts/record_lessons.py --help",
+    "scripts/record_timeline.py --help",
     "scripts/train_tiny.py --help",
 ]
 

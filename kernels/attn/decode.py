@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import arrival, autotune, launch, pdl
+from .. import arrival, autotune, launch, pdl, stamps
 from ..config import explain_resources, new_output
 from .decode_tiles import (  # noqa: F401 (the tiles, plan and traffic model, named beside the kernels)
     PREFETCH_ELEMENTS_PER_WARP,
@@ -272,7 +272,9 @@ def _decode_partial_kernel(
     BLOCK_D: tl.constexpr,
     PREFETCH: tl.constexpr,
     DOT: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     bh = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     early = early_rows(keys, values, Lengths, bh, split, H, CHUNK, HEAD_DIM, BLOCK_N, BLOCK_D, PREFETCH=PREFETCH)
@@ -298,14 +300,19 @@ def _decode_partial_kernel(
     tl.store(PartO + part * BLOCK_D + dims, acc)
     tl.store(PartM + part, m_i)
     tl.store(PartL + part, l_i)
+    stamps.end(Stamps)
 
 
 @triton.jit
-def _decode_merge_kernel(Part, out, H, SPLITS, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+def _decode_merge_kernel(
+    Part, out, H, SPLITS, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, Stamps
+):
+    stamps.begin(Stamps)
     bh = tl.program_id(0).to(tl.int64)
     b, h = bh // H, bh % H
     PartO, PartM, PartL = partial_buffers(Part, SPLITS, tl.num_programs(0), BLOCK_D)
     _store_row(out, b, h, _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S, BLOCK_D), HEAD_DIM, BLOCK_D)
+    stamps.end(Stamps)
 
 
 @triton.jit
@@ -334,10 +341,12 @@ def _decode_one_launch_kernel(
     PDL: tl.constexpr,
     PREFETCH: tl.constexpr,
     DOT: tl.constexpr,
+    Stamps,
 ):
     # Under PDL (kernels.pdl) the next kernel may start loading its weights now. This one reads the lengths
     # before its wait, and with PREFETCH (a chunk of one key tile) the cache rows of earlier steps too; the
     # caller guarantees that the kernel just before writes nothing it reads but q and each newest row.
+    stamps.begin(Stamps)
     pdl.launch_dependents(PDL)
     bh, split = tl.program_id(0).to(tl.int64), tl.program_id(1)
     early = early_rows(keys, values, Lengths, bh, split, H, CHUNK, HEAD_DIM, BLOCK_N, BLOCK_D, PREFETCH=PREFETCH)
@@ -362,6 +371,7 @@ def _decode_one_launch_kernel(
         PREFETCH=PREFETCH,
         DOT=DOT,
     )
+    stamps.end(Stamps)
 
 
 @triton.jit

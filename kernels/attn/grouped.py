@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import arrival, launch, pdl
+from .. import arrival, launch, pdl, stamps
 from ..config import (
     SECTOR,
     TileConfig,
@@ -74,10 +74,12 @@ def _grouped_decode_kernel(
     ONE_TILE: tl.constexpr,
     PDL: tl.constexpr,
     TRIGGER: tl.constexpr,
+    Stamps,
 ):
     # The kernel behind (the merge, or under PDL the decode step's next projection) may start now: the merge
     # waits there for every split, the projection loads its weights. Under PDL this one waits for the kernel
     # ahead (which writes q and each sequence's newest cache row) before it reads them.
+    stamps.begin(Stamps)
     pdl.launch_dependents(TRIGGER)
     pid = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
@@ -159,6 +161,7 @@ def _grouped_decode_kernel(
                 rows = Out + b * sob + (kv * group + g)[:, None] * soh + dims[None, :] * sod
                 tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None] & (dims < HEAD_DIM)[None, :])
                 tl.store(Counters + pid, 0)  # every split has arrived: nothing else touches the slot this launch
+    stamps.end(Stamps)
 
 
 @triton.jit
@@ -218,6 +221,7 @@ def _grouped_merge(
     BLOCK_D: tl.constexpr,
     PDL: tl.constexpr,
     TRIGGER: tl.constexpr,
+    Stamps,
 ):
     """One program per (sequence, query head) and slice of BLOCK_DM of its dimensions: each split's partial
     weighed by exp2(its max - the head's largest max), over the weighed sums (decode attention's merge). Spread
@@ -225,6 +229,7 @@ def _grouped_merge(
     reading them alone took 18.5 µs at 64 splits and B=8 (experiments/README.md, grouped_warps). The maths is
     decode._decode_merge's, but all three loads come first: called through that function, the sm_90 PTX
     requests the sums and outputs only after the maxes' reduction, which may cost the tail a second round trip."""
+    stamps.begin(Stamps)
     pdl.launch_dependents(TRIGGER)  # the decode step's next projection may start loading its weights
     pdl.wait(PDL)  # launched under PDL behind the splits: their partials are visible once this returns
     bh = tl.program_id(0).to(tl.int64)
@@ -243,6 +248,7 @@ def _grouped_merge(
     o = tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
     Out, sob, soh, sod = out
     tl.store(Out + b * sob + h * soh + dims * sod, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
+    stamps.end(Stamps)
 
 
 def check_groups(name: str, q, k, v) -> int:

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import launch
+from .. import launch, stamps
 from ..config import TileConfig, Traffic, cdiv, device_limits, explain_resources, new_output, next_pow2, pipeline_stages
 from .grouped import check_groups
 from .kernel import LOG2E, attend_tiles
@@ -44,7 +44,9 @@ def _grouped_attention_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     bk = tl.program_id(1).to(tl.int64)
     b, kv = bk // kv_heads, bk % kv_heads
     positions = BLOCK_R // group  # query positions per program, each with its group's G heads
@@ -116,6 +118,7 @@ def _grouped_attention_kernel(
     heads = kv_heads * group
     out = Out + ((b * heads + head[:, None]) * tq + pos[:, None]) * HEAD_DIM + dims[None, :]  # contiguous
     tl.store(out, o.to(Out.dtype.element_ty), mask=q_mask)
+    stamps.end(Stamps)
 
 
 def tiles(batch, kv_heads, group, tq, device, block_m=None, block_n=None, num_warps=None) -> tuple[int, int, int]:

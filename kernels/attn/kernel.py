@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import autotune, launch
+from .. import autotune, launch, stamps
 from ..config import (
     TileConfig,
     Traffic,
@@ -103,8 +103,10 @@ def _attention_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    Stamps,
 ):
     """q, k, v and out each (tensor, stride over batch, head, position, dim)."""
+    stamps.begin(Stamps)
     Q, stride_qb, stride_qh, stride_qm, stride_qd = q
     K, stride_kb, stride_kh, stride_kn, stride_kd = k
     V, stride_vb, stride_vh, stride_vn, stride_vd = v
@@ -175,6 +177,7 @@ def _attention_kernel(
     )
     o = acc / l_i[:, None]
     tl.store(Out + rows[:, None] * stride_om + dims[None, :] * stride_od, o.to(Out.dtype.element_ty), mask=q_mask)
+    stamps.end(Stamps)
 
 
 def default_config(tq: int, head_dim: int, device) -> TileConfig:

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import launch
+from .. import launch, stamps
 from ..config import (
     SECTOR,
     TileConfig,
@@ -47,16 +47,19 @@ CPU_BLOCK = 65536  # largest default span on CPU: few programs for the interpret
 
 
 @triton.jit
-def _add_kernel(X, Y, Out, N, BLOCK_N: tl.constexpr):
+def _add_kernel(X, Y, Out, N, BLOCK_N: tl.constexpr, Stamps):
+    stamps.begin(Stamps)
     offs = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = offs < N
     x = tl.load(X + offs, mask=mask).to(tl.float32)
     y = tl.load(Y + offs, mask=mask).to(tl.float32)
     tl.store(Out + offs, (x + y).to(Out.dtype.element_ty), mask=mask)
+    stamps.end(Stamps)
 
 
 @triton.jit
-def _bias_add_kernel(X, Bias, Out, N, WIDTH, BLOCK_N: tl.constexpr):
+def _bias_add_kernel(X, Bias, Out, N, WIDTH, BLOCK_N: tl.constexpr, Stamps):
+    stamps.begin(Stamps)
     start = tl.program_id(0).to(tl.int64) * BLOCK_N
     offs = start + tl.arange(0, BLOCK_N)
     mask = offs < N
@@ -65,14 +68,17 @@ def _bias_add_kernel(X, Bias, Out, N, WIDTH, BLOCK_N: tl.constexpr):
     x = tl.load(X + offs, mask=mask).to(tl.float32)
     b = tl.load(Bias + cols, mask=mask).to(tl.float32)
     tl.store(Out + offs, (x + b).to(Out.dtype.element_ty), mask=mask)
+    stamps.end(Stamps)
 
 
 @triton.jit
-def _gelu_kernel(X, Out, N, BLOCK_N: tl.constexpr):
+def _gelu_kernel(X, Out, N, BLOCK_N: tl.constexpr, Stamps):
+    stamps.begin(Stamps)
     offs = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = offs < N
     x = tl.load(X + offs, mask=mask).to(tl.float32)
     tl.store(Out + offs, gelu_tanh(x).to(Out.dtype.element_ty), mask=mask)
+    stamps.end(Stamps)
 
 
 def default_config(numel: int, device) -> TileConfig:

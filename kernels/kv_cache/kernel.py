@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import launch
+from .. import launch, stamps
 from ..config import SECTOR, Traffic, check_dtype, next_pow2, sectors
 
 
@@ -39,9 +39,11 @@ def _kv_write_kernel(
     heads,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    Stamps,
 ):
     # 64-bit before any pointer arithmetic: b * stride_kcb passes 2^31 elements in a large cache
     # (B=3, T_max=20M, D=64: sequence 2 starts at 2.56e9), and int32 would wrap to a wrong address.
+    stamps.begin(Stamps)
     bh = tl.program_id(0).to(tl.int64)
     b = bh // heads
     h = bh % heads
@@ -52,6 +54,7 @@ def _kv_write_kernel(
     v = tl.load(V + b * stride_vb + h * stride_vh + dims * stride_vd, mask=mask)
     tl.store(KC + b * stride_kcb + h * stride_kch + pos * stride_kct + dims * stride_kcd, k, mask=mask)
     tl.store(VC + b * stride_vcb + h * stride_vch + pos * stride_vct + dims * stride_vcd, v, mask=mask)
+    stamps.end(Stamps)
 
 
 def kv_write(k, v, k_cache, v_cache, lengths) -> None:

@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import arrival, barrier, launch, pdl
+from .. import arrival, barrier, launch, pdl, stamps
 from ..attn.decode import attend_item, early_rows
 from ..attn.decode import launch_plan as attention_plan
 from ..config import (
@@ -95,7 +95,6 @@ def varied(variant: Variant):
 
 @triton.jit
 def _decode_layer_kernel(
-    X,
     block,
     cache,
     attention,
@@ -119,19 +118,21 @@ def _decode_layer_kernel(
     BLOCK_D: tl.constexpr,
     ATT_PREFETCH: tl.constexpr,
     PDL: tl.constexpr,
+    Stamps,
 ):
     """block = (ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj): ln_1, ln_2 = (weight, bias, eps), the projections
     (weight (out, in), bias); cache = (k_cache, v_cache, lengths, next_lengths, head_dim, k_strides, v_strides);
-    attention = (partials, counters, splits, keys per split, scale); scratch = (qkv, attn, x1, hid, out), the
-    block's activations and its output, each (M, width) and contiguous as X is; Times: the timer stamps'
+    attention = (partials, counters, splits, keys per split, scale); scratch = (x, qkv, attn, x1, hid, out), the
+    block's input, activations and output, each (M, width) and contiguous; Times: the timer stamps'
     buffer, or None; sizes = (M rows, C width, H heads). BN_*: the four projections' columns per item; HEAD_*
     and TAIL_*: a K slice C (and 4C) wide in two powers of two."""
+    stamps.begin(Stamps)
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj = block
     M, C, H = sizes
     F = 4 * C
-    QKV, Attn, X1, Hid, Out = scratch
+    X, QKV, Attn, X1, Hid, Out = scratch
     KC, VC, Lengths, NextLengths, HEAD_DIM, k_strides, v_strides = cache
     Part, Heads, SPLITS, CHUNK, qk_scale = attention
     pdl.launch_dependents(PDL)  # the next layer may start loading its weights; it waits before reading ours
@@ -260,6 +261,7 @@ def _decode_layer_kernel(
     )
     _stamp(Times, pid, 6)
     barrier.finish(Sync, 4, P)  # counters 0-3 after stages 0-3, 4 for the end
+    stamps.end(Stamps)
 
 
 @triton.jit
@@ -430,11 +432,10 @@ def decode_layer(x, ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, kv, eps=1e-5, *,
     qkv, attn, x1, hid = (new_output(x, (rows, n)) for n in (3 * width, width, width, 4 * width))
     part = new_output(x, (rows * heads * p["splits"] * (p["constexprs"]["BLOCK_D"] + 2),), torch.float32)
     launch.plain(_decode_layer_kernel)[(p["programs"],)](
-        x2,
         ((*ln_1, float(eps)), c_attn, c_proj, (*ln_2, float(eps)), c_fc, mlp_proj),
         (k_cache, v_cache, lengths, next_lengths, width // heads, k_cache.stride(), v_cache.stride()),
         (part, arrival.counters(x.device, rows * heads), p["splits"], p["chunk"], p["scale"]),
-        (qkv, attn, x1, hid, out),
+        (x2, qkv, attn, x1, hid, out),
         arrival.stage_counters(x.device, STAGES),
         stamps,
         (rows, width, heads),

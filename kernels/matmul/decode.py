@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import arrival, autotune, launch, pdl
+from .. import arrival, autotune, launch, pdl, stamps
 from ..config import (
     cdiv,
     explain_resources,
@@ -88,8 +88,10 @@ def _decode_linear_kernel(
     ROWS: tl.constexpr,
     STATS_COLS: tl.constexpr,
     PDL: tl.constexpr,
+    Stamps,
 ):
     """The K-loop form, its groups (x, w, norm, out, partial) as kernels.matmul.decode_items names them."""
+    stamps.begin(Stamps)
     pdl.launch_dependents(PDL)
     pdl.wait(PDL)  # the loop reads x with every weight tile: nothing to load before the wait
     X, stride_xm, stride_xk = x
@@ -131,6 +133,7 @@ def _decode_linear_kernel(
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     finish(acc, rows, cols, pid_n, split, partial, out, M, N, EPILOGUE=EPILOGUE, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    stamps.end(Stamps)
 
 
 @triton.jit
@@ -153,10 +156,12 @@ def _decode_prefetch_kernel(
     HEAD_K: tl.constexpr,
     TAIL_K: tl.constexpr,
     STATS_COLS: tl.constexpr,
+    Stamps,
 ):
     """The same job as _decode_linear_kernel when each split is one K step: the program loads its whole
     weight slice (HEAD_K columns of K, then TAIL_K more, both powers of two, TAIL_K possibly 0) before it
     reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
+    stamps.begin(Stamps)
     pdl.launch_dependents(PDL)
     _, _, _, _, rope = out
     pid_n, split = tl.program_id(0), tl.program_id(1)
@@ -166,6 +171,7 @@ def _decode_prefetch_kernel(
     rows = tl.arange(0, ROWS).to(tl.int64)
     cols = tl.cast(pid_n, tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     finish(acc, rows, cols, pid_n, split, partial, out, M, N, EPILOGUE=EPILOGUE, BLOCK_M=ROWS, BLOCK_N=BLOCK_N)
+    stamps.end(Stamps)
 
 
 def _check(x, weight, bias, activation, residual, norm, kv, rope=None):

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import autotune, launch
+from .. import autotune, launch, stamps
 from ..config import (
     TileConfig,
     Traffic,
@@ -136,7 +136,9 @@ def _linear_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -155,6 +157,7 @@ def _linear_kernel(
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
     _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
+    stamps.end(Stamps)
 
 
 # Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
@@ -178,12 +181,14 @@ def _linear_persistent_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     PROGRAMS: tl.constexpr,
+    Stamps,
 ):
     """_linear_kernel for Hopper and datacenter Blackwell: one program per SM walks the output tiles (the same
     grouped order), and x, the weight and y move through tensor descriptors (the TMA unit copies whole tiles,
     filling zeros past the edges and clipping the store); the residual, read once, is loaded straight into
     registers (through shared memory it would take a third tile's worth of it). The loop over tiles and the loop
     over K are pipelined as one, so the next tile's first loads are in flight while this tile's epilogue runs."""
+    stamps.begin(Stamps)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=True):
@@ -199,6 +204,7 @@ def _linear_persistent_kernel(
         cols = off_n + tl.arange(0, BLOCK_N)
         acc = bias_gelu_residual(acc, rows, cols, Bias, R, M, N, stride_rm, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
         YDesc.store([off_m, off_n], acc.to(YDesc.dtype))
+    stamps.end(Stamps)
 
 
 # Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
@@ -219,7 +225,9 @@ def _linear_split_k_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)  # all M <= BLOCK_M rows in one tile
@@ -239,6 +247,7 @@ def _linear_split_k_kernel(
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     tl.store(P + split * M * N + rows[:, None] * N + cols[None, :], acc, mask=mask)
+    stamps.end(Stamps)
 
 
 # Not specialised on its lengths (rows, tokens): a new prompt length reuses the kernel compiled for another.
@@ -258,7 +267,9 @@ def _split_k_reduce_kernel(
     HAS_RESIDUAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     rows = tl.arange(0, BLOCK_M)
     cols = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -266,6 +277,7 @@ def _split_k_reduce_kernel(
     for split in range(0, SPLIT_K):
         acc += tl.load(P + split * M * N + rows[:, None] * N + cols[None, :], mask=mask, other=0.0)
     _epilogue_store(acc, rows, cols, Bias, R, Y, M, N, stride_rm, stride_ym, HAS_BIAS, APPLY_GELU, HAS_RESIDUAL)
+    stamps.end(Stamps)
 
 
 def default_config(

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import launch
+from .. import launch, stamps
 from ..config import (
     TileConfig,
     Traffic,
@@ -52,7 +52,9 @@ def _swiglu_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(F, BLOCK_N), GROUP_M)
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -77,6 +79,7 @@ def _swiglu_kernel(
     y = gate * tl.sigmoid(gate) * up
     mask = (rows < M)[:, None] & (cols < F)[None, :]
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    stamps.end(Stamps)
 
 
 def default_config(rows: int, features: int, dtype: torch.dtype, device) -> TileConfig:

@@ -14,7 +14,7 @@ import functools
 import triton
 import triton.language as tl
 
-from .. import autotune, launch
+from .. import autotune, launch, stamps
 from ..config import (
     TileConfig,
     Traffic,
@@ -50,7 +50,9 @@ def _layer_norm_kernel(
     HAS_RESIDUAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
@@ -63,6 +65,7 @@ def _layer_norm_kernel(
     b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)
     y = normalized(diff, rstd[:, None], w[None, :], b[None, :])
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    stamps.end(Stamps)
 
 
 def default_config(rows: int, width: int, device) -> TileConfig:

@@ -12,7 +12,7 @@ once; with the residual, four row-sized transfers instead of the five of a separ
 import triton
 import triton.language as tl
 
-from .. import launch
+from .. import launch, stamps
 from ..config import Traffic, cdiv, check_dtype, explain_resources
 from .kernel import resolve_config, row_buffers, shaped_like
 from .kernel import traffic as layer_norm_traffic
@@ -37,7 +37,9 @@ def _rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
@@ -49,6 +51,7 @@ def _rms_norm_kernel(
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     y = normalized(x, scale[:, None], w[None, :], b=None)
     tl.store(Y + rows[:, None] * stride_ym + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    stamps.end(Stamps)
 
 
 def rms_norm(x, weight, eps=1e-5, *, residual=None, config=None):

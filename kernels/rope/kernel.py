@@ -14,7 +14,7 @@ import math
 import triton
 import triton.language as tl
 
-from .. import launch
+from .. import launch, stamps
 from ..config import TileConfig, Traffic, cdiv, check_dtype, explain_resources, new_output, next_pow2
 from .rotate import rotate
 
@@ -32,7 +32,9 @@ def _rotary_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     HALF: tl.constexpr,
+    Stamps,
 ):
+    stamps.begin(Stamps)
     bh = tl.program_id(1).to(tl.int64)
     b, h = bh // heads, bh % heads
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -47,6 +49,7 @@ def _rotary_kernel(
     dst = Y + ((bh * tokens + rows[:, None]) * HEAD_DIM + dims[None, :])  # y is contiguous (B, H, T, D)
     tl.store(dst, y1.to(Y.dtype.element_ty), mask=mask)
     tl.store(dst + HEAD_DIM // 2, y2.to(Y.dtype.element_ty), mask=mask)
+    stamps.end(Stamps)
 
 
 def rotary(x, positions, theta=10000.0, *, block_m=None):

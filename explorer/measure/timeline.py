@@ -1,0 +1,144 @@
+"""What every SM did during one decode step: each program of each kernel as an interval on the SM that ran it, from
+the stamps the kernels write when asked (kernels.stamps, kernels.launch.stamping), on a GPU only.
+
+    intervals(launches, values)   the stamping buffer read back, one row per program
+    idle_share(frame, sms)        SM-time inside no program over the step's window, as a fraction
+    check(frame, launches)        what the GPU run must satisfy: every program of every grid stamped once, each
+                                  interval inside the step's window
+    record(model, ...)            one decode step run with stamps (after a plain one, to compile), its rows, and
+                                  the step's time with and without them (CUDA events, median of several)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from kernels.stamps import SLOT
+
+COLUMNS = ["launch", "operation", "kernel", "program", "sm", "start_ns", "end_ns"]
+
+
+def intervals(launches: list[tuple], values: np.ndarray) -> pd.DataFrame:
+    """One row per program: launches as kernels.launch.Stamping records them (kernel, grid dims, first program,
+    operation), values the stamping buffer as int64s. Times from the first program's start; `stamped` says
+    whether the program wrote both its stamps."""
+    rows = []
+    for i, (kernel, dims, first, operation) in enumerate(launches):
+        programs = dims[0] * dims[1] * dims[2]
+        block = values[first * SLOT : (first + programs) * SLOT].reshape(programs, SLOT)
+        for p, (start, end, sm) in enumerate(block):
+            rows.append((i, operation, kernel.strip("_").removesuffix("_kernel"), p, int(sm), int(start), int(end)))
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["stamped"] = True
+    if len(frame):
+        origin = frame.start_ns[frame.start_ns > 0].min()
+        frame["stamped"] = (frame.start_ns > 0) & (frame.end_ns >= frame.start_ns)
+        frame["start_ns"] -= origin
+        frame["end_ns"] -= origin
+    return frame
+
+
+def check(frame: pd.DataFrame, launches: list[tuple], window_ns: float | None = None) -> list[str]:
+    """What is wrong with a timeline, if anything: a program that wrote no stamp or ended before it started, a
+    launch with another count of programs than its grid, a span from first start to last end longer than the
+    step's window_ns (CUDA events around it)."""
+    problems = []
+    for i, (kernel, dims, _, _) in enumerate(launches):
+        got = int((frame.launch == i).sum())
+        if got != dims[0] * dims[1] * dims[2]:
+            problems.append(
+                f"launch {i} ({kernel}): {got} programs stamped, its grid has {dims[0] * dims[1] * dims[2]}"
+            )
+    unstamped = frame[~frame.stamped] if "stamped" in frame else frame.iloc[:0]
+    if len(unstamped):
+        problems.append(f"{len(unstamped)} programs without a start and an end")
+    stamped = frame[frame.stamped] if "stamped" in frame else frame
+    if window_ns is not None and len(stamped) and (stamped.start_ns.min() < 0 or stamped.end_ns.max() > window_ns):
+        problems.append(f"intervals outside the step's {window_ns:.0f} ns")
+    return problems
+
+
+def idle_share(frame: pd.DataFrame, sms: int) -> float:
+    """The share of the window from the first start to the last end, summed over `sms` SMs, in which an SM ran no
+    program (programs that overlap on an SM count once)."""
+    if frame.empty:
+        return 1.0
+    window = frame.end_ns.max() - frame.start_ns.min()
+    if window <= 0:
+        return 1.0
+    busy = 0
+    for _, on in frame.groupby("sm"):
+        spans = sorted(zip(on.start_ns, on.end_ns, strict=True))
+        lo, hi = spans[0]
+        for a, b in spans[1:]:
+            if a > hi:
+                busy += hi - lo
+                lo, hi = a, b
+            else:
+                hi = max(hi, b)
+        busy += hi - lo
+    return 1.0 - busy / (sms * window)
+
+
+def record(model, *, context: int, batch: int = 1, repeats: int = 20) -> dict:
+    """One decode step of `model` (a GPU model at its rung) at `context` tokens, stamped: {"frame": intervals,
+    "launches", "problems": check(), "step_ms": median eager step without stamps, "stamped_ms": with them,
+    "sms"}. The step is run plain first (compiling both variants happens before any timing)."""
+    import torch
+
+    from kernels import launch
+
+    from ..model.cache import KVCache
+
+    device = model.device
+    cache = KVCache.for_model(model, batch, context + 1)
+    ids = torch.randint(model.config.vocab_size, (batch, context), device=device)
+    model.prefill(ids, cache, [context] * batch)
+    token = ids[:, -1]
+    buffer = torch.zeros(1 << 20, dtype=torch.int64, device=device)
+    operation = [""]
+
+    def observe(op, run):
+        operation[0] = op.name
+        return run()
+
+    def step(stamped: bool):
+        cache.set_lengths([context] * batch)  # the same position every time
+        if not stamped:
+            return model.decode(token, cache, observer=observe), None
+        with launch.stamping(buffer) as s:
+            s.operations = operation
+            out = model.decode(token, cache, observer=observe)
+        return out, s
+
+    def timed(stamped: bool) -> float:
+        times = []
+        for _ in range(repeats):
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            step(stamped)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(begin.elapsed_time(end))
+        return float(np.median(times))
+
+    step(False), step(True)  # compile both variants
+    plain_ms, stamped_ms = timed(False), timed(True)
+    buffer.zero_()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    _, s = step(True)
+    end.record()
+    torch.cuda.synchronize()
+    frame = intervals(s.launches, buffer.cpu().numpy())
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    window = begin.elapsed_time(end) * 1e6
+    return dict(
+        frame=frame,
+        launches=s.launches,
+        problems=check(frame, s.launches, window),
+        step_ms=plain_ms,
+        stamped_ms=stamped_ms,
+        sms=sms,
+    )

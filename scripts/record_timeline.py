@@ -1,0 +1,70 @@
+"""Record the timeline of one decode step on every SM for each rung of the ladder and both bundled models on this
+GPU, for visitors without one (explorer.measure.timeline; the kernels' stamps, kernels.stamps):
+
+    python scripts/record_timeline.py [--out assets/recorded/timeline_h200.json] [--context 1000]
+
+Each step is an eager decode step in bfloat16 at `context` tokens of cache, batch 1, the rung's kernels each
+writing their programs' start, end and SM; beside it the step's time with and without the stamps (CUDA events,
+median of 20) and the checks a timeline must pass (every program of every grid stamped, the span inside the
+step). The file holds every program's interval.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+RUNGS = ("none", "epilogue", "decode", "overlap", "persistent")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="the JSON file (default: assets/recorded/timeline_<gpu>.json)")
+    parser.add_argument("--context", type=int, default=1000)
+    args = parser.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("a timeline is recorded on a CUDA GPU: the interpreter has no SMs")
+    from explorer.app import recordings
+    from explorer.app.lessons import recorded
+    from explorer.measure import timeline
+    from explorer.measure.timeline import idle_share
+    from explorer.model.weights import BUNDLED_LLAMA, DEFAULT_MODEL, load_model
+
+    steps = []
+    for name in (DEFAULT_MODEL, BUNDLED_LLAMA):
+        model, _ = load_model(name, device="cuda", dtype=torch.bfloat16)
+        for rung in RUNGS:
+            got = timeline.record(model.with_fusion(rung), context=args.context)
+            frame = got["frame"]
+            print(
+                f"{name} {rung}: {frame.launch.nunique()} launches, {len(frame)} programs, idle "
+                f"{idle_share(frame, got['sms']):.0%}, step {got['step_ms']:.3f} ms, stamped {got['stamped_ms']:.3f} ms"
+                + (f", problems: {got['problems']}" if got["problems"] else ""),
+                flush=True,
+            )
+            steps.append(
+                dict(
+                    model=name,
+                    fusion=rung,
+                    context=args.context,
+                    dtype="bfloat16",
+                    sms=got["sms"],
+                    step_ms=got["step_ms"],
+                    stamped_ms=got["stamped_ms"],
+                    problems=got["problems"],
+                    programs=frame.to_dict(orient="list"),
+                )
+            )
+    meta = recordings.stamp("python scripts/record_timeline.py")
+    out = Path(args.out) if args.out else recordings.FOLDER / f"timeline_{recorded.slug(meta['gpu'])}.json"
+    out.write_text(json.dumps(dict(meta=meta, steps=steps)))
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KB)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The timeline of a decode step on the SMs (kernels.stamps, kernels.launch.stamping, explorer.measure.timeline): the
+stamping buffer's layout read back from a synthetic buffer, the idle share against hand-worked cases, the checks a
+GPU run must pass, and the chart. The stamps themselves are written on a GPU only (tests/test_compile.py builds the
+stamped variant of every kernel for the H200; the GPU suite runs one)."""
+
+import numpy as np
+import pytest
+import torch
+
+from explorer.app.timeline_figure import timeline_figure
+from explorer.measure import timeline
+from explorer.model.weights import BUNDLED_LLAMA, DEFAULT_MODEL, load_model
+from kernels import launch, layer_norm
+from kernels.stamps import SLOT
+
+
+def buffer(programs: list[tuple[int, int, int]]) -> np.ndarray:
+    """A stamping buffer holding (start ns, end ns, SM) per program, in SLOT int64s each."""
+    values = np.zeros(len(programs) * SLOT, dtype=np.int64)
+    for p, (start, end, sm) in enumerate(programs):
+        values[p * SLOT : p * SLOT + 3] = (start, end, sm)
+    return values
+
+
+LAUNCHES = [("_layer_norm_kernel", (2, 1, 1), 0, "ln_1"), ("_decode_merge_kernel", (1, 2, 1), 2, "attn")]
+
+
+def test_the_buffer_reads_back_as_one_row_per_program_of_each_launch():
+    values = buffer([(1000, 1400, 3), (1100, 1300, 7), (1500, 2000, 3), (1500, 1900, 0)])
+    frame = timeline.intervals(LAUNCHES, values)
+    assert list(frame.kernel) == ["layer_norm", "layer_norm", "decode_merge", "decode_merge"]
+    assert list(frame.operation) == ["ln_1", "ln_1", "attn", "attn"]
+    assert list(frame.program) == [0, 1, 0, 1] and list(frame.sm) == [3, 7, 3, 0]
+    assert list(frame.start_ns) == [0, 100, 500, 500] and list(frame.end_ns) == [400, 300, 1000, 900]
+    assert timeline.check(frame, LAUNCHES, window_ns=1000) == []
+
+
+def test_the_checks_name_a_missing_stamp_a_short_grid_and_a_span_past_the_step():
+    values = buffer([(1000, 1400, 3), (0, 0, 0), (1500, 2000, 3), (1500, 1900, 0)])
+    frame = timeline.intervals(LAUNCHES, values)
+    assert timeline.check(frame, LAUNCHES, window_ns=5000) == ["1 programs without a start and an end"]
+    frame = timeline.intervals(LAUNCHES, buffer([(1000, 1400, 3), (1100, 1300, 7), (1500, 2000, 3), (1500, 1900, 0)]))
+    longer = [LAUNCHES[0], ("_decode_merge_kernel", (1, 3, 1), 2, "attn")]
+    assert timeline.check(frame.iloc[:4], longer, window_ns=999) == [
+        "launch 1 (_decode_merge_kernel): 2 programs stamped, its grid has 3",
+        "intervals outside the step's 999 ns",
+    ]
+
+
+@pytest.mark.parametrize(
+    "programs,sms,idle",
+    [
+        ([(0, 100, 0)], 1, 0.0),  # one SM busy throughout
+        ([(0, 100, 0)], 4, 0.75),  # three of four never used
+        ([(0, 50, 0), (50, 100, 1)], 2, 0.5),  # each busy half the window
+        ([(0, 60, 0), (40, 100, 0), (0, 100, 1)], 2, 0.0),  # overlapping programs on one SM count once
+        ([(0, 10, 0), (90, 100, 0)], 1, 0.8),  # a gap between two launches
+    ],
+)
+def test_the_idle_share_is_sm_time_in_no_program_over_the_window(programs, sms, idle):
+    launches = [("_add_kernel", (len(programs), 1, 1), 0, "")]
+    frame = timeline.intervals(launches, buffer([(a + 1000, b + 1000, sm) for a, b, sm in programs]))
+    assert timeline.idle_share(frame, sms) == pytest.approx(idle)
+
+
+def test_the_chart_draws_each_kernel_on_its_sms_and_says_the_idle_share():
+    frame = timeline.intervals(LAUNCHES, buffer([(1000, 1400, 3), (1100, 1300, 7), (1500, 2000, 3), (1500, 1900, 0)]))
+    fig = timeline_figure(frame, sms=8, note="recorded on an H200")
+    assert [t.name for t in fig.data] == ["layer_norm", "decode_merge"]
+    assert list(fig.data[0].y) == [3, 3, None, 7, 7, None] and list(fig.data[0].x) == [0, 0.4, None, 0.1, 0.3, None]
+    busy = 0.4 + 0.2 + 0.5 + 0.4  # SM 3: 0-0.4 and 0.5-1.0; SM 7: 0.1-0.3; SM 0: 0.5-0.9
+    idle = 1 - busy / (8 * 1.0)
+    assert f"2 launches in 1.0 us, SMs idle {idle:.0%} of it" in fig.layout.title.text
+
+
+def test_stamping_is_refused_where_there_are_no_sms_and_no_launch_is_stamped_outside_it():
+    with pytest.raises(ValueError, match="the interpreter has no global timer and no SMs"):
+        with launch.stamping(torch.zeros(30, dtype=torch.int64)):
+            pass
+    x = torch.randn(3, 40)
+    with launch.recording() as got:
+        layer_norm(x, torch.ones(40), torch.zeros(40))
+    ((fn, _, kwargs, _),) = got
+    assert "Stamps" in fn.arg_names and kwargs["Stamps"] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [DEFAULT_MODEL, BUNDLED_LLAMA])
+@pytest.mark.parametrize("fusion", ["none", "decode", "overlap", "persistent"])
+def test_a_stamped_decode_step_stamps_every_program_once_and_costs_little(name, fusion, gpu_alone):
+    """On the GPU: every program of every grid of the step wrote its start, end and SM; the stamped span fits
+    the step's CUDA-event window; the stamped step takes at most 1.5x the plain one (plus 50 us: a stamp is two
+    stores per program); and no SM holds more programs of a launch at once than the compiled kernel allows."""
+    model, _ = load_model(name, device="cuda", dtype=torch.bfloat16)
+    got = timeline.record(model.with_fusion(fusion), context=100)
+    assert got["problems"] == []
+    assert got["stamped_ms"] <= 1.5 * got["step_ms"] + 0.05, (got["stamped_ms"], got["step_ms"])
+    frame = got["frame"]
+    assert set(frame.sm) <= set(range(got["sms"]))
+    for _, launch_rows in frame.groupby("launch"):
+        for _, on_sm in launch_rows.groupby("sm"):
+            starts = sorted(on_sm.start_ns)
+            ends = sorted(on_sm.end_ns)
+            at_once, i = 0, 0
+            for s in starts:  # programs running when each one starts
+                while i < len(ends) and ends[i] <= s:
+                    i += 1
+                at_once = max(at_once, starts.index(s) + 1 - i)
+            assert at_once <= 32, at_once  # the most programs an SM of these GPUs holds
