@@ -179,7 +179,7 @@ def _entry(kernel) -> tuple:
 class _Fast:
     def __init__(self, fn):
         self.fn, self.bound, self.bind = fn, {}, _unbound
-        self.stamped = STAMPS in fn.arg_names
+        self.stamped = STAMPS in getattr(fn, "arg_names", ())
         # Why a bound launch was refused, if one was: the arguments as bound (tuples of addresses, say) are not
         # what this Triton's launcher takes. The kernel then launches through the JITFunction from there on.
         self.refused: str | None = None
@@ -329,7 +329,7 @@ class _Plain:
 
     def __init__(self, fn):
         self.fn = fn
-        self.stamped = STAMPS in fn.arg_names
+        self.stamped = STAMPS in getattr(fn, "arg_names", ())
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):

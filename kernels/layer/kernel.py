@@ -5,7 +5,7 @@ ln_2 + c_fc + GELU, c_proj + residual), each waiting at a kernel boundary for th
 launch of at most one program per SM runs the same five stages, and the programs wait for each other at
 counters in device memory instead (kernels.barrier):
 
-    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (matmul.decode_items.load_slice, slice_item)
+    stage 0   ln_1 + c_attn + KV write   column tiles of c_attn (matmul.decode_items.load_slice, slice_times)
     stage 1   attention                  (sequence, head, split) items, the last split of each pair merging
                                          (attn.decode.attend_item)
     stage 2   c_proj + residual          column tiles of attn.c_proj
