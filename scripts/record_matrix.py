@@ -12,8 +12,10 @@ these settings is shown beside this recording of the same job. A third of the se
 own seed, is held out: the model is never fitted on them, and the test suite holds the model against them.
 
 Triton's compilation is spent first, by `--warmers` processes that run the settings between them; then one
-process runs every setting again, alone on the GPU, and keeps that run: its steps timed by CUDA events around
-each (each decode step one graph replay where the graph is on) and its kernels' modeled bytes and FLOPs. A
+process runs every setting twice more, alone on the GPU, and keeps the second run: its steps timed by CUDA
+events around each (each decode step one graph replay where the graph is on) and its kernels' modeled bytes and
+FLOPs. The first run pays what a process pays once per setting (PyTorch's choice of kernels for a shape it has
+not seen, the allocator's first blocks); its median decode step is kept beside, as first_run_decode_ms. A
 setting the app refuses (tiles that cannot fit, say) is kept with the reason.
 """
 
@@ -163,7 +165,10 @@ def main():
         if time.perf_counter() - t0 > args.limit_s:
             left.append(i)
             continue
-        got = run_one(s)
+        first = run_one(s)  # what this process pays once per setting (a shape's first kernels, first blocks)
+        got = run_one(s) if "steps" in first else first
+        if "steps" in first and "steps" in got:
+            got["summary"]["first_run_decode_ms"] = float(first["steps"].query("phase == 'decode'").latency_ms.median())
         key = {"settings": counterpart.settings_key(s)}
         rows.append({"index": i, "key": key, "cuda_graph": s.cuda_graph, **got})
         what = got.get("refused") or f"{got['steps'].latency_ms.median():.3f} ms median step"

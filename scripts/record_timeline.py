@@ -3,10 +3,11 @@ GPU, for visitors without one (explorer.measure.timeline; the kernels' stamps, k
 
     python scripts/record_timeline.py [--out assets/recorded/timeline_h200.json] [--context 1000]
 
-Each step is an eager decode step in bfloat16 at `context` tokens of cache, batch 1, the rung's kernels each
-writing their programs' start, end and SM; beside it the step's time with and without the stamps (CUDA events,
-median of 20) and the checks a timeline must pass (every program of every grid stamped, the span inside the
-step). The file holds every program's interval.
+Each step is a decode step in bfloat16 at `context` tokens of cache, batch 1, replayed from a CUDA graph (as
+the app runs it on a GPU) and launched eagerly from the host, the rung's kernels each writing their programs'
+start, end and SM; beside it the step's time with and without the stamps (CUDA events, median of 20) and the
+checks a timeline must pass (every program of every grid stamped, the span inside the step). The file holds
+every program's interval.
 """
 
 import argparse
@@ -38,11 +39,11 @@ def main():
     steps = []
     for name in (DEFAULT_MODEL, BUNDLED_LLAMA):
         model, _ = load_model(name, device="cuda", dtype=torch.bfloat16)
-        for rung in RUNGS:
-            got = timeline.record(model.with_fusion(rung), context=args.context)
-            frame = got["frame"]
+        for rung, graph in ((r, g) for r in RUNGS for g in (True, False)):
+            got = timeline.record(model.with_fusion(rung), context=args.context, graph=graph)
+            frame, how = got["frame"], "graph" if graph else "eager"
             print(
-                f"{name} {rung}: {frame.launch.nunique()} launches, {len(frame)} programs, idle "
+                f"{name} {rung} {how}: {frame.launch.nunique()} launches, {len(frame)} programs, idle "
                 f"{idle_share(frame, got['sms']):.0%}, step {got['step_ms']:.3f} ms, stamped {got['stamped_ms']:.3f} ms"
                 + (f", problems: {got['problems']}" if got["problems"] else ""),
                 flush=True,
@@ -51,6 +52,7 @@ def main():
                 dict(
                     model=name,
                     fusion=rung,
+                    graph=graph,
                     context=args.context,
                     dtype="bfloat16",
                     sms=got["sms"],

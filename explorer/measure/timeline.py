@@ -81,18 +81,21 @@ def idle_share(frame: pd.DataFrame, sms: int) -> float:
     return 1.0 - busy / (sms * window)
 
 
-def record(model, *, context: int, batch: int = 1, repeats: int = 20) -> dict:
+def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: bool = False) -> dict:
     """One decode step of `model` (a GPU model at its rung) at `context` tokens, stamped: {"frame": intervals,
-    "launches", "problems": check(), "step_ms": median eager step without stamps, "stamped_ms": with them,
-    "sms"}. The step is run plain first (compiling both variants happens before any timing)."""
+    "launches", "problems": check(), "step_ms": the median step without stamps, "stamped_ms": with them, "sms",
+    "graph"}. Eager: each launch from the host; graph: a CUDA-graph replay of the step (kernels.launch.stamping
+    around the capture bakes each launch's slice of the buffer into the graph). Both variants run before any
+    timing, so nothing compiles while timed."""
     import torch
 
     from kernels import launch
 
     from ..model.cache import KVCache
+    from ..model.graphs import DecodeGraph
 
     device = model.device
-    cache = KVCache.for_model(model, batch, context + 1)
+    cache = KVCache.for_model(model, batch, context + 2)
     ids = torch.randint(model.config.vocab_size, (batch, context), device=device)
     model.prefill(ids, cache, [context] * batch)
     token = ids[:, -1]
@@ -103,14 +106,37 @@ def record(model, *, context: int, batch: int = 1, repeats: int = 20) -> dict:
         operation[0] = op.name
         return run()
 
-    def step(stamped: bool):
-        cache.set_lengths([context] * batch)  # the same position every time
+    def eager(stamped: bool):
         if not stamped:
             return model.decode(token, cache, observer=observe), None
         with launch.stamping(buffer) as s:
             s.operations = operation
             out = model.decode(token, cache, observer=observe)
-        return out, s
+        return out, s.launches
+
+    if graph:
+        cache.set_lengths([context] * batch)
+        plain = DecodeGraph(model, cache)
+        cache.set_lengths([context] * batch)
+        with launch.stamping(buffer) as s:
+            stamped = DecodeGraph(model, cache)
+        # the warm-up step's launches, then the capture's, the same step: a replay writes into the capture's
+        half = len(s.launches) // 2
+        warm, captured = s.launches[:half], s.launches[half:]
+        if [w[:2] for w in warm] != [c[:2] for c in captured]:
+            raise RuntimeError("the captured step launched other kernels than its warm-up: its stamps cannot be read")
+
+    def step(stamped: bool):
+        cache.set_lengths([context] * batch)  # the same position every time
+        if not graph:
+            return eager(stamped)[1]
+        (stamped_graph if stamped else plain_graph).graph.replay()
+        return captured if stamped else None
+
+    if graph:
+        plain_graph, stamped_graph = plain, stamped
+    else:
+        step(False), step(True)  # compile both variants
 
     def timed(stamped: bool) -> float:
         times = []
@@ -123,22 +149,22 @@ def record(model, *, context: int, batch: int = 1, repeats: int = 20) -> dict:
             times.append(begin.elapsed_time(end))
         return float(np.median(times))
 
-    step(False), step(True)  # compile both variants
     plain_ms, stamped_ms = timed(False), timed(True)
     buffer.zero_()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
-    _, s = step(True)
+    launches = step(True)
     end.record()
     torch.cuda.synchronize()
-    frame = intervals(s.launches, buffer.cpu().numpy())
+    frame = intervals(launches, buffer.cpu().numpy())
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     window = begin.elapsed_time(end) * 1e6
     return dict(
         frame=frame,
-        launches=s.launches,
-        problems=check(frame, s.launches, window),
+        launches=launches,
+        problems=check(frame, launches, window),
         step_ms=plain_ms,
         stamped_ms=stamped_ms,
         sms=sms,
+        graph=graph,
     )
