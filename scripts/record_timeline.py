@@ -11,7 +11,6 @@ every program's interval.
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ def main():
 
     if not torch.cuda.is_available():
         raise SystemExit("a timeline is recorded on a CUDA GPU: the interpreter has no SMs")
-    from explorer.app import recordings
+    from explorer.app import recordings, timelines
     from explorer.app.lessons import recorded
     from explorer.measure import timeline
     from explorer.measure.timeline import idle_share
@@ -64,7 +63,7 @@ def main():
             )
     meta = recordings.stamp("python scripts/record_timeline.py")
     out = Path(args.out) if args.out else recordings.FOLDER / f"timeline_{recorded.slug(meta['gpu'])}.json"
-    out.write_text(json.dumps(dict(meta=meta, steps=steps)))
+    timelines.save(out, meta, steps)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KB)", flush=True)
 
 

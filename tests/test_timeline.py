@@ -3,6 +3,8 @@ stamping buffer's layout read back from a synthetic buffer, the idle share again
 GPU run must pass, and the chart. The stamps themselves are written on a GPU only (tests/test_compile.py builds the
 stamped variant of every kernel for the H200; the GPU suite runs one)."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -112,3 +114,36 @@ def test_a_stamped_decode_step_stamps_every_program_once(name, fusion, graph, gp
                     i += 1
                 at_once = max(at_once, starts.index(s) + 1 - i)
             assert at_once <= 32, at_once  # the most programs an SM of these GPUs holds
+
+
+def test_the_shipped_recording_draws_each_bundled_model_at_each_rung_and_says_how_it_ran(tmp_path):
+    from explorer.app import timelines
+
+    rec = timelines.latest()
+    assert rec is not None and rec.meta["gpu"]
+    for step in rec.steps:  # every recorded step passed the checks and holds every program it launched
+        assert step["problems"] == [] and len(step["programs"]["sm"]) > 0
+        assert max(step["programs"]["sm"]) < step["sms"]
+    fig, why = timelines.figure(DEFAULT_MODEL, "overlap")
+    assert why is None and fig.data
+    title = " ".join(re.sub("<[^>]+>", " ", fig.layout.title.text).split())
+    step = rec.find(DEFAULT_MODEL, "overlap")
+    how = "replayed from a CUDA graph" if step.get("graph") else "launched eagerly"
+    assert f"at the overlap rung, bfloat16, batch 1, {step['context']} tokens of cache, {how}" in title
+    assert f"the step took {step['step_ms']:.3f} ms" in title
+    assert timelines.figure("gpt2", "overlap") == (None, timelines.figure("gpt2", "overlap")[1])
+    assert "recorded for bundled, bundled-llama" in timelines.figure("gpt2", "overlap")[1]
+    assert timelines.figure(DEFAULT_MODEL, "overlap", folder=tmp_path)[1].startswith("No timeline is recorded")
+
+
+def test_the_page_shows_the_recorded_step_at_its_model_and_rung_and_refuses_what_was_not_recorded():
+    import gradio as gr
+
+    from explorer.app.ui import _timeline
+
+    shown = _timeline(DEFAULT_MODEL, "triton", "decode")
+    assert shown["visible"] is True and "at the decode rung" in shown["value"].layout.title.text
+    with pytest.raises(gr.Error, match="pick the triton backend"):
+        _timeline(DEFAULT_MODEL, "torch", "overlap")
+    with pytest.raises(gr.Error, match="A timeline is recorded for bundled, bundled-llama"):
+        _timeline("gpt2", "triton", "overlap")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import exports, failed, gpu_sweeps, handlers, lessons, views
+from . import exports, failed, gpu_sweeps, handlers, lessons, timelines, views
 from .handlers import Context, api
 from .models import default_dtype
 from .settings import EXAMPLES, FIELDS, RUN, TILE_CHOICES, TILES, defaults, shape_text
@@ -134,6 +134,12 @@ def _generate_tab(ctx: Context) -> dict:
                 c |= _tile_controls(ctx)
                 where = "the H200" if ctx.device == "cpu" else "this GPU"
                 c["occupancy_go"] = gr.Button(f"Programs per SM on {where}", size="sm")
+                recorded = timelines.latest()
+                c["timeline_go"] = gr.Button(
+                    f"One decode step on the {recorded.meta['gpu'] if recorded else 'GPU'}'s SMs (recorded)",
+                    size="sm",
+                    visible=recorded is not None,
+                )
             with gr.Row():
                 c["go"] = gr.Button("Generate", variant="primary")
                 c["stop"] = gr.Button("Stop")
@@ -144,6 +150,7 @@ def _generate_tab(ctx: Context) -> dict:
             c["summary"] = gr.Markdown(elem_id="summary")
             c["occupancy"] = gr.Markdown(elem_id="occupancy")  # the tiles' programs per SM, when asked
             c["tile_reads"] = gr.Plot(show_label=False, visible=False, elem_id="tile-reads")  # and their reads
+            c["timeline"] = gr.Plot(show_label=False, visible=False, elem_id="sm-timeline")  # a recorded step
             if gpu:
                 with gr.Row():
                     c["latency"], c["traffic"] = (
@@ -297,6 +304,7 @@ def _wire(ctx, demo, state, tabs, g, le, sw, co, ex, hierarchy, roofline) -> Non
     sw["stop"].click(None, None, None, cancels=[sweeping], api_visibility="private")
     sw["kernel"].change(_sweep_axes(ctx), sw["kernel"], [sw["shape"], sw["x"], sw["y"]], api_visibility="private")
     sw["use"].click(_use_best, state, tiles, api_visibility="private")
+    g["timeline_go"].click(_timeline, [g["model"], g["backend"], g["fusion"]], g["timeline"], api_visibility="private")
 
     comparing = _job(
         co["go"].click,
@@ -391,6 +399,16 @@ def _sweep_axes(ctx):
         return shape_text(kernel, ctx.device), pick(names[0]), pick(names[1])
 
     return axes
+
+
+def _timeline(model, backend, fusion):
+    """The recorded timeline of a decode step on the SMs at the page's model and rung."""
+    if backend != "triton":
+        raise gr.Error("The timeline is of our Triton kernels: pick the triton backend.", print_exception=False)
+    fig, why = timelines.figure(model, fusion)
+    if fig is None:
+        raise gr.Error(why, print_exception=False)
+    return gr.update(value=fig, visible=True)
 
 
 def _use_best(state):
