@@ -6,6 +6,7 @@ stamped variant of every kernel for the H200; the GPU suite runs one)."""
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -147,3 +148,37 @@ def test_the_page_shows_the_recorded_step_at_its_model_and_rung_and_refuses_what
         _timeline(DEFAULT_MODEL, "torch", "overlap")
     with pytest.raises(gr.Error, match="A timeline is recorded for bundled, bundled-llama"):
         _timeline("gpt2", "triton", "overlap")
+
+
+def _most_at_once(programs) -> int:
+    """The most programs one SM ran at the same time."""
+    most = 0
+    for _, on in programs.groupby("sm"):
+        events = sorted([(s, 1) for s in on.start_ns] + [(e, -1) for e in on.end_ns])  # an end before a start
+        running = 0
+        for _, change in events:
+            running += change
+            most = max(most, running)
+    return most
+
+
+@pytest.mark.parametrize(
+    "model,fusion", [(DEFAULT_MODEL, "overlap"), (BUNDLED_LLAMA, "decode"), (DEFAULT_MODEL, "persistent")]
+)
+def test_the_recorded_timeline_matches_the_grids_and_residency_compiled_here(model, fusion):
+    """The GPU's recording against what this CPU computes for the H200 (explorer.measure.occupancy, compiled for
+    sm_90): the same launches with the same programs, and on each launch's busiest SM as many programs at once as
+    the scheduler spreading the grid over the SMs allows, at most the compiled kernel's residency."""
+    from explorer.app import timelines
+    from explorer.measure import occupancy
+
+    step = timelines.latest().find(model, fusion)
+    frame = pd.DataFrame(step["programs"])
+    settings = dict(model=model, dtype=step["dtype"], fusion=fusion, batch=1, prompt_tokens=step["context"])
+    rows = [r for r in occupancy.run(90, settings)["rows"] if r["phase"] == "decode"]
+    assert len(rows) == frame.launch.nunique()
+    for i, row in enumerate(rows):
+        programs = frame[frame.launch == i]
+        assert len(programs) == row["programs"] and programs.kernel.iloc[0] == row["kernel"], (i, row)
+        spread = -(-row["programs"] // step["sms"])
+        assert _most_at_once(programs) == min(row["resident"], spread), (i, row)
