@@ -47,7 +47,9 @@ def main():
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("the GPU's sweeps are recorded on a CUDA GPU")
+        from kernels.timing import require_cuda
+
+        require_cuda("record_sweeps")
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="sweeps-"))
     if args.warm:
         sweep(args.warm, args.dtype)

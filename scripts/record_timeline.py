@@ -28,7 +28,9 @@ def main():
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("a timeline is recorded on a CUDA GPU: the interpreter has no SMs")
+        from kernels.timing import require_cuda
+
+        require_cuda("record_timeline")
     from explorer.app import recordings, timelines
     from explorer.app.lessons import recorded
     from explorer.measure import timeline

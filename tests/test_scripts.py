@@ -91,7 +91,8 @@ AS_FILES = [
     "benchmarks/estimates.py --help",
     "explorer/bench.py --help",
     "scripts/record_lessons.py --help",
-    "scripts/record_timeline.py --help",
+    "scripts/record_timeline.py",
+    "scripts/record_sweeps.py",
     "scripts/train_tiny.py --help",
 ]
 
