@@ -72,7 +72,11 @@ def _decode_linear_kernel(
     x,
     w,
     norm,
-    out,
+    y,
+    Bias,
+    res,
+    kv,
+    rope,
     partial,
     M,
     N,
@@ -90,13 +94,14 @@ def _decode_linear_kernel(
     PDL: tl.constexpr,
     Stamps,
 ):
-    """The K-loop form, its groups (x, w, norm, out, partial) as kernels.matmul.decode_items names them."""
+    """The K-loop form, its groups (x, w, norm, y, res, kv, rope, partial) as kernels.matmul.decode_items names
+    them, each None where the launch has none."""
     stamps.begin(Stamps)
     pdl.launch_dependents(PDL)
     pdl.wait(PDL)  # the loop reads x with every weight tile: nothing to load before the wait
     X, stride_xm, stride_xk = x
     W, stride_wn, stride_wk = w
-    _, _, _, _, rope = out
+    out = (y, Bias, res, kv, rope)  # built here: no tuple the host hands a kernel holds a None
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M).to(tl.int64)  # all M <= BLOCK_M rows in one tile
@@ -141,7 +146,11 @@ def _decode_prefetch_kernel(
     x,
     w,
     norm,
-    out,
+    y,
+    Bias,
+    res,
+    kv,
+    rope,
     partial,
     M,
     N,
@@ -163,7 +172,7 @@ def _decode_prefetch_kernel(
     reads anything an earlier kernel writes, so under PDL the weights are in flight while that kernel ends."""
     stamps.begin(Stamps)
     pdl.launch_dependents(PDL)
-    _, _, _, _, rope = out
+    out = (y, Bias, res, kv, rope)  # built here: no tuple the host hands a kernel holds a None
     pid_n, split = tl.program_id(0), tl.program_id(1)
     w_slice = load_slice(pid_n, split, w, N, K, K_PER_SPLIT, rope, BLOCK_N, HEAD_K, TAIL_K, SWIGLU=SWIGLU)
     pdl.wait(PDL)  # from here on x, the residual, the caches and the partials: what earlier kernels write
@@ -304,12 +313,16 @@ def decode_linear(
         kv_ = (k_cache, v_cache, lengths, head_dim, k_start, kv_cols, k_cache.stride(), v_cache.stride())
         if rope is not None:  # q's heads and k's are turned: every column before V's
             rope_ = (math.log2(rope), k_start + kv_cols, head_dim)
-    out = ((y, y.stride(0)), bias.contiguous() if bias is not None else None, res, kv_, rope_)
+    bias_ = bias.contiguous() if bias is not None else None
     groups = (
         (x2, x2.stride(0), x2.stride(1)),
         (weight, weight.stride(0), weight.stride(1)),
         norm_,
-        out,
+        (y, y.stride(0)),
+        bias_,
+        res,
+        kv_,
+        rope_,
         partial,
         rows,
         out_features,
