@@ -190,7 +190,7 @@ class _Fast:
     def launch(self, grid, args, kwargs):
         global _stream
         if self.stamped:
-            kwargs[STAMPS] = None if _stamping is None else _stamping.slot(self.fn, grid)
+            kwargs[STAMPS] = _stamps(self.fn, grid)
         if _recorded is not None:
             return _recorded.append((self.fn, args, kwargs, grid))
         lead = args[0] if isinstance(args[0], Tensor) else _first_tensor(args)
@@ -295,6 +295,11 @@ class Stamping:
 _stamping: Stamping | None = None
 
 
+def _stamps(fn, grid) -> Tensor | None:
+    """What a launch of a kernel that can be stamped hands it: its slice of the buffer while stamping, else None."""
+    return None if _stamping is None else _stamping.slot(fn, grid)
+
+
 @contextlib.contextmanager
 def stamping(buffer: Tensor):
     """Launches made inside hand their kernels (those with a Stamps parameter) consecutive slices of `buffer`, an
@@ -334,7 +339,7 @@ class _Plain:
     def __getitem__(self, grid):
         def run(*args, **kwargs):
             if self.stamped:
-                kwargs[STAMPS] = None if _stamping is None else _stamping.slot(self.fn, grid)
+                kwargs[STAMPS] = _stamps(self.fn, grid)
             if _recorded is not None:
                 return _recorded.append((self.fn, args, kwargs, grid))
             return self.fn[grid](*args, **kwargs)

@@ -106,15 +106,7 @@ def test_a_stamped_decode_step_stamps_every_program_once(name, fusion, graph, gp
     frame = got["frame"]
     assert set(frame.sm) <= set(range(got["sms"]))
     for _, launch_rows in frame.groupby("launch"):
-        for _, on_sm in launch_rows.groupby("sm"):
-            starts = sorted(on_sm.start_ns)
-            ends = sorted(on_sm.end_ns)
-            at_once, i = 0, 0
-            for s in starts:  # programs running when each one starts
-                while i < len(ends) and ends[i] <= s:
-                    i += 1
-                at_once = max(at_once, starts.index(s) + 1 - i)
-            assert at_once <= 32, at_once  # the most programs an SM of these GPUs holds
+        assert _most_at_once(launch_rows) <= 32  # the most programs an SM of these GPUs holds
 
 
 def test_the_shipped_recording_draws_each_bundled_model_at_each_rung_and_says_how_it_ran(tmp_path):

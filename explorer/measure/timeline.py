@@ -30,10 +30,9 @@ def intervals(launches: list[tuple], values: np.ndarray) -> pd.DataFrame:
         for p, (start, end, sm) in enumerate(block):
             rows.append((i, operation, kernel.strip("_").removesuffix("_kernel"), p, int(sm), int(start), int(end)))
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    frame["stamped"] = True
-    if len(frame):
-        origin = frame.start_ns[frame.start_ns > 0].min()
-        frame["stamped"] = (frame.start_ns > 0) & (frame.end_ns >= frame.start_ns)
+    frame["stamped"] = (frame.start_ns > 0) & (frame.end_ns >= frame.start_ns)
+    if frame.stamped.any():
+        origin = frame.start_ns[frame.stamped].min()
         frame["start_ns"] -= origin
         frame["end_ns"] -= origin
     return frame
@@ -116,10 +115,10 @@ def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: boo
 
     if graph:
         cache.set_lengths([context] * batch)
-        plain = DecodeGraph(model, cache)
+        plain_graph = DecodeGraph(model, cache)
         cache.set_lengths([context] * batch)
         with launch.stamping(buffer) as s:
-            stamped = DecodeGraph(model, cache)
+            stamped_graph = DecodeGraph(model, cache)
         # the warm-up step's launches, then the capture's, the same step: a replay writes into the capture's
         half = len(s.launches) // 2
         warm, captured = s.launches[:half], s.launches[half:]
@@ -133,10 +132,9 @@ def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: boo
         (stamped_graph if stamped else plain_graph).graph.replay()
         return captured if stamped else None
 
-    if graph:
-        plain_graph, stamped_graph = plain, stamped
-    else:
-        step(False), step(True)  # compile both variants
+    if not graph:  # compile both variants before any timing (a graph's capture did)
+        step(False)
+        step(True)
 
     def timed(stamped: bool) -> float:
         times = []

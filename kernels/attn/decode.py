@@ -203,6 +203,18 @@ def partial_buffers(Part, SPLITS, BH, BLOCK_D: tl.constexpr):
 
 
 @triton.jit
+def store_partial(Part, SPLITS, BH, bh, split, acc, m_i, l_i, BLOCK_D: tl.constexpr):
+    """Split `split` of pair bh's partial (output, max score, sum of exponentials) into the buffer of BH pairs'
+    partials; returns partial_buffers(), for the merge that reads them."""
+    part = bh * SPLITS + split
+    PartO, PartM, PartL = partial_buffers(Part, SPLITS, BH, BLOCK_D)
+    tl.store(PartO + part * BLOCK_D + tl.arange(0, BLOCK_D), acc)
+    tl.store(PartM + part, m_i)
+    tl.store(PartL + part, l_i)
+    return PartO, PartM, PartL
+
+
+@triton.jit
 def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """A (sequence, head)'s normalised output from the partials of all its splits, read in one tile:
     each partial weighed by exp2(its max - the largest max), over the weighed sums. Both launch modes
@@ -294,12 +306,7 @@ def _decode_partial_kernel(
         PREFETCH=PREFETCH,
         DOT=DOT,
     )
-    part = bh * SPLITS + split
-    dims = tl.arange(0, BLOCK_D)
-    PartO, PartM, PartL = partial_buffers(Part, SPLITS, tl.num_programs(0), BLOCK_D)
-    tl.store(PartO + part * BLOCK_D + dims, acc)
-    tl.store(PartM + part, m_i)
-    tl.store(PartL + part, l_i)
+    store_partial(Part, SPLITS, tl.num_programs(0), bh, split, acc, m_i, l_i, BLOCK_D)
     stamps.end(Stamps)
 
 
@@ -417,14 +424,9 @@ def attend_item(
         PREFETCH=PREFETCH,
         DOT=DOT,
     )
-    dims = tl.arange(0, BLOCK_D)
     if partial is not None:
         Part, Counters, SPLITS = partial
-        part = bh * SPLITS + split
-        PartO, PartM, PartL = partial_buffers(Part, SPLITS, BH, BLOCK_D)
-        tl.store(PartO + part * BLOCK_D + dims, acc)
-        tl.store(PartM + part, m_i)
-        tl.store(PartL + part, l_i)
+        PartO, PartM, PartL = store_partial(Part, SPLITS, BH, bh, split, acc, m_i, l_i, BLOCK_D)
         # Every thread's partial stores are issued before the barrier, and the barrier comes before the
         # release half of the atomic: a program that sees this arrival sees this program's partial.
         tl.debug_barrier()
