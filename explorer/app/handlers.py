@@ -30,20 +30,8 @@ SWEEP_OUT = ["heat", "table", "best", "heat_gpu"]
 COMPARE_OUT = ["plot", "fusion", "table", "status"]
 LADDER_OUT = ["plot", "table", "status"]
 OCCUPANCY_OUT = ["occupancy", "tile_reads"]
-PLOTS = {
-    "latency",
-    "traffic",
-    "kv",
-    "share",
-    "bandwidth",
-    "roofline",
-    "heat",
-    "heat_gpu",
-    "plot",
-    "fusion",
-    "tile_reads",
-}
-SHOWN_WHEN_SENT = {"tile_reads"}  # plots hidden until their job sends one
+PLOTS = {"latency", "traffic", "kv", "share", "bandwidth", "roofline", "heat", "heat_gpu", "plot", "fusion"}
+SHOWN_WHEN_SENT = {"tile_reads"}  # plots hidden until their job sends one, then shown
 EXPORTS = {
     "last run: steps": "steps",
     "last run: kernels": "kernels",
