@@ -2,7 +2,7 @@
 
     python -m experiments.attention_parts [--keys 8192] [--sweep]
 
-GPU only. A stripped-down copy of kernels.attn.decode's one-launch kernel (one sequence, contiguous
+GPU only. A stripped-down copy of kernels.ops.decode_attention.kernel's one-launch kernel (one sequence, contiguous
 caches, no PDL) is timed the one way (kernels.timing: CUDA-graph replays, inputs rotated past L2) in parts,
 next to SDPA and our kernel, all in one run:
 - whole: partials, an acquire-release atomic per program, and the merge by the last arrival (as ours);

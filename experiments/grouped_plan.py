@@ -3,7 +3,7 @@
     python -m experiments.grouped_plan [1x1024 1x4096 1x8192 8x1024 8x4096 8x8192]   (batch x keys)
 
 SmolLM2's 9 query heads over 3 key/value heads, bf16, cold L2. For each shape: SDPA with enable_gqa, the plan's
-default (kernels.attn.grouped.plan) and a plain read of the same bytes (read_floor.read), then key tiles
+default (kernels.ops.grouped_decode_attention.plan) and a plain read of the same bytes (read_floor.read), then key tiles
 of 32, 64 and 128 in 1, 2 and 4 warps at the default split count and twice it, each checked against SDPA first;
 the fastest ten are printed. Whether the default is the fastest, or within the run's noise of it, is what keeps
 or changes the plan's rule.
@@ -18,7 +18,7 @@ import triton
 
 from experiments.read_floor import read
 from kernels import grouped_decode_attention
-from kernels.attn import grouped
+from kernels.ops.grouped_decode_attention import kernel as grouped
 from kernels.timing import device_time, rotated_inputs
 
 HEADS, KV_HEADS, D = 9, 3, 64

@@ -14,7 +14,7 @@ import statistics
 
 import torch
 
-import kernels.layer.kernel as DL
+import kernels.ops.decode_layer.kernel as DL
 
 POINTS = [
     "start",

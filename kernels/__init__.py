@@ -3,20 +3,20 @@ prologue, KV-cache-write epilogue), flash attention, decode attention and the de
 and, as elementwise.add, elementwise.bias_add and elementwise.gelu, the separate launches an unfused
 decoder makes."""
 
-from . import elementwise
-from .attn.decode import decode_attention
-from .attn.grouped import grouped_decode_attention
-from .attn.grouped_prefill import grouped_attention
-from .attn.kernel import attention
 from .config import TileConfig, Traffic, device_limits, supported_dtypes
-from .kv_cache.kernel import kv_write
-from .layer.kernel import decode_layer
-from .matmul.decode import decode_linear
-from .matmul.kernel import linear
-from .matmul.swiglu import swiglu
-from .norm.kernel import layer_norm
-from .norm.rms import rms_norm
-from .rope.kernel import rotary
+from .ops import elementwise
+from .ops.attention.kernel import attention
+from .ops.decode_attention.kernel import decode_attention
+from .ops.decode_layer.kernel import decode_layer
+from .ops.decode_linear.kernel import decode_linear
+from .ops.grouped_attention.kernel import grouped_attention
+from .ops.grouped_decode_attention.kernel import grouped_decode_attention
+from .ops.kv_write.kernel import kv_write
+from .ops.layer_norm.kernel import layer_norm
+from .ops.linear.kernel import linear
+from .ops.rms_norm.kernel import rms_norm
+from .ops.rotary.kernel import rotary
+from .ops.swiglu.kernel import swiglu
 
 __all__ = [
     "TileConfig",

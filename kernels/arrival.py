@@ -31,7 +31,7 @@ _stages: dict[torch.device, torch.Tensor] = {}
 
 def stage_counters(device: torch.device, stages: int) -> torch.Tensor:
     """The device's zeroed stage counters (kernels.barrier), apart from the arrival counters: a launch that
-    waits at stage counters may also use arrival counters (decode attention's, inside kernels.layer.kernel)."""
+    waits at stage counters may also use arrival counters (decode attention's, inside kernels.ops.decode_layer)."""
     return _zeroed(_stages, device, stages, STAGE_SLOTS, "stage")
 
 

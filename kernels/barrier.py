@@ -1,6 +1,6 @@
 """Stages of one launch that wait for each other: a counter per stage, in device memory.
 
-A kernel that runs dependent stages (kernels.layer.kernel: a whole transformer layer in one launch) cannot
+A kernel that runs dependent stages (kernels.ops.decode_layer.kernel: a whole transformer layer in one launch) cannot
 lean on kernel boundaries to order them. After its share of a stage each program arrives: every thread's
 stores are issued (a barrier of the program's threads), then one atomic increment of the stage's counter
 releases them at GPU scope. Before a program reads what a stage wrote it waits until that counter holds

@@ -43,8 +43,8 @@ def launches(dtype):
 
 def tensors(dtype: str):
     """The CPU tensors every operation's compile cases launch with (kernels.operations.Make), in `dtype`."""
-    from .matmul import kernel as L
     from .operations import Make
+    from .ops.linear import kernel as L
 
     tdt = getattr(torch, dtype)
     t = lambda *shape: torch.randn(*shape, dtype=tdt)
@@ -60,13 +60,13 @@ def tensors(dtype: str):
 
 def _estimate(fn, kwargs: dict, itemsize: int, limits) -> int:
     """What config.py estimates the kernel's shared memory at when it validates the tiles (0: no estimate)."""
-    from .attn import decode as AD
-    from .attn import kernel as A
-    from .attn.decode_tiles import decode_shared_memory
     from .config import TileConfig
-    from .matmul import decode as FL
-    from .matmul import kernel as L
-    from .matmul import swiglu as SW
+    from .ops.attention import kernel as A
+    from .ops.decode_attention import kernel as AD
+    from .ops.decode_attention.tiles import decode_shared_memory
+    from .ops.decode_linear import kernel as FL
+    from .ops.linear import kernel as L
+    from .ops.swiglu import kernel as SW
 
     tiles = {k.lower(): kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in kwargs}
     cfg = TileConfig(**tiles, num_stages=kwargs.get("num_stages"))

@@ -78,7 +78,7 @@ BOUNDS = {
     },
     "attention": {"block_m": (16, 256), "block_n": (16, 256), "num_warps": (1, 16), "num_stages": (1, 8)},
     "decode_attention": {"block_n": (16, 1024), "split_k": (1, 256), "num_warps": (1, 16), "num_stages": (1, 8)},
-    # kernels.elementwise.kernel: block_n elements of the flat view per program.
+    # kernels.ops.elementwise.kernel: block_n elements of the flat view per program.
     **{name: {"block_n": (16, 65536), "num_warps": (1, 32)} for name in ("add", "bias_add", "gelu")},
 }
 
@@ -134,7 +134,7 @@ H200 = replace(GPUS[90], name="NVIDIA H200")
 
 
 def tma_matmul(capability: tuple[int, int]) -> bool:
-    """Whether prefill's linear takes its persistent form (kernels.matmul.kernel._linear_persistent_kernel): where
+    """Whether prefill's linear takes its persistent form (kernels.ops.linear.kernel._linear_persistent_kernel): where
     the GPU has a TMA unit and a tensor-core MMA that Triton pipelines with it, Hopper's wgmma (sm_90) and
     datacenter Blackwell's tcgen05 (sm_100, sm_103). Consumer Blackwell (sm_120: the RTX Pro 6000) has the TMA unit
     but neither MMA: Triton builds the form there with mma.sync, and its tiles, chosen for 227 KB of shared memory,

@@ -140,8 +140,8 @@ def model(case: Case, dtype, device):
 
 
 def form(case: Case):
-    """The linear's form a case asks for, as a context manager (kernels.matmul.forced_form)."""
-    from .matmul.kernel import forced_form
+    """The linear's form a case asks for, as a context manager (kernels.ops.linear.kernel.forced_form)."""
+    from .ops.linear.kernel import forced_form
 
     return forced_form({"tile": False, "tma": True}.get(case.form))
 

@@ -16,33 +16,34 @@ from dataclasses import dataclass, field
 import torch
 
 from . import elementwise, reference, sizes
-from .attn import grouped, grouped_prefill
-from .attn.decode import decode_attention, decode_traffic
-from .attn.decode_tiles import resolve_decode_config
-from .attn.grouped import grouped_decode_attention
-from .attn.kernel import attention, traffic_floor
-from .attn.kernel import resolve_config as attention_tiles
-from .attn.kernel import traffic as attention_traffic
 from .config import TileConfig, Traffic, cdiv
-from .kv_cache.kernel import kv_write
-from .kv_cache.kernel import traffic as kv_write_traffic
-from .layer.kernel import decode_layer
-from .layer.kernel import traffic as decode_layer_traffic
-from .matmul import swiglu as swiglu_module
-from .matmul.decode import decode_linear as decode_linear_launch
-from .matmul.decode import traffic as decode_linear_traffic
-from .matmul.decode_tiles import resolve_config as decode_linear_tiles
-from .matmul.kernel import DECODE_ROWS, linear
-from .matmul.kernel import resolve_config as linear_config
-from .matmul.kernel import traffic as linear_traffic
-from .matmul.kernel import traffic_unfused as linear_unfused
-from .norm import kernel as norm_kernel
-from .norm import rms
-from .norm.kernel import layer_norm
-from .norm.kernel import traffic as layer_norm_traffic
-from .norm.kernel import traffic_unfused as layer_norm_unfused
-from .rope.kernel import rotary
-from .rope.kernel import traffic as rotary_traffic
+from .ops.attention.kernel import attention, traffic_floor
+from .ops.attention.kernel import resolve_config as attention_tiles
+from .ops.attention.kernel import traffic as attention_traffic
+from .ops.decode_attention.kernel import decode_attention, decode_traffic
+from .ops.decode_attention.tiles import resolve_decode_config
+from .ops.decode_layer.kernel import decode_layer
+from .ops.decode_layer.kernel import traffic as decode_layer_traffic
+from .ops.decode_linear.kernel import decode_linear as decode_linear_launch
+from .ops.decode_linear.kernel import traffic as decode_linear_traffic
+from .ops.decode_linear.tiles import resolve_config as decode_linear_tiles
+from .ops.grouped_attention import kernel as grouped_prefill
+from .ops.grouped_decode_attention import kernel as grouped
+from .ops.grouped_decode_attention.kernel import grouped_decode_attention
+from .ops.kv_write.kernel import kv_write
+from .ops.kv_write.kernel import traffic as kv_write_traffic
+from .ops.layer_norm import kernel as norm_kernel
+from .ops.layer_norm.kernel import layer_norm
+from .ops.layer_norm.kernel import traffic as layer_norm_traffic
+from .ops.layer_norm.kernel import traffic_unfused as layer_norm_unfused
+from .ops.linear.kernel import DECODE_ROWS, linear
+from .ops.linear.kernel import resolve_config as linear_config
+from .ops.linear.kernel import traffic as linear_traffic
+from .ops.linear.kernel import traffic_unfused as linear_unfused
+from .ops.rms_norm import kernel as rms
+from .ops.rotary.kernel import rotary
+from .ops.rotary.kernel import traffic as rotary_traffic
+from .ops.swiglu import kernel as swiglu_module
 
 # book(sizes, itemsize, *, triton, config, dtype, device, lengths) -> Traffic: one call's bytes and FLOPs
 Book = Callable[..., Traffic]
@@ -138,7 +139,7 @@ def _counted_norm(kernel: str, module, launch, with_bias: bool) -> Counted:
 
 
 def _counted_linear_model(g, item, dtype, device):
-    from .matmul import kernel as mod
+    from .ops.linear import kernel as mod
 
     t = mod.traffic(g["rows"], g["out"], g["inp"], item, activation="gelu", dtype=dtype, device=device)
     persistent = mod.persistent_form(g["rows"], dtype, device)
@@ -156,7 +157,7 @@ def _counted_swiglu_model(g, item, dtype, device):
 
 
 def _counted_decode_linear_model(g, item, dtype, device):
-    from .matmul import decode as mod
+    from .ops.decode_linear import kernel as mod
 
     fused = dict(kv=g["kv"], head_dim=64, rope=True) if "kv" in g else dict(activation="swiglu")
     fused |= dict(bias=False, norm=True, rms=True, dtype=dtype, device=device)
@@ -165,7 +166,7 @@ def _counted_decode_linear_model(g, item, dtype, device):
 
 
 def _counted_decode_linear_call(g, rand, device):
-    from .matmul.decode import decode_linear
+    from .ops.decode_linear.kernel import decode_linear
 
     x, w, norm = rand(g["rows"], g["inp"]), rand(g["out"], g["inp"]), (rand(g["inp"]), None, 1e-5)
     if "kv" not in g:
@@ -181,7 +182,7 @@ def _counted_swiglu_call(g, rand, device):
 
 
 def _counted_attention_model(g, item, dtype, device):
-    from .attn import kernel as mod
+    from .ops.attention import kernel as mod
 
     t = mod.traffic(g["batch"], g["heads"], g["t"], g["t"], g["d"], item, dtype=dtype, device=device)
     return t, mod.resolve_config(None, g["t"], g["d"], dtype, device)
@@ -193,7 +194,7 @@ def _counted_attention_call(g, rand, device):
 
 
 def _counted_decode_attention_model(g, item, dtype, device):
-    from .attn.decode_tiles import resolve_decode_config
+    from .ops.decode_attention.tiles import resolve_decode_config
 
     t = decode_traffic([g["n"]] * g["batch"], g["heads"], g["n"], g["d"], item, dtype=dtype, device=device)
     return t, resolve_decode_config(None, g["batch"] * g["heads"], g["n"], g["d"], dtype, device)
@@ -247,7 +248,7 @@ C, H, D = 768, 12, 64  # GPT-2 small
 
 def _compiles_linear(m: Make) -> dict:
     from .config import TileConfig
-    from .matmul.kernel import forced_form
+    from .ops.linear.kernel import forced_form
 
     def tiles_form(*args, **kwargs):
         with forced_form(False):
@@ -268,7 +269,7 @@ def _compiles_linear(m: Make) -> dict:
 
 def _compiles_decode_linear(m: Make) -> dict:
     from .config import TileConfig
-    from .matmul.decode import decode_linear
+    from .ops.decode_linear.kernel import decode_linear
 
     t, kv = m.t, lambda heads: (*m.cache(1, heads, 1024), m.lengths(1, 1000))
     return {
@@ -333,7 +334,7 @@ def _compiles_grouped_decode(m: Make) -> dict:
 
 
 def _compiles_decode_layer(m: Make) -> dict:
-    from .layer.kernel import decode_layer
+    from .ops.decode_layer.kernel import decode_layer
 
     t, ln = m.t, m.ln[:2]
     return {

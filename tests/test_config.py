@@ -107,10 +107,10 @@ def test_autotune_picks_a_working_config(device):
 def test_default_tiles_are_valid_on_every_space_gpu(gpu, dtype):
     """The defaults a GPU picks pass the same validation a user's choice does, for GPT-2 shapes from
     one decode row to long prompts (resolved with that GPU's limits, no GPU needed)."""
-    from kernels.attn.decode import resolve_decode_config
-    from kernels.attn.kernel import resolve_config
-    from kernels.matmul.kernel import resolve_config as lin_resolve
-    from kernels.norm.kernel import resolve_config as ln_resolve
+    from kernels.ops.attention.kernel import resolve_config
+    from kernels.ops.decode_attention.kernel import resolve_decode_config
+    from kernels.ops.layer_norm.kernel import resolve_config as ln_resolve
+    from kernels.ops.linear.kernel import resolve_config as lin_resolve
 
     limits = GPUS[gpu]
     for rows in (1, 5, 16, 17, 1000, 8192):

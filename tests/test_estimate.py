@@ -4,7 +4,7 @@ this device once there is one, and the measure by which a job is admitted or ref
 import pytest
 import torch
 
-import kernels.attn.decode_tiles
+import kernels.ops.decode_attention.tiles
 from explorer.app import estimate, settings
 from tests.serve import fresh_estimates
 
@@ -138,7 +138,7 @@ def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
     assert estimate.compile_s("cuda", estimate.generation_keys(shorter)) == 0  # the same run again
     # The key is the kernel's plan, computed by the kernels' own tile rules for the H200: a cache of 11 and one
     # of 15 positions plan alike; one of 203 splits into several 32-key tiles.
-    plan = lambda n: kernels.attn.decode_tiles.launch_plan(None, 4, n, 64, torch.bfloat16, estimate.PLANNED_ON)
+    plan = lambda n: kernels.ops.decode_attention.tiles.launch_plan(None, 4, n, 64, torch.bfloat16, estimate.PLANNED_ON)
     assert plan(11)[:2] == plan(15)[:2] and plan(11)[2] == 1 and plan(203)[2] > 1
     # Compare: each of its lengths' plans once for the cached run, each bucket once for the cache-off runs, and
     # the prefill of each bucket of its prompts' rows.

@@ -10,8 +10,8 @@ import torch
 
 from kernels import config
 from kernels.config import GPUS, H200, DeviceLimits, standing_in
-from kernels.layer.kernel import programs
-from kernels.matmul.kernel import persistent_form, resolve_config, tile_rule
+from kernels.ops.decode_layer.kernel import programs
+from kernels.ops.linear.kernel import persistent_form, resolve_config, tile_rule
 
 # Per architecture: the persistent TMA linear, programmatic dependent launch, the shared memory Triton reserves
 # for a tl.dot's barriers, the default pipeline stages. Written out, not derived, so a change to a choice

@@ -112,7 +112,7 @@ def test_a_generation_past_its_budget_stops_and_says_so():
 
 
 def test_tiles_that_cannot_run_are_refused_before_any_launch():
-    from kernels.matmul.kernel import forms_taken
+    from kernels.ops.linear.kernel import forms_taken
 
     # Too large for any GPU's shared memory, the H200's 227 KB included.
     tiles = settings.Tiles(linear_decode=TileConfig(block_n=256, block_k=256, num_stages=8))

@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 
-import kernels.matmul.decode as fused
+import kernels.ops.decode_linear.kernel as fused
 from kernels import decode_linear, launch, reference
 from tests.tolerances import assert_close
 

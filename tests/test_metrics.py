@@ -12,13 +12,13 @@ from explorer.measure import metrics
 from explorer.measure.profile import Profiler, sample_positions
 from explorer.measure.traffic import op_traffic, step_traffic
 from kernels import TileConfig
-from kernels.attn.decode import decode_traffic
-from kernels.attn.kernel import traffic, traffic_naive
 from kernels.config import SECTOR, Traffic
-from kernels.matmul.kernel import traffic as lin_traffic
-from kernels.matmul.kernel import traffic_unfused as lin_unfused
-from kernels.norm.kernel import traffic as ln_traffic
-from kernels.norm.kernel import traffic_unfused as ln_unfused
+from kernels.ops.attention.kernel import traffic, traffic_naive
+from kernels.ops.decode_attention.kernel import decode_traffic
+from kernels.ops.layer_norm.kernel import traffic as ln_traffic
+from kernels.ops.layer_norm.kernel import traffic_unfused as ln_unfused
+from kernels.ops.linear.kernel import traffic as lin_traffic
+from kernels.ops.linear.kernel import traffic_unfused as lin_unfused
 from tests.steps import DECODE, FFN, PREFILL, profile, step
 
 

@@ -245,7 +245,7 @@ CHART_CATEGORIES = {
 
 def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
     from explorer.measure.traffic import op_traffic, step_traffic
-    from kernels.matmul import decode as fused_linear
+    from kernels.ops.decode_linear import kernel as fused_linear
 
     folder, _ = checkpoint
     model, _ = load_model(folder, device=device)

@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 
-import kernels.attn.kernel as attention_mod
-import kernels.matmul.kernel as linear_mod
+import kernels.ops.attention.kernel as attention_mod
+import kernels.ops.linear.kernel as linear_mod
 from explorer.app.tile_figure import tile_reads_figure
 from explorer.measure import occupancy, tile_reads
 from explorer.measure.tile_reads import MASKED, WHOLE

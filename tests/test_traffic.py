@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-import kernels.attn.decode as decode_mod
-import kernels.attn.kernel as attention_mod
-import kernels.elementwise.kernel as elementwise
-import kernels.kv_cache.kernel as kv_write_mod
-import kernels.matmul.kernel as linear_mod
-import kernels.norm.kernel as layer_norm_mod
+import kernels.ops.attention.kernel as attention_mod
+import kernels.ops.decode_attention.kernel as decode_mod
+import kernels.ops.elementwise.kernel as elementwise
+import kernels.ops.kv_write.kernel as kv_write_mod
+import kernels.ops.layer_norm.kernel as layer_norm_mod
+import kernels.ops.linear.kernel as linear_mod
 from kernels.config import DeviceLimits, Traffic, device_limits
 from tests.ops.limits import H200
 

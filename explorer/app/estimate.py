@@ -376,7 +376,8 @@ def decode_key(s, positions: int) -> tuple:
     whatever the model or the length. The fusion level picks the kernels."""
     import torch
 
-    from kernels.attn import decode_tiles, grouped
+    from kernels.ops.decode_attention import tiles as decode_tiles
+    from kernels.ops.grouped_decode_attention import kernel as grouped
 
     from .models import DTYPES
 

@@ -52,11 +52,11 @@ def launch(kind: str, programs: int, steps: int = 0, norm: bool = False, weights
 
 @functools.lru_cache(maxsize=4096)
 def decode_linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype, fused: bool, norm: bool = False) -> float:
-    """A decode-shaped projection: the decode rung's kernel (kernels.matmul.decode_tiles), its LayerNorm in
-    each program where `norm`, or below that rung the tile kernel's split-K path (kernels.matmul.kernel)."""
+    """A decode-shaped projection: the decode rung's kernel (kernels.ops.decode_linear.tiles), its LayerNorm in
+    each program where `norm`, or below that rung the tile kernel's split-K path (kernels.ops.linear.kernel)."""
     if not fused:
         return linear_ms(tiles, rows, out_f, in_f, dtype)
-    from kernels.matmul import decode_tiles
+    from kernels.ops.decode_linear import tiles as decode_tiles
 
     cfg = decode_tiles.resolve_config(tiles, rows, out_f, in_f, dtype, CPU)
     k_per_split, splits = decode_tiles.splits_of(cfg, in_f)
@@ -68,7 +68,7 @@ def decode_linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype, fused: bool
 
 @functools.lru_cache(maxsize=4096)
 def linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype) -> float:
-    from kernels.matmul.kernel import resolve_config
+    from kernels.ops.linear.kernel import resolve_config
 
     cfg = resolve_config(tiles, rows, out_f, in_f, dtype, CPU)
     if cfg.split_k == 1:
@@ -85,7 +85,7 @@ def linear_ms(tiles, rows: int, out_f: int, in_f: int, dtype) -> float:
 @functools.lru_cache(maxsize=4096)
 def attention_ms(tiles, batch: int, heads: int, tokens: int, head_dim: int, dtype) -> float:
     """A causal prefill: each query tile walks the key tiles up to its diagonal."""
-    from kernels.attn.kernel import resolve_config
+    from kernels.ops.attention.kernel import resolve_config
 
     cfg = resolve_config(tiles, tokens, head_dim, dtype, CPU)
     q_tiles = cdiv(tokens, cfg.block_m)
@@ -95,7 +95,7 @@ def attention_ms(tiles, batch: int, heads: int, tokens: int, head_dim: int, dtyp
 
 @functools.lru_cache(maxsize=4096)
 def decode_attention_ms(tiles, batch: int, heads: int, positions: int, head_dim: int, dtype, fused: bool) -> float:
-    from kernels.attn.decode_tiles import decode_split, resolve_decode_config
+    from kernels.ops.decode_attention.tiles import decode_split, resolve_decode_config
 
     cfg = resolve_decode_config(tiles, batch * heads, positions, head_dim, dtype, CPU)
     chunk, splits = decode_split(positions, cfg)
@@ -106,7 +106,7 @@ def decode_attention_ms(tiles, batch: int, heads: int, positions: int, head_dim:
 
 @functools.lru_cache(maxsize=4096)
 def norm_ms(tiles, rows: int, width: int) -> float:
-    from kernels.norm.kernel import resolve_config
+    from kernels.ops.layer_norm.kernel import resolve_config
 
     return launch("other", cdiv(rows, resolve_config(tiles, rows, width, CPU).block_m))
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from kernels.attn.kernel import traffic as attention_traffic
-from kernels.attn.kernel import traffic_naive
 from kernels.config import device_limits
-from kernels.matmul.kernel import traffic as linear_traffic
-from kernels.matmul.kernel import traffic_unfused as linear_unfused
-from kernels.norm.kernel import traffic as layer_norm_traffic
-from kernels.norm.kernel import traffic_unfused as layer_norm_unfused
+from kernels.ops.attention.kernel import traffic as attention_traffic
+from kernels.ops.attention.kernel import traffic_naive
+from kernels.ops.layer_norm.kernel import traffic as layer_norm_traffic
+from kernels.ops.layer_norm.kernel import traffic_unfused as layer_norm_unfused
+from kernels.ops.linear.kernel import traffic as linear_traffic
+from kernels.ops.linear.kernel import traffic_unfused as linear_unfused
 
 from ..model.ops import Tiles
 from .roofs import ROOFS

@@ -1,5 +1,5 @@
 """Which program of a launch reads which tile of its inputs, and how many times each input row is requested
-from L2: the SM-request level of the traffic models (kernels.matmul.kernel.traffic, kernels.attn.kernel.traffic)
+from L2: the SM-request level of the traffic models (kernels.ops.linear.traffic, kernels.ops.attention.traffic)
 drawn tile by tile, for a prefill's matmul and its attention at the tiles a run's launches were given.
 
 The walks follow the kernels' own loops: the matmul's output tiles in GROUP_M order (tile_coords), one program
@@ -61,7 +61,7 @@ class AttentionReads:
 
 
 def _tile(t: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int]:
-    """kernels.matmul.kernel.tile_coords in plain Python: (row tile, column tile) of tile number t."""
+    """kernels.ops.linear.kernel.tile_coords in plain Python: (row tile, column tile) of tile number t."""
     size = group_m * tiles_n
     first = (t // size) * group_m
     height = min(tiles_m - first, group_m)

@@ -31,13 +31,13 @@ import torch
 
 import kernels
 from kernels import elementwise, reference
-from kernels.attn.decode import tuned_decode_config
-from kernels.attn.kernel import tuned_config
-from kernels.matmul.decode import tuned_config as decode_linear_tuned
-from kernels.matmul.kernel import DECODE_ROWS
-from kernels.matmul.kernel import tuned_config as linear_tuned
-from kernels.norm.kernel import tuned_config as layer_norm_tuned
 from kernels.operations import OPERATIONS
+from kernels.ops.attention.kernel import tuned_config
+from kernels.ops.decode_attention.kernel import tuned_decode_config
+from kernels.ops.decode_linear.kernel import tuned_config as decode_linear_tuned
+from kernels.ops.layer_norm.kernel import tuned_config as layer_norm_tuned
+from kernels.ops.linear.kernel import DECODE_ROWS
+from kernels.ops.linear.kernel import tuned_config as linear_tuned
 
 BACKENDS = ("triton", "torch")
 FUSIONS = ("none", "epilogue", "decode", "overlap", "persistent")

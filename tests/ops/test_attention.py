@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-import kernels.attn.kernel as attention_mod
+import kernels.ops.attention.kernel as attention_mod
 from kernels import TileConfig, attention, reference
 from kernels.config import cdiv
 from tests.ops.limits import BF16, H200

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-import kernels.attn.decode as decode_mod
+import kernels.ops.decode_attention.kernel as decode_mod
 from kernels import TileConfig, arrival, decode_attention, reference
-from kernels.attn.decode import decode_split, launch_plan, resolve_decode_config
 from kernels.config import SECTOR, DeviceLimits, cdiv
+from kernels.ops.decode_attention.kernel import decode_split, launch_plan, resolve_decode_config
 from tests.ops.limits import BF16, H200
 from tests.tolerances import DTYPES, assert_close, f64
 
@@ -171,7 +171,7 @@ def test_one_launch_replays_in_a_cuda_graph(device):
 
 
 def _forms(batch_heads, max_len, head_dim, cfg, device="cpu"):
-    """The loop form a launch takes (kernels.attn.decode): 'held' (one key tile at once), 'vector', 'dot'."""
+    """The loop form a launch takes (kernels.ops.decode_attention): 'held' (one key tile at once), 'vector', 'dot'."""
     plan = launch_plan(cfg, batch_heads, max_len, head_dim, torch.float16, device)
     return "held" if plan[5] else "dot" if plan[6] else "vector"
 

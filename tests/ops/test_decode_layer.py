@@ -1,4 +1,4 @@
-"""kernels.layer.kernel: one GPT-2 block in one launch, against PyTorch and against the decode rung's launches."""
+"""kernels.ops.decode_layer: one GPT-2 block in one launch, against PyTorch and against the decode rung's launches."""
 
 import pytest
 import torch
@@ -114,7 +114,7 @@ def test_bad_blocks_are_refused_with_the_reason(device):
 @pytest.mark.parametrize("rows,width,heads,max_len", [(1, 768, 12, 1001), (16, 768, 12, 64), (4, 1024, 16, 2048)])
 def test_a_gpu_launch_fits_one_program_per_sm_with_about_one_item_each(sms, rows, width, heads, max_len):
     from kernels.config import DeviceLimits
-    from kernels.layer.kernel import ELEMENTS, plan
+    from kernels.ops.decode_layer.kernel import ELEMENTS, plan
 
     limits = DeviceLimits("GPU", 232448, sms, (9, 0), True)
     p = plan(rows, width, heads, max_len, torch.bfloat16, limits)
@@ -151,7 +151,7 @@ def test_stamps_are_refused_off_the_gpu_and_in_the_wrong_shape(device):
 
 
 def test_the_cases_cover_both_forms_of_attention_item_in_the_interpreter(device):
-    from kernels.layer.kernel import plan
+    from kernels.ops.decode_layer.kernel import plan
 
     if device.type == "cuda":
         pytest.skip("CPU behaviour")
@@ -162,7 +162,7 @@ def test_the_cases_cover_both_forms_of_attention_item_in_the_interpreter(device)
 
 
 def test_the_interpreter_runs_one_program(device):
-    from kernels.layer.kernel import plan
+    from kernels.ops.decode_layer.kernel import plan
 
     if device.type == "cuda":
         pytest.skip("CPU behaviour")
@@ -170,10 +170,10 @@ def test_the_interpreter_runs_one_program(device):
 
 
 def test_a_variant_holds_within_its_block_and_the_defaults_come_back():
-    """experiments/persistent_sweep.py compares launches through kernels.layer.kernel.varied, not by writing the
-    module's settings: narrower column tiles (two items a program), 64-key attention tiles, no PDL."""
+    """experiments/persistent_sweep.py compares launches through kernels.ops.decode_layer.kernel.varied, not by
+    writing the module's settings: narrower column tiles (two items a program), 64-key attention tiles, no PDL."""
     from kernels.config import DeviceLimits
-    from kernels.layer.kernel import Variant, plan, varied
+    from kernels.ops.decode_layer.kernel import Variant, plan, varied
 
     limits = DeviceLimits("GPU", 232448, 132, (9, 0), True)
     before = plan(1, 768, 12, 1024, torch.bfloat16, limits)

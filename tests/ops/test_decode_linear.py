@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-import kernels.matmul.decode as fused
+import kernels.ops.decode_linear.kernel as fused
 from kernels import TileConfig, arrival, decode_linear, kv_write, layer_norm, linear, reference
 from kernels.config import SECTOR, DeviceLimits, cdiv, sectors
-from kernels.matmul.decode import traffic
+from kernels.ops.decode_linear.kernel import traffic
 from tests.tolerances import DTYPES, assert_close, f64, float16_here
 
 # The decoder's uses, by flag combination. The attention's and the MLP's c_proj share one (bias and the
@@ -413,7 +413,7 @@ def test_one_launch_saves_hbm_bytes_and_pays_for_the_norm_in_l2_reads(rows):
     split-K pair and kv_write. HBM: the normalised rows, the reduce's reads of y and the cache write's reads
     are gone. SM requests: every program re-reads x's full rows for the statistics and every column tile its
     slice of the LN weight and bias, which is what the fused launch adds over the unfused ones, at most."""
-    ln, lin, kv = kernels.norm, kernels.matmul, kernels.kv_cache
+    ln, lin, kv = kernels.ops.layer_norm, kernels.ops.linear, kernels.ops.kv_write
     cfg = TileConfig(block_m=16, block_n=32, block_k=128, split_k=2)  # the K loop, split as linear's pair
     args = dict(config=cfg, dtype=torch.bfloat16, device=H200)  # the same tiles for both
     fused_t = fused.traffic(rows, 2304, 768, 2, norm=True, kv=12, **args)
@@ -430,8 +430,8 @@ def test_one_launch_saves_hbm_bytes_and_pays_for_the_norm_in_l2_reads(rows):
 
 def test_a_tile_rule_holds_within_its_block_and_the_default_comes_back():
     """An experiment (overlap_sweep) compares tile rules through ruled_by, not by writing the modules' rules."""
-    from kernels.attn import decode_tiles as attn_tiles
-    from kernels.matmul import decode_tiles
+    from kernels.ops.decode_attention import tiles as attn_tiles
+    from kernels.ops.decode_linear import tiles as decode_tiles
 
     cpu = torch.device("cpu")
     before = decode_tiles.resolve_config(None, 1, 96, 64, torch.float32, cpu)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kernels import arrival, grouped_attention, grouped_decode_attention, kv_write, reference
-from kernels.attn import grouped
+from kernels.ops.grouped_decode_attention import kernel as grouped
 from tests.tolerances import DTYPES, assert_close, f64
 
 # (heads, kv_heads, head_dim, lengths, cache positions): SmolLM2's 9 over 3 heads of 64; groups of 1 (plain

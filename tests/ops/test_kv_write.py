@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import kernels.kv_cache.kernel as kv_write_mod
+import kernels.ops.kv_write.kernel as kv_write_mod
 from kernels import kv_write, reference
 from kernels.config import SECTOR
 from tests.tolerances import DTYPES

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-import kernels.norm.kernel as layer_norm_mod
+import kernels.ops.layer_norm.kernel as layer_norm_mod
 from kernels import TileConfig, layer_norm, reference
 from tests.ops.limits import H200
 from tests.tolerances import DTYPES, assert_close, f64

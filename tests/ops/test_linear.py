@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-import kernels.matmul.kernel
+import kernels.ops.linear.kernel
 from kernels import TileConfig, linear, reference
 from kernels.config import cdiv
 from tests.ops.limits import BF16, H200
@@ -79,7 +79,7 @@ def test_linear_split_k_decode_path(device, dtype, rows, k, n, epi, cfg):
     "cfg", [None, TileConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_stages=2)], ids=str
 )
 def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg):
-    module = kernels.matmul.kernel
+    module = kernels.ops.linear.kernel
     with module.forced_form(persistent=True), module.forms_taken() as taken:
         _check(device, dtype, rows, k, n, epi, cfg)
     assert taken == ["persistent"]
@@ -87,14 +87,14 @@ def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg):
 
 def test_linear_persistent_form_falls_back_where_rows_are_not_aligned(device):
     """Rows of 33 halves (66 bytes) cannot be described to TMA: the tile kernel runs instead, correctly."""
-    module = kernels.matmul.kernel
+    module = kernels.ops.linear.kernel
     with module.forced_form(persistent=True), module.forms_taken() as taken:
         _check(device, torch.float16, 40, 33, 24, EPILOGUES[1], None)
     assert taken == ["tile"]
 
 
 def test_the_forms_taken_are_recorded_only_inside_the_block(device):
-    module = kernels.matmul.kernel
+    module = kernels.ops.linear.kernel
     x, w = torch.randn(3, 40, device=device), torch.randn(24, 40, device=device)
     with module.forms_taken() as outer:
         with module.forms_taken() as inner:
@@ -146,16 +146,16 @@ def linear_loads(rows, out, inp, item, cfg):
     ],
 )
 def test_linear_l2_reads_match_a_walk_over_the_grid(rows, out, inp, cfg):
-    t = kernels.matmul.kernel.traffic(rows, out, inp, 2, activation="gelu", config=cfg, dtype=BF16, device=H200)
-    cfg = kernels.matmul.kernel.resolve_config(cfg, rows, out, inp, BF16, H200)
+    t = kernels.ops.linear.kernel.traffic(rows, out, inp, 2, activation="gelu", config=cfg, dtype=BF16, device=H200)
+    cfg = kernels.ops.linear.kernel.resolve_config(cfg, rows, out, inp, BF16, H200)
     assert t.bytes_read == linear_loads(rows, out, inp, 2, cfg)
     assert t.bytes_written == rows * out * 2
 
 
 def test_linear_split_k_l2_reads_match_a_walk_over_the_grid():
     rows, out, inp, item = 3, 3072, 768, 2
-    t = kernels.matmul.kernel.traffic(rows, out, inp, item, dtype=BF16, device=H200)
-    cfg = kernels.matmul.kernel.resolve_config(None, rows, out, inp, BF16, H200)
+    t = kernels.ops.linear.kernel.traffic(rows, out, inp, item, dtype=BF16, device=H200)
+    cfg = kernels.ops.linear.kernel.resolve_config(None, rows, out, inp, BF16, H200)
     assert cfg.split_k > 1
     per_split = cdiv(cdiv(inp, cfg.split_k), cfg.block_k) * cfg.block_k
     loads = partials = 0

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from kernels import TileConfig, reference, rms_norm
-from kernels.norm import rms, traffic
+from kernels.ops.layer_norm import traffic
+from kernels.ops.rms_norm import kernel as rms
 from tests.tolerances import DTYPES, assert_close, f64
 
 # (rows, width): sequence lengths 1, 17, 127, 1000 across SmolLM2's width (576, not a power of two) and others.

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kernels import reference, rotary
-from kernels.rope import traffic
+from kernels.ops.rotary import traffic
 from tests.tolerances import DTYPES, assert_close, f64
 
 # (batch, heads, tokens, head_dim): lengths 1, 17, 127, 1000; SmolLM2's head of 64, and 32, 128 and 40 (whose

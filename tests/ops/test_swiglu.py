@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kernels import TileConfig, reference, swiglu
-from kernels.matmul import swiglu as swiglu_mod
+from kernels.ops.swiglu import kernel as swiglu_mod
 from tests.tolerances import DTYPES, assert_close, f64
 
 # (rows, in_features, features): decode rows 1 and 5, the 16-row boundary, prefill rows 17, 127, 1000;

@@ -43,11 +43,11 @@ def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int
     is refused before the first launch rather than in the middle of a step, in the page's words (tile_fit).
     The shapes are the model's own (a Llama's stacked q/k/v, its SwiGLU's gate and up), read from its first
     block."""
-    from kernels.attn.decode import resolve_decode_config
-    from kernels.attn.kernel import resolve_config as attention_tiles
-    from kernels.matmul import swiglu
-    from kernels.matmul.kernel import resolve_config as linear_tiles
-    from kernels.norm.kernel import resolve_config as norm_tiles
+    from kernels.ops.attention.kernel import resolve_config as attention_tiles
+    from kernels.ops.decode_attention.kernel import resolve_decode_config
+    from kernels.ops.layer_norm.kernel import resolve_config as norm_tiles
+    from kernels.ops.linear.kernel import resolve_config as linear_tiles
+    from kernels.ops.swiglu import kernel as swiglu
 
     cfg, dev, dt = model.config, model.device, model.dtype
     llama = model.family == "Llama"
@@ -66,7 +66,7 @@ def check_tiles(model, tiles: Tiles, batch: int, prompt_len: int, total_len: int
                 else at(linear_tiles, rows, out_f, in_f, dt, dev)
             )
             rules.setdefault(which, []).append(rule)
-    if not llama:  # grouped-query attention takes its own tiles (kernels.attn.grouped.plan)
+    if not llama:  # grouped-query attention takes its own tiles (kernels.ops.grouped_decode_attention.kernel.plan)
         rules["attention"] = [at(attention_tiles, prompt_len, cfg.head_dim, dt, dev)]
         rules["decode_attention"] = [at(resolve_decode_config, batch * cfg.n_head, total_len, cfg.head_dim, dt, dev)]
     for kernel, kernel_rules in rules.items():

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kernels.config import TileConfig
-from kernels.matmul.kernel import traffic as linear_traffic
+from kernels.ops.linear.kernel import traffic as linear_traffic
 
 from ...measure import metrics, sweeps
 from .. import estimate, models, units
