@@ -1,6 +1,7 @@
 """One step of the online softmax, written once for every attention kernel that walks keys tile by tile
-(flash attention for the prefill; decode attention's loops, in both forms), and a lazier step for loops whose
-tiles are short next to their rescaling (grouped decode attention's)."""
+(flash attention for the prefill; decode attention's loops, in both forms), a lazier step for loops whose
+tiles are short next to their rescaling (grouped decode attention's), and the merge of split partials that
+decode attention and grouped decode attention both end with."""
 
 import triton
 import triton.language as tl
@@ -39,3 +40,21 @@ def lazy_step(m_i, l_i, acc, scores, scale_log2):
         m_i = m_new
     p = tl.exp2(scores * scale_log2 - m_i[:, None])
     return m_i, p, l_i + tl.sum(p, axis=1), acc
+
+
+@triton.jit
+def merge(m, sums, part, AXIS: tl.constexpr):
+    """Split partials into normalised outputs: each split's unnormalised output weighed by exp2(its max - the
+    largest max), over the weighed sums. AXIS 0: one head's splits, m and sums (splits,), part (splits, dim);
+    AXIS 1: a row of heads each, (heads, splits) and (heads, splits, dim). Splits past a sequence's length are
+    empty (max -inf) and weigh nothing. The caller loads the three tiles, so their loads go out together."""
+    m_max = tl.max(m, axis=AXIS)
+    if AXIS == 1:
+        w = tl.where(m > float("-inf"), tl.exp2(m - m_max[:, None]), 0.0)
+        l_sum = tl.sum(w * sums, axis=1)
+        o = tl.sum(w[:, :, None] * part, axis=1) / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
+    else:
+        w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)
+        l_sum = tl.sum(w * sums, axis=0)
+        o = tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+    return o

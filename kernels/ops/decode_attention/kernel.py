@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ... import arrival, autotune, launch, pdl, stamps
 from ...config import explain_resources, new_output
-from ...parts.softmax import online_step
+from ...parts.softmax import merge, online_step
 from ..attention.kernel import check_qkv
 from .tiles import (  # noqa: F401 (the tiles, plan and traffic model, named beside the kernels)
     PREFETCH_ELEMENTS_PER_WARP,
@@ -216,20 +216,17 @@ def store_partial(Part, SPLITS, BH, bh, split, acc, m_i, l_i, BLOCK_D: tl.conste
 
 @triton.jit
 def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-    """A (sequence, head)'s normalised output from the partials of all its splits, read in one tile:
-    each partial weighed by exp2(its max - the largest max), over the weighed sums. Both launch modes
-    call it on the same tile shapes, so neither the order the splits ran in nor the mode changes the
-    sums (on a GPU, only a different num_warps, which lays the tile out differently, could)."""
+    """A (sequence, head)'s normalised output from the partials of all its splits, read in one tile
+    (kernels.parts.softmax.merge). Both launch modes call it on the same tile shapes, so neither the order the
+    splits ran in nor the mode changes the sums (on a GPU, only a different num_warps, which lays the tile out
+    differently, could)."""
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, BLOCK_D)
     s_mask = splits < SPLITS
     m = tl.load(PartM + bh * SPLITS + splits, mask=s_mask, other=float("-inf"))
-    m_max = tl.max(m, axis=0)
-    # Splits past the sequence's length are empty (max -inf); they weigh nothing.
-    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)
-    l_sum = tl.sum(w * tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0), axis=0)
+    sums = tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0)
     part = tl.load(PartO + (bh * SPLITS + splits)[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0)
-    return tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+    return merge(m, sums, part, 0)
 
 
 @triton.jit

@@ -45,7 +45,7 @@ from ...config import (
     pipeline_stages,
     sectors,
 )
-from ...parts.softmax import lazy_step
+from ...parts.softmax import lazy_step, merge
 from ..attention.kernel import LOG2E, check_qkv
 from ..decode_attention.kernel import partial_buffers
 
@@ -195,18 +195,15 @@ def _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_G: tl.constexp
                  BLOCK_D: tl.constexpr):  # fmt: skip
     """The normalised outputs of a group's query heads (pairs first .. first + group - 1) from the partials of
     all their splits, every head's in one (head, split, dim) tile, so its loads go out together: each partial
-    weighed by exp2(its max - the head's largest max), over the weighed sums (decode attention's merge,
-    decode._decode_merge, for G heads at once)."""
+    weighed by exp2(its max - the head's largest max), over the weighed sums (kernels.parts.softmax.merge, for G
+    heads at once)."""
     g, splits, dims = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_D)
     at = (first + g)[:, None] * SPLITS + splits[None, :]
     ok = (g < group)[:, None] & (splits < SPLITS)[None, :]
     m = tl.load(PartM + at, mask=ok, other=float("-inf"))
     sums = tl.load(PartL + at, mask=ok, other=0.0)
     part = tl.load(PartO + at[:, :, None] * BLOCK_D + dims[None, None, :], mask=ok[:, :, None], other=0.0)
-    m_max = tl.max(m, axis=1)
-    w = tl.where(m > float("-inf"), tl.exp2(m - m_max[:, None]), 0.0)  # splits past a length weigh nothing
-    l_sum = tl.sum(w * sums, axis=1)
-    return tl.sum(w[:, :, None] * part, axis=1) / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
+    return merge(m, sums, part, 1)
 
 
 @triton.jit
@@ -224,11 +221,10 @@ def _grouped_merge(
     Stamps,
 ):
     """One program per (sequence, query head) and slice of BLOCK_DM of its dimensions: each split's partial
-    weighed by exp2(its max - the head's largest max), over the weighed sums (decode attention's merge). Spread
+    weighed by exp2(its max - the head's largest max), over the weighed sums (kernels.parts.softmax.merge). Spread
     this wide, the partials of a hundred splits arrive in one memory round trip, where the last split to arrive
     reading them alone took 18.5 µs at 64 splits and B=8 (experiments/README.md, grouped_warps). The maths is
-    decode._decode_merge's, but all three loads come first: called through that function, the sm_90 PTX
-    requests the sums and outputs only after the maxes' reduction, which may cost the tail a second round trip."""
+    the shared merge's, its three loads first, so they go out together."""
     stamps.begin(Stamps)
     pdl.launch_dependents(TRIGGER)  # the decode step's next projection may start loading its weights
     pdl.wait(PDL)  # launched under PDL behind the splits: their partials are visible once this returns
@@ -242,10 +238,7 @@ def _grouped_merge(
     m = tl.load(PartM + at, mask=ok, other=float("-inf"))
     sums = tl.load(PartL + at, mask=ok, other=0.0)
     part = tl.load(PartO + at[:, None] * BLOCK_D + dims[None, :], mask=ok[:, None], other=0.0)
-    m_max = tl.max(m, axis=0)
-    w = tl.where(m > float("-inf"), tl.exp2(m - m_max), 0.0)  # splits past a length weigh nothing
-    l_sum = tl.sum(w * sums, axis=0)
-    o = tl.sum(w[:, None] * part, axis=0) / tl.where(l_sum > 0, l_sum, 1.0)
+    o = merge(m, sums, part, 0)
     Out, sob, soh, sod = out
     tl.store(Out + b * sob + h * soh + dims * sod, o.to(Out.dtype.element_ty), mask=dims < HEAD_DIM)
     stamps.end(Stamps)
