@@ -62,11 +62,13 @@ for PART in "${@:-page}"; do
     for i in $(seq 1 "${PART#tests:}"); do
       say "the test suite, run $i"
       # -v: each test's outcome as it finishes, so a run its time limit stops still names its failures
-      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TESTS_S:-420}" python3 -m pytest -n 16 -v -p no:cacheprovider -rfE \
+      mkdir -p "$OUT/tests-$i"
+      PYTEST_REPORT_DIR="$OUT/tests-$i" TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TESTS_S:-420}" python3 -m pytest -n 16 -v -p no:cacheprovider -rfE \
         --durations=30 --junitxml="$OUT/gpu-tests-$i.xml" tests > "$OUT/gpu-tests-$i.log" 2>&1
       echo "pytest exit $?" | tee -a "$LOG"
       grep -E "passed|failed|error" "$OUT/gpu-tests-$i.log" | tail -n 2 | tee -a "$LOG"
       grep -E "(FAILED|ERROR) tests/" "$OUT/gpu-tests-$i.log" | sed -E 's/^\[gw[0-9]+\] \[ *[0-9]+%\] //' | sort -u | head -n 30 | tee -a "$LOG"
+      python3 scripts/test_report.py "$OUT/tests-$i" | tee -a "$LOG"
     done ;;
   timeline)
     say "a decode step on every SM, each rung"

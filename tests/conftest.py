@@ -96,3 +96,20 @@ def gpu_alone():
         finally:
             fcntl.flock(shared, fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+def pytest_runtest_logreport(report):
+    """With PYTEST_REPORT_DIR set, each test's outcome, seconds and failure text are appended to a file of
+    that folder as the test ends (one file a worker), so a run its time limit stops still says why its
+    failures failed and which tests took the time; pytest's own summary comes only at the end."""
+    folder = os.environ.get("PYTEST_REPORT_DIR")
+    if not folder or (report.when != "call" and report.passed) or hasattr(report, "node"):
+        return  # (a report with a node is a worker's, seen again by xdist's controller)
+    import json
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    line = {"test": report.nodeid, "when": report.when, "outcome": report.outcome, "s": round(report.duration, 2)}
+    if report.failed:
+        line["why"] = str(report.longrepr)[-3000:]
+    with open(os.path.join(folder, f"tests-{worker}.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\n")
