@@ -7,6 +7,7 @@
 #               the rows whose names hold one of those words)
 #     stream    when each streamed update leaves the server (experiments/stream_check.py)
 #     record    the lessons and the CPU's default jobs recorded for visitors without a GPU
+#     lessons:A,B those lessons recorded into the shipped recording, each labelled with this run (the rest kept)
 #     matrix    Generate at the matrix of settings the GPU time model is fitted on (scripts/record_matrix.py)
 #     sweeps    every kernel's tile sweep at its default GPU shape (scripts/record_sweeps.py)
 #     tests:N   the whole test suite under pytest -n 16, N times in a row (Triton's cache kept in .triton-cache,
@@ -46,6 +47,12 @@ for PART in "${@:-page}"; do
     say "lessons and the CPU's default jobs, recorded"
     TRITON_CACHE_DIR=$(mktemp -d) timeout 420 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
     cp assets/recorded/lessons_h200.json assets/recorded/jobs_h200.json "$OUT/" 2>/dev/null ;;
+  lessons:*)
+    NAMES=${PART#lessons:}
+    say "lessons $NAMES recorded into the shipped recording"
+    TRITON_CACHE_DIR=$(mktemp -d) timeout "${LESSONS_S:-300}" python3 scripts/record_lessons.py --lessons ${NAMES//,/ } \
+      --into assets/recorded/lessons_h200.json 2>&1 | tail -n 12 | tee -a "$LOG"
+    cp assets/recorded/lessons_h200.json "$OUT/" 2>/dev/null ;;
   matrix)
     say "the matrix of settings for the GPU time model"
     TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MATRIX_S:-330}" python3 scripts/record_matrix.py --limit-s "${MATRIX_LIMIT_S:-270}" \

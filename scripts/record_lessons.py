@@ -1,6 +1,7 @@
 """Record every lesson's GPU-sized job, and the jobs a CPU visitor runs by default, for visitors without a GPU:
 
     python scripts/record_lessons.py [--out assets/recorded/lessons_h200.json] [--lessons kv-cache tiling]
+    python scripts/record_lessons.py --lessons sms --into assets/recorded/lessons_h200.json
 
 On a GPU each lesson runs three times after the app's own warm-up: the recording keeps the second run, the
 first run's seconds, compilation included, and the third's, with its models (and their CUDA graphs) built anew
@@ -49,7 +50,14 @@ def main():
     parser.add_argument("--out", help="the JSON file to write (default: assets/recorded/lessons_<gpu>.json)")
     parser.add_argument("--lessons", nargs="*", help="lesson names (default: every lesson)")
     parser.add_argument("--size", choices=["gpu", "cpu"], help="job size (default: this device's)")
+    parser.add_argument(
+        "--into",
+        help="an existing recording to write these lessons into, each labelled with this run's GPU, date and versions, "
+        "the others kept as they were (with --lessons)",
+    )
     args = parser.parse_args()
+    if args.into and (args.out or not args.lessons or not Path(args.into).is_file()):
+        raise SystemExit("--into takes an existing recording, with --lessons and without --out")
 
     import torch
 
@@ -118,7 +126,7 @@ def main():
         command="python scripts/record_lessons.py" + (f" --out {args.out}" if args.out else ""),
         seconds=round(time.perf_counter() - t0, 1),
     )
-    path = recorded.save(out, meta, results)
+    path = recorded.merge(args.into, meta, results) if args.into else recorded.save(out, meta, results)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB) in {meta['seconds']} s")
     if cuda and not args.lessons:
         path = record_jobs(meta, out.parent / f"jobs_{recorded.slug(gpu)}.json")

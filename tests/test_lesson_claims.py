@@ -114,3 +114,21 @@ def test_compares_gpu_table_says_why_the_cache_off_ran_as_fast_only_where_it_did
         named = f"{backend}: {off:.2f} ms off against {on:.2f} on" in note
         assert named == (off <= on), backend
     assert not note or "KV-cache lesson" in note
+
+
+def test_the_sms_lesson_names_its_fastest_variant_and_the_launches_where_the_residency_held(rec):
+    f, text = told(rec, "sms")
+    variants = f["variants"]
+    best = min(variants, key=lambda v: v["step_ms"])
+    worst = max(variants, key=lambda v: v["step_ms"])
+    said = re.search(r"The fastest, (.+?), took ([\d.]+)x less than (.+?)\. ", text)
+    assert said and said.group(1) == best["variant"] and said.group(3) == worst["variant"]
+    assert float(said.group(2)) == pytest.approx(worst["step_ms"] / best["step_ms"], abs=0.006)
+    held, launches = sum(v["residency_held"] for v in variants), sum(v["launches"] for v in variants)
+    assert f"in **{held} of {launches} launches**" in text
+    for v in variants:
+        assert 0 <= v["idle"] < 1 and v["step_ms"] <= v["stamped_ms"] * 1.5
+    first, wide = variants[0], variants[1]
+    nothing = "the rest of the GPU has nothing to do" in text
+    assert nothing == (wide["big_waves"] < 1)
+    assert first["big_resident"] >= 1 and wide["big_programs"] < first["big_programs"]  # wider tiles: fewer programs

@@ -130,6 +130,23 @@ def check_blocks(r):
     return out + [("shape_width", sh["width"], None), ("totals", " → ".join(totals), None)]
 
 
+def check_sms(r):
+    """The largest grid of the first variant and of the same rung at the wider tiles, read from the compiled
+    kernels' table (the interpreter runs nothing on SMs: each kernel compiled for the H100/H200 and placed)."""
+    kernels = r.tables["kernels"]
+    first, wide = (kernels[kernels.variant == v] for v in kernels.variant.unique()[:2])
+    big, wide_big = first.loc[first.programs.idxmax()], wide.loc[wide.programs.idxmax()]
+    return [
+        ("variants.0.launches", len(first), lambda v: f"**{v} kernels**"),
+        ("variants.0.programs", first.programs.sum(), lambda v: f"**{v:,} programs**"),
+        ("variants.0.big_resident", big.resident, lambda v: f"**{v} such programs at once**"),
+        ("variants.0.big_limiter", big.limiter, lambda v: f"limited by its **{v}**"),
+        ("variants.0.big_waves", big.waves, lambda v: f"**{v:.2f} waves**"),
+        ("variants.1.big_resident", wide_big.resident, lambda v: f"{v} fit an SM"),
+        ("variants.1.programs", wide.programs.sum(), lambda v: f"become {v:,}"),
+    ]
+
+
 CHECKS = {
     "memory": check_memory,
     "decode-step": check_decode_step,
@@ -139,10 +156,11 @@ CHECKS = {
     "prefill-decode": check_prefill_decode,
     "fusion": check_fusion,
     "blocks": check_blocks,
+    "sms": check_sms,
 }
 
 
-def test_eight_lessons_in_teaching_order_each_with_a_check():
+def test_nine_lessons_in_teaching_order_each_with_a_check():
     assert lessons.names() == [
         "memory",
         "decode-step",
@@ -152,6 +170,7 @@ def test_eight_lessons_in_teaching_order_each_with_a_check():
         "prefill-decode",
         "fusion",
         "blocks",
+        "sms",
     ]
     assert set(CHECKS) == set(lessons.names())
     assert [label for label, _ in lessons.choices()][2] == "3. The KV cache on and off"
@@ -171,20 +190,55 @@ def test_the_explanation_quotes_this_runs_measurements(runs, name):
         if fact == "totals":  # a figure the text adds up from the tables itself
             assert f"**{measured}**" in text
             continue
-        value = r.facts[fact]
+        value = _fact(r.facts, fact)
         if isinstance(value, list):  # decode-step's top kinds: (kind, ms, share)
             value = value[0][0]
         assert value == (measured if isinstance(measured, str) else pytest.approx(measured)), fact
         if shown is not None:
             assert shown(value) in text, (fact, shown(value))
     # The same facts with other values give other text: the numbers are not written into it.
-    scaled = {k: v * 1.37 if isinstance(v, float) else v for k, v in r.facts.items()}
+    scaled = _scaled(r.facts)
     assert lessons.LESSONS[name].explain(base.Result(name, r.settings, scaled, r.tables, r.device, 1.0)) != (
         lessons.LESSONS[name].explain(r)
     )
     figure = lessons.LESSONS[name].figure(r)
     assert figure.layout.font.size >= 20 and figure.layout.title.font.size >= 24  # readable from the back
     assert f"measured just now: {r.device}" in figure.layout.title.text
+
+
+@pytest.mark.gpu
+def test_the_sms_lesson_on_a_gpu_sees_on_each_sm_the_programs_it_computed(gpu_alone):
+    """On the GPU: every variant's step stamped (a problem raises), replayed with stamps within 1.5x of its time
+    without (plus 20 us), and on the busiest SM of every launch as many programs at once as computed from the
+    compiled kernel (its residency, or the grid's programs over the SMs where fewer); the text says so."""
+    r = lessons.run("sms", "gpu")
+    variants = r.facts["variants"]
+    assert len(variants) == 4 and len(r.tables["kernels"]) == sum(v["launches"] for v in variants)
+    for v in variants:
+        assert v["residency_held"] == v["launches"], v
+        assert v["stamped_ms"] <= 1.5 * v["step_ms"] + 0.02, v
+        assert 0 <= v["idle"] < 1
+    total = sum(v["launches"] for v in variants)
+    assert f"in **{total} of {total} launches**" in lessons.live_markdown(r)
+    assert len(lessons.LESSONS["sms"].figure(r).data) == 4
+
+
+def _fact(facts, path: str):
+    """A fact by name, or inside a list or dict of facts by a dotted path: variants.0.big_waves."""
+    for part in path.split("."):
+        facts = facts[int(part)] if isinstance(facts, list) else facts[part]
+    return facts
+
+
+def _scaled(value):
+    """Every float among the facts, however nested, times 1.37."""
+    if isinstance(value, dict):
+        return {k: _scaled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scaled(v) for v in value]
+    if isinstance(value, float):
+        return value * 1.37
+    return value
 
 
 def test_a_share_below_one_percent_is_not_shown_as_zero():
@@ -266,6 +320,30 @@ def test_a_recording_round_trips_and_is_labelled_with_its_gpu_and_date(runs, tmp
     assert text.startswith("#### Tiling and shared memory, recorded on NVIDIA H200, 2026-11-30") and figure is not None
     text, figure = lessons.recorded_view("memory", tmp_path)  # not in this recording
     assert "has no lesson 'memory'" in text and figure is None
+
+
+def test_a_lesson_recorded_later_into_a_recording_carries_its_own_gpu_date_and_versions(runs, tmp_path):
+    path = recorded.save(tmp_path / "lessons_h200.json", H200, {n: runs(n) for n in ("tiling", "sms")})
+    later = H200 | dict(gpu="NVIDIA H100 80GB HBM3", date="2026-12-06T02:00:00+00:00", triton="3.6.0")
+    newer = dataclasses.replace(runs("sms"), facts=_scaled(runs("sms").facts))
+    recorded.merge(path, later | dict(command="ignored", seconds=9.0), {"sms": newer})
+    rec = recorded.load(path)
+    assert rec.meta == recorded.load(path).meta and rec.meta["date"] == H200["date"]  # the file's own, kept
+    assert rec.label_of("tiling") == "recorded on NVIDIA H200, 2026-11-30" and "triton 3.9.0" in rec.versions_of(
+        "tiling"
+    )
+    assert rec.label_of("sms") == "recorded on NVIDIA H100 80GB HBM3, 2026-12-06" and "triton 3.6.0" in rec.versions_of(
+        "sms"
+    )
+    assert rec.results["sms"].facts == json.loads(json.dumps(recordings.plain(newer.facts)))
+    assert rec.results["tiling"].source == "recorded on NVIDIA H200, 2026-11-30"
+    text, _ = lessons.recorded_view("sms", tmp_path)
+    if not torch.cuda.is_available():
+        assert text.startswith("#### SMs, warps and occupancy, recorded on NVIDIA H100 80GB HBM3, 2026-12-06")
+        assert "triton 3.6.0" in text
+    recorded.merge(path, H200 | dict(date="2026-12-07T00:00:00+00:00"), {"tiling": runs("tiling")})
+    rec = recorded.load(path)  # a second merge keeps the first's lesson as it was labelled
+    assert rec.label_of("sms").endswith("2026-12-06") and rec.label_of("tiling").endswith("2026-12-07")
 
 
 @without_a_gpu

@@ -66,6 +66,32 @@ def test_the_idle_share_is_sm_time_in_no_program_over_the_window(programs, sms, 
     assert timeline.idle_share(frame, sms) == pytest.approx(idle)
 
 
+@pytest.mark.parametrize(
+    "programs,most",
+    [
+        ([(0, 100, 0)], 1),
+        ([(0, 100, 0), (0, 100, 1)], 1),  # one each on two SMs
+        ([(0, 60, 0), (40, 100, 0), (50, 70, 0)], 3),  # three overlap at 50-60 on SM 0
+        ([(0, 50, 0), (50, 100, 0)], 1),  # one ends as the next starts: never two at once
+        ([(0, 10, 2), (5, 20, 2), (30, 40, 2), (31, 39, 2), (32, 38, 2)], 3),  # the second busy spell is fuller
+    ],
+)
+def test_the_most_programs_at_once_on_one_sm(programs, most):
+    launches = [("_add_kernel", (len(programs), 1, 1), 0, "")]
+    frame = timeline.intervals(launches, buffer([(a + 1000, b + 1000, sm) for a, b, sm in programs]))
+    assert timeline.most_at_once(frame) == most
+
+
+def test_programs_and_busy_sms_over_the_step_at_even_instants():
+    programs = [(0, 100, 0), (0, 40, 1), (10, 40, 1), (60, 100, 2)]
+    launches = [("_add_kernel", (len(programs), 1, 1), 0, "")]
+    frame = timeline.intervals(launches, buffer([(a + 1000, b + 1000, sm) for a, b, sm in programs]))
+    over = timeline.running(frame, points=11)  # every 10 ns from 0 to 100; an end is outside its interval
+    assert list(over.t_us) == pytest.approx([t / 1e3 for t in range(0, 101, 10)])
+    assert list(over.programs) == [2, 3, 3, 3, 1, 1, 2, 2, 2, 2, 0]
+    assert list(over.sms) == [2, 2, 2, 2, 1, 1, 2, 2, 2, 2, 0]
+
+
 def test_the_chart_draws_each_kernel_on_its_sms_and_says_the_idle_share():
     frame = timeline.intervals(LAUNCHES, buffer([(1000, 1400, 3), (1100, 1300, 7), (1500, 2000, 3), (1500, 1900, 0)]))
     fig = timeline_figure(frame, sms=8, note="recorded on an H200")
@@ -106,7 +132,7 @@ def test_a_stamped_decode_step_stamps_every_program_once(name, fusion, graph, gp
     frame = got["frame"]
     assert set(frame.sm) <= set(range(got["sms"]))
     for _, launch_rows in frame.groupby("launch"):
-        assert _most_at_once(launch_rows) <= 32  # the most programs an SM of these GPUs holds
+        assert timeline.most_at_once(launch_rows) <= 32  # the most programs an SM of these GPUs holds
 
 
 def test_the_shipped_recording_draws_each_bundled_model_at_each_rung_and_says_how_it_ran(tmp_path):
@@ -142,18 +168,6 @@ def test_the_page_shows_the_recorded_step_at_its_model_and_rung_and_refuses_what
         _timeline("gpt2", "triton", "overlap")
 
 
-def _most_at_once(programs) -> int:
-    """The most programs one SM ran at the same time."""
-    most = 0
-    for _, on in programs.groupby("sm"):
-        events = sorted([(s, 1) for s in on.start_ns] + [(e, -1) for e in on.end_ns])  # an end before a start
-        running = 0
-        for _, change in events:
-            running += change
-            most = max(most, running)
-    return most
-
-
 @pytest.mark.parametrize(
     "model,fusion", [(DEFAULT_MODEL, "overlap"), (BUNDLED_LLAMA, "decode"), (DEFAULT_MODEL, "persistent")]
 )
@@ -173,4 +187,4 @@ def test_the_recorded_timeline_matches_the_grids_and_residency_compiled_here(mod
         programs = frame[frame.launch == i]
         assert len(programs) == row["programs"] and programs.kernel.iloc[0] == row["kernel"], (i, row)
         spread = -(-row["programs"] // step["sms"])
-        assert _most_at_once(programs) == min(row["resident"], spread), (i, row)
+        assert timeline.most_at_once(programs) == min(row["resident"], spread), (i, row)

@@ -113,7 +113,7 @@ def compute(arch: int, settings: dict) -> dict:
     """{"rows": rows(), "sources": sources(), "tiles": the prefill's matmul and attention as tile_reads walks
     them} of a prefill and a decode step at `settings`. The tiles pictured are the run's prefill's, or where that
     is shorter than PICTURE_PROMPT tokens (its grids a tile or two) those of a prefill of PICTURED_AT; its length
-    under "prompt"."""
+    under "prompt". With settings["decode_only"]: {"rows"} of the decode step alone, nothing pictured."""
     from ..model.weights import load_model
     from . import tile_reads
 
@@ -122,6 +122,8 @@ def compute(arch: int, settings: dict) -> dict:
     batch, prompt = int(settings.get("batch", 1)), int(settings.get("prompt_tokens") or 16)
     tiles = tiles_of(settings.get("tiles"))
     launches = recorded(model, batch=batch, prompt=prompt, tiles=tiles)
+    if settings.get("decode_only"):
+        return dict(rows=rows(arch, [launch for launch in launches if launch[0] == "decode"]))
     long = prompt if prompt >= PICTURE_PROMPT else min(PICTURED_AT, model.config.n_positions)
     pictured = launches if long == prompt else recorded(model, batch=1, prompt=long, tiles=tiles, decode=False)
     picture = tile_reads.from_launches(pictured) | dict(
@@ -130,8 +132,9 @@ def compute(arch: int, settings: dict) -> dict:
     return dict(rows=rows(arch, launches), sources=sources(launches), tiles=picture)
 
 
-def run(arch: int, settings: dict, timeout: float = 300) -> dict:
-    """compute() in a process of its own, compiling for `arch` with the CPU standing for it."""
+def run(arch: int, settings: dict | list[dict], timeout: float = 300) -> dict | list[dict]:
+    """compute() in a process of its own, compiling for `arch` with the CPU standing for it; for a list of
+    settings, a list of what compute() returns for each, in one process (the kernels they share compiled once)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {STANDS_FOR: str(arch)}
     cmd = [sys.executable, "-m", "explorer.measure.occupancy", "--arch", str(arch), "--settings", json.dumps(settings)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -143,11 +146,17 @@ def run(arch: int, settings: dict, timeout: float = 300) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", type=int, default=90, choices=sorted(GPUS))
-    parser.add_argument("--settings", default="{}", help="model, dtype, fusion, tiles, batch, prompt_tokens (JSON)")
+    parser.add_argument(
+        "--settings", default="{}", help="model, dtype, fusion, tiles, batch, prompt_tokens, decode_only (JSON; a list)"
+    )
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get(STANDS_FOR) != str(args.arch):
         sys.exit(run_here_message(args.arch))
-    print(json.dumps(compute(args.arch, json.loads(args.settings))))
+    settings = json.loads(args.settings)
+    if isinstance(settings, list):
+        print(json.dumps([compute(args.arch, s) for s in settings]))
+    else:
+        print(json.dumps(compute(args.arch, settings)))
 
 
 def run_here_message(arch: int) -> str:

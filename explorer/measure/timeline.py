@@ -3,6 +3,8 @@ the stamps the kernels write when asked (kernels.stamps, kernels.launch.stamping
 
     intervals(launches, values)   the stamping buffer read back, one row per program
     idle_share(frame, sms)        SM-time inside no program over the step's window, as a fraction
+    most_at_once(frame)           the most programs one SM ran at the same time
+    running(frame)                programs and busy SMs over the step, at even instants
     check(frame, launches)        what the GPU run must satisfy: every program of every grid stamped once, each
                                   interval inside the step's window
     record(model, ...)            one decode step run with stamps (after a plain one, to compile), its rows, and
@@ -80,8 +82,33 @@ def idle_share(frame: pd.DataFrame, sms: int) -> float:
     return 1.0 - busy / (sms * window)
 
 
-def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: bool = False) -> dict:
-    """One decode step of `model` (a GPU model at its rung) at `context` tokens, stamped: {"frame": intervals,
+def most_at_once(frame: pd.DataFrame) -> int:
+    """The most programs one SM ran at the same time (an end and a start at one instant: the end first)."""
+    most = 0
+    for _, on in frame.groupby("sm"):
+        events = sorted([(s, 1) for s in on.start_ns] + [(e, -1) for e in on.end_ns])
+        running = 0
+        for _, change in events:
+            running += change
+            most = max(most, running)
+    return most
+
+
+def running(frame: pd.DataFrame, points: int = 400) -> pd.DataFrame:
+    """Programs running on the whole GPU and SMs running at least one, at `points` even instants from the first
+    start to the last end: {"t_us", "programs", "sms"}."""
+    if frame.empty:
+        return pd.DataFrame({"t_us": [], "programs": [], "sms": []})
+    at = np.linspace(frame.start_ns.min(), frame.end_ns.max(), points)
+    starts, ends, sm = frame.start_ns.to_numpy(), frame.end_ns.to_numpy(), frame.sm.to_numpy()
+    inside = (starts[None, :] <= at[:, None]) & (at[:, None] < ends[None, :])  # instants x programs
+    sms = [len(np.unique(sm[row])) for row in inside]
+    return pd.DataFrame({"t_us": at / 1e3, "programs": inside.sum(axis=1), "sms": sms})
+
+
+def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: bool = False, tiles=None) -> dict:
+    """One decode step of `model` (a GPU model at its rung, at `tiles`: explorer.model.ops.Tiles, None for the
+    defaults) at `context` tokens, stamped: {"frame": intervals,
     "launches", "problems": check(), "step_ms": the median step without stamps, "stamped_ms": with them, "sms",
     "graph"}. Eager: each launch from the host; graph: a CUDA-graph replay of the step (kernels.launch.stamping
     around the capture bakes each launch's slice of the buffer into the graph). Both variants run before any
@@ -107,18 +134,18 @@ def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: boo
 
     def eager(stamped: bool):
         if not stamped:
-            return model.decode(token, cache, observer=observe), None
+            return model.decode(token, cache, tiles=tiles, observer=observe), None
         with launch.stamping(buffer) as s:
             s.operations = operation
-            out = model.decode(token, cache, observer=observe)
+            out = model.decode(token, cache, tiles=tiles, observer=observe)
         return out, s.launches
 
     if graph:
         cache.set_lengths([context] * batch)
-        plain_graph = DecodeGraph(model, cache)
+        plain_graph = DecodeGraph(model, cache, tiles=tiles)
         cache.set_lengths([context] * batch)
         with launch.stamping(buffer) as s:
-            stamped_graph = DecodeGraph(model, cache)
+            stamped_graph = DecodeGraph(model, cache, tiles=tiles)
         # the warm-up step's launches, then the capture's, the same step: a replay writes into the capture's
         half = len(s.launches) // 2
         warm, captured = s.launches[:half], s.launches[half:]

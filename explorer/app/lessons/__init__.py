@@ -26,6 +26,7 @@ MODULES = {
     "prefill-decode": "prefill_decode",
     "fusion": "fusion",
     "blocks": "blocks",
+    "sms": "sms",
 }
 
 
@@ -144,6 +145,12 @@ def describe(s: dict) -> str:
         for values in s["grid"].values():
             count *= len(values)
         return f"the {s['kernel']} kernel at {shape} in {s['dtype']}, {count} tile shapes"
+    if "tile_choices" in s:
+        ways = f"at the {' and '.join(s['rungs'])} rungs, each at {len(s['tile_choices'])} tile choices"
+        model = base.MODEL_LABELS[s["model"]]
+        if "arch" not in s:
+            return f"{model} in {s['dtype']}: one decode step at context {s['context']} {ways}, stamped on every SM"
+        return f"{model} in {s['dtype']}: one decode step {ways}, compiled for sm_{s['arch']}'s SMs, not run"
     if "context" in s:
         where = base.on_what(s, "the GPU" if size() == "gpu" else "CPU")
         model = base.MODEL_LABELS[s["model"]]
@@ -182,13 +189,16 @@ def recorded_view(name: str, folder=None):
     result, lesson = rec.results.get(name), LESSONS[name]
     if result is None:
         return f"The GPU recording ({rec.label}) has no lesson {name!r}: it was made before the lesson existed.", None
-    head = f"#### {lesson.title}, {rec.label}\n{base.on_what(result.settings, result.device)}; {rec.versions}"
+    head = (
+        f"#### {lesson.title}, {rec.label_of(name)}\n{base.on_what(result.settings, result.device)}; "
+        f"{rec.versions_of(name)}"
+    )
     try:
         return f"{head}\n\n{lesson.explain(result)}", lesson.figure(result)
     except (KeyError, TypeError, ValueError, AttributeError):  # facts or tables this version no longer reads
         return (
-            f"The GPU recording ({rec.label}) of this lesson was made by an earlier version of it, whose numbers "
-            "this one cannot read: run `python scripts/record_lessons.py` on a GPU again.",
+            f"The GPU recording ({rec.label_of(name)}) of this lesson was made by an earlier version of it, whose "
+            "numbers this one cannot read: run `python scripts/record_lessons.py` on a GPU again.",
             None,
         )
 

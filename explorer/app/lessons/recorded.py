@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import recordings
@@ -22,20 +22,36 @@ NONE_YET = (
 )
 
 
+# What a lesson recorded later into an existing file (scripts/record_lessons.py --into) keeps of its own run.
+OWN_META = ("gpu", "date", "torch", "triton", "transformers")
+
+
 @dataclass
 class Recording:
     meta: dict  # gpu, device_type, date, torch, triton, transformers, command
     results: dict[str, Result]
+    own: dict[str, dict] = field(default_factory=dict)  # lessons recorded later into this file: their OWN_META
+
+    def meta_of(self, name: str | None = None) -> dict:
+        """The recording's meta, or where lesson `name` was recorded later into it, that lesson's run's."""
+        return self.meta | self.own.get(name, {})
+
+    def label_of(self, name: str | None = None) -> str:
+        """'recorded on NVIDIA H200, 2026-11-30'"""
+        m = self.meta_of(name)
+        return f"recorded on {m['gpu']}, {str(m['date'])[:10]}"
+
+    def versions_of(self, name: str | None = None) -> str:
+        m = self.meta_of(name)
+        return f"torch {m.get('torch', '?')}, triton {m.get('triton', '?')}, transformers {m.get('transformers', '?')}"
 
     @property
     def label(self) -> str:
-        """'recorded on NVIDIA H200, 2026-11-30'"""
-        return f"recorded on {self.meta['gpu']}, {str(self.meta['date'])[:10]}"
+        return self.label_of()
 
     @property
     def versions(self) -> str:
-        m = self.meta
-        return f"torch {m.get('torch', '?')}, triton {m.get('triton', '?')}, transformers {m.get('transformers', '?')}"
+        return self.versions_of()
 
 
 def slug(gpu: str) -> str:
@@ -44,7 +60,8 @@ def slug(gpu: str) -> str:
     return "-".join("".join(c for c in w if c.isalnum()) for w in words) or "gpu"
 
 
-def to_json(meta: dict, results: dict[str, Result]) -> dict:
+def to_json(meta: dict, results: dict[str, Result], own: dict[str, dict] | None = None) -> dict:
+    """own: lessons recorded later than the rest, by name, with their OWN_META."""
     lessons = {
         name: dict(
             settings=recordings.plain(r.settings),
@@ -57,13 +74,23 @@ def to_json(meta: dict, results: dict[str, Result]) -> dict:
             compile_s={k: round(v, 3) for k, v in r.compile_s.items()},
             tables={k: recordings.table(v) for k, v in r.tables.items()},
         )
+        | ({"meta": recordings.plain((own or {})[name])} if name in (own or {}) else {})
         for name, r in results.items()
     }
     return {"format": FORMAT, **recordings.plain(meta), "lessons": lessons}
 
 
-def save(path: str | Path, meta: dict, results: dict[str, Result]) -> Path:
-    return recordings.write(path, to_json(meta, results))
+def save(path: str | Path, meta: dict, results: dict[str, Result], own: dict[str, dict] | None = None) -> Path:
+    return recordings.write(path, to_json(meta, results, own))
+
+
+def merge(path: str | Path, meta: dict, results: dict[str, Result]) -> Path:
+    """Lessons recorded just now (`meta`: this run's) written into the recording at `path`, each replacing its
+    older run and labelled with this run's GPU, date and versions; the file's other lessons stay as they were."""
+    old = load(path)
+    own = {k: v for k, v in old.own.items() if k not in results}
+    own |= {name: {k: meta[k] for k in OWN_META if k in meta} for name in results}
+    return save(path, old.meta, old.results | results, own)
 
 
 def load(path: str | Path) -> Recording:
@@ -75,6 +102,8 @@ def _load(path: str, mtime: float) -> Recording:
     meta, lessons = recordings.read(path, "recording", FORMAT, "lessons")
     recording = Recording(meta, {})
     for name, d in lessons.items():
+        if "meta" in d:
+            recording.own[name] = d["meta"]
         tables = {k: recordings.frame(v) for k, v in d["tables"].items()}
         recording.results[name] = Result(
             name,
@@ -83,7 +112,7 @@ def _load(path: str, mtime: float) -> Recording:
             tables,
             d["device"],
             d["seconds"],
-            recording.label,
+            recording.label_of(name),
             first_s=d.get("first_s"),
             kernels=tuple(d.get("kernels", ())),
             rebuilt_s=d.get("rebuilt_s"),
