@@ -253,19 +253,17 @@ def figure(r) -> go.Figure:
     kernels = r.tables["kernels"]
     fig = go.Figure()
     per = kernels.groupby(["tiles", "operation"], as_index=False, sort=False).agg(
-        resident=("resident", "first"), waves=("waves", "first")
+        resident=("resident", "first"), waves=("waves", "first"), limiter=("limiter", "first")
     )
     for tiles, rows in per.groupby("tiles", sort=False):
-        fig.add_bar(x=rows.operation, y=rows.resident, name=f"{tiles}", text=rows.waves.map(lambda w: f"{w:.2f}"))
-    fig.update_traces(textposition="outside", texttemplate="%{text} waves")
-    f = r.facts
-    return base.big(
-        fig,
-        f"Programs an SM holds, each decode kernel (compiled for the {f['gpu']}, sm_{f['arch']}, not run)",
-        r,
-        "",
-        "programs resident per SM",
-    )
+        fig.add_bar(
+            x=rows.operation,
+            y=rows.resident,
+            name=tiles,
+            customdata=list(zip(rows.waves, rows.limiter, strict=True)),
+            hovertemplate="%{x}: %{y} programs per SM (limited by %{customdata[1]}), %{customdata[0]:.2f} waves",
+        )
+    return base.big(fig, f"Programs an SM holds, compiled for sm_{r.facts['arch']}", r, "", "programs per SM")
 
 
 def _running_figure(r) -> go.Figure:
