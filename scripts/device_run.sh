@@ -82,7 +82,7 @@ for PART in "${@:-page}"; do
     TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${TIMELINE_S:-240}" python3 scripts/record_timeline.py > "$OUT/timeline.log" 2>&1
     echo "exit $?" | tee -a "$LOG"
     grep -v Warn "$OUT/timeline.log" | tail -n 14 | tee -a "$LOG"
-    cp assets/recorded/timeline_h200.json "$OUT/" 2>/dev/null ;;
+    cp assets/recorded/timeline_*.json "$OUT/" 2>/dev/null ;;
   occupancy)
     say "programs per SM, ours and the driver's"
     timeout 240 python3 -m kernels.occupancy --arch 90 --driver 2>&1 | grep -v -i warn | tail -n 50 | tee -a "$LOG" ;;

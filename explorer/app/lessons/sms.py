@@ -15,7 +15,7 @@ from .. import estimate
 from . import base
 
 # The two tile choices of the decode projections: their defaults, and wider tiles in fewer warps.
-WIDE = {"linear_decode": {"block_n": 32, "num_warps": 4}}
+WIDE = {"linear_decode": {"block_n": 16, "num_warps": 4}}
 TILE_CHOICES = [None, WIDE]
 RUNGS = ["decode", "overlap"]
 # The GPU a CPU's run is compiled for: the one the recordings were made on (an H200 has an H100's SMs).
