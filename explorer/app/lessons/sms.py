@@ -217,7 +217,11 @@ def explain(r) -> str:
             + (f"{alike['same']} of them hold as many programs per SM as at {alike['first']}. " if a == b else "")
             + (
                 "What a rung changes is when programs start and how long SMs wait between kernels: "
-                + ("the timeline below shows it." if gpu else "only a GPU's timeline shows that (the recording).")
+                + (
+                    "the chart shows the SMs busy through the step."
+                    if gpu
+                    else "only a GPU's timeline shows that (the recording)."
+                )
             )
         )
     if gpu:
@@ -236,14 +240,25 @@ def _timeline_text(f: dict, v: list[dict]) -> str:
     worst = max(v, key=lambda x: x["step_ms"])
     held = sum(x["residency_held"] for x in v)
     launches = sum(x["launches"] for x in v)
+    early = ""
+    plain = next((x for x in v if x["rung"] == "decode"), None)
+    ahead = next((x for x in v if x["rung"] == "overlap" and plain and x["tiles"] == plain["tiles"]), None)
+    if plain and ahead:
+        early = (
+            f" At the overlap rung each kernel's programs start while the kernel before them still runs (programmatic "
+            f"dependent launch): they request their weights, then wait on their SM for its results, and a program's "
+            f"bar includes that wait. So its SMs look busy ({base.pct(1 - ahead['idle'])} of the step, against "
+            f"{base.pct(1 - plain['idle'])} at decode) for a step {plain['step_ms'] / ahead['step_ms']:.2f}x as fast: "
+            "held, not all of it working."
+        )
     return (
         f"Replayed from a CUDA graph at {f['context']} tokens of cache, every program writing its start, end and SM: "
         + "; ".join(parts)
         + f". Idle means SM-time inside no program, between kernels or on SMs a grid left empty: it is time the "
-        f"step pays for without moving a byte. The fastest, {best['variant']}, took "
-        f"{worst['step_ms'] / best['step_ms']:.2f}x less than {worst['variant']}. On the busiest SM of each launch "
+        f"step pays for without moving a byte. The fastest, {best['variant']}, was "
+        f"{worst['step_ms'] / best['step_ms']:.2f}x as fast as {worst['variant']}. On the busiest SM of each launch "
         f"the timeline shows as many programs at once as computed (the residency, or the grid's programs over the "
-        f"SMs where fewer) in **{held} of {launches} launches**."
+        f"SMs where fewer) in **{held} of {launches} launches**." + early
     )
 
 
