@@ -183,7 +183,8 @@ def explain(r) -> str:
         text.append(
             f"The interpreter runs a kernel's programs one after another in Python, on no SM. So here each kernel of "
             f"one decode step is compiled for {where}, as the GPU would build it, and its programs placed on the "
-            "SMs: nothing runs. The GPU recording beside shows the same step stamped on every SM."
+            "SMs: nothing runs. What the SMs did during such a step, every program on the SM that ran it, a GPU "
+            "recorded: in Generate, open *tiles* and click *One decode step on the … SMs (recorded)*."
         )
     big, sm = first["big_operation"], SMS[f["arch"]]
     text.append(
@@ -220,7 +221,7 @@ def explain(r) -> str:
                 + (
                     "the chart shows the SMs busy through the step."
                     if gpu
-                    else "only a GPU's timeline shows that (the recording)."
+                    else "only a GPU's timeline shows that (the recorded one, under Generate's tiles)."
                 )
             )
         )
@@ -312,8 +313,8 @@ LESSON = base.Lesson(
     figure=figure,
     try_next=(
         "In Generate, open *tiles*, set linear_decode's block_n and num_warps, and look at the occupancy table beside "
-        "them: programs per SM, what limits them and the waves. On a GPU, *Show the step on the SMs* draws the "
-        "recorded step at your rung."
+        "them (*Programs per SM*): what limits them and the waves. *One decode step on the … SMs (recorded)* "
+        "draws a GPU's recording of the step at your rung, every program on its SM."
     ),
     estimate=_estimate,
     controls=lambda s: (
