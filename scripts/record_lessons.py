@@ -72,7 +72,7 @@ def main():
     if size == "gpu" and not cuda:
         raise SystemExit("GPU-sized jobs need a CUDA GPU; on CPU pass --size cpu --out PATH")
     gpu = torch.cuda.get_device_name() if cuda else "CPU"
-    if args.out is None and not cuda:
+    if args.out is None and args.into is None and not cuda:
         raise SystemExit("no GPU here: pass --out PATH (assets/recorded/ holds GPU recordings only)")
     out = Path(args.out) if args.out else recordings.FOLDER / f"lessons_{recorded.slug(gpu)}.json"
     names = args.lessons or lessons.names()

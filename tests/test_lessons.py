@@ -384,6 +384,18 @@ def test_the_recording_script_on_cpu(tmp_path):
     rec = recorded.load(out)
     assert rec.meta["gpu"] == "CPU" and rec.meta["device_type"] == "cpu" and rec.meta["torch"] and rec.meta["triton"]
     assert list(rec.results) == ["tiling"] and rec.results["tiling"].facts["configs"] == 9
+    # Another lesson recorded into it: the first kept as it was, the new one labelled with its own run.
+    cmd = [sys.executable, "scripts/record_lessons.py", "--size", "cpu", "--lessons", "memory", "--into", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    merged = recorded.load(out)
+    assert list(merged.results) == ["tiling", "memory"] and merged.meta == rec.meta
+    assert merged.results["tiling"].facts == rec.results["tiling"].facts and "memory" in merged.own
+    for wrong in (["--into", str(out)], ["--lessons", "memory", "--into", str(tmp_path / "none.json")]):
+        refused = subprocess.run(
+            [sys.executable, "scripts/record_lessons.py", *wrong], cwd=ROOT, capture_output=True, text=True
+        )
+        assert refused.returncode != 0 and "--into takes an existing recording" in refused.stderr
     if not torch.cuda.is_available():  # with no GPU, nothing lands in assets/recorded/ by default
         refused = subprocess.run(
             [sys.executable, "scripts/record_lessons.py"], cwd=ROOT, capture_output=True, text=True
