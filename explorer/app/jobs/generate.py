@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -97,65 +98,109 @@ def _text(texts: list[str]) -> str:
     return "\n\n".join(t if len(texts) == 1 else f"[{i + 1}] {t}" for i, t in enumerate(texts))
 
 
+@dataclass
+class _Job:
+    """One Generate as it goes: its settings, model and prompt, the steps and texts so far, and why it stopped."""
+
+    s: RunSettings
+    model: object
+    tok: object
+    ids: list[int]
+    previous: pd.DataFrame | None  # the page's last run, drawn under this one's lines
+    started: float  # wall clock: when the page's request began
+    ran_from: float  # the estimate's rate counts the run, not a model's first load
+    p: object = field(default_factory=peaks)
+    steps: list = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    timed_rows: list[dict] = field(default_factory=list)
+    waited: float | None = None  # seconds from the request to the first token
+    stopped: str | None = None  # why the visitor or the budget ended it
+
+    @property
+    def device(self) -> str:
+        return self.model.device.type
+
+    @property
+    def key(self) -> tuple:
+        s = self.s
+        return ("generate", s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache, s.cuda_graph)
+
+    def charts(self, profiled=None, timed: str = "") -> dict:
+        """Every chart of the run so far; on CPU with the same job's GPU answer beside its times."""
+        frame, kernels = metrics.step_frame(self.steps), metrics.kernel_frame(self.steps, profiled)
+        gpu = counterpart.for_generate(self.s, frame, kernels) if self.device == "cpu" else None
+        kv_why = metrics.kv_why(self.model.config, self.model.dtype.itemsize) if self.s.cache else ""
+        figures = views.generation_figures(frame, kernels, self.p, self.previous, timed, gpu=gpu, kv_why=kv_why)
+        return dict(figures, frame=frame, kernels=kernels, gpu=gpu)
+
+    def summary(self, gpu=None, counted=None, **extra) -> tuple[str, dict]:
+        rung = {"fusion": views.fusion_label(self.s.backend, self.s.fusion)}
+        totals = metrics.summary(self.steps, self.p, counted) | rung | {"waited_s": self.waited} | extra
+        return views.summary_markdown(totals, gpu), totals
+
+    def finish(self, drawn: dict, text, status: str, **extra) -> dict:
+        """finish(), with the run's seconds for the estimate."""
+        update = finish(self.s, self.model, self.ids, self.p, drawn, self.summary, text, status, **extra)
+        return update | {"ran_s": ran_s(self.ran_from, self.steps)}
+
+
 def run(payload: dict, control: Control):
+    """Prepare, stream the tokens, then (on a GPU) profile the kernels, and finish: each a step below."""
     s: RunSettings = payload["settings"]
-    previous: pd.DataFrame | None = payload.get("previous")
-    started = payload.get("started", time.time())  # wall clock: when the page's request began
     model, tok, ids = prepare(s)
-    ran_from = time.monotonic()  # the estimate's rate counts the run, not a model's first load
-    device = model.device.type
-    rung = {"fusion": views.fusion_label(s.backend, s.fusion)}
-    key = ("generate", s.model, s.dtype, s.backend, s.fusion, s.tiles, s.batch, s.cache, s.cuda_graph)
-    if note := compile_note(key, device, payload.get("compile_s")):
+    job = _Job(s, model, tok, ids, payload.get("previous"), payload.get("started", time.time()), time.monotonic())
+    if note := compile_note(job.key, job.device, payload.get("compile_s")):
         yield {"status": note}
-    sampling = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, repetition_penalty=s.repetition_penalty)
-    kw = dict(cache=s.cache, tiles=s.tiles, tokenizer=tok, seed=s.seed, **sampling)
     # On CPU every operation of every step is timed as the run goes (the interpreter's clock around each
     # call costs nothing beside it), so no profiling pass follows; on a GPU a pass after the run times the
     # kernels with launch overhead kept out, and the run itself replays graphs untouched.
-    watch = Profiler() if device == "cpu" else None
+    watch = Profiler() if job.device == "cpu" else None
+    yield from stream(job, control, watch)
+    remember_warm(job.key)
+    if job.stopped:  # no profiling pass either: the visitor or the budget ended the job
+        yield job.finish(job.charts(), _text(job.texts), f"Stopped {job.stopped}", stop_reason=job.stopped)
+    elif watch is not None:
+        where = "timed in the run itself, every step (CPU clock)"
+        yield job.finish(job.charts(pd.DataFrame(job.timed_rows), where), None, "Done", after_run=where)
+    else:
+        yield from profile(job, control)
+
+
+def stream(job: _Job, control: Control, watch: Profiler | None):
+    """The tokens as they come: text first and alone, the summary and charts as their intervals allow. Stops
+    early, with job.stopped saying why, when the visitor stops it or its steps so far project past the budget."""
+    s, device = job.s, job.device
+    sampling = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, repetition_penalty=s.repetition_penalty)
     tokens = timed(
-        model,
-        [ids] * s.batch,
+        job.model,
+        [job.ids] * s.batch,
         max_new_tokens=s.new_tokens,
         graph=None if s.cuda_graph else False,  # None: a graph wherever one applies
         observer=watch,
-        **kw,
+        cache=s.cache,
+        tiles=s.tiles,
+        tokenizer=job.tok,
+        seed=s.seed,
+        **sampling,
     )
-    steps, texts, waited, stopped, timed_rows = [], [tok.decode(ids)] * s.batch, None, None, []
+    job.texts = [job.tok.decode(job.ids)] * s.batch
     last_text, last_chart = 0.0, time.monotonic() - CHART_INTERVAL_S[device] + FIRST_CHART_S[device]
-    p = peaks()
-    kv_why = metrics.kv_why(model.config, model.dtype.itemsize) if s.cache else ""
-
-    def charts(profiled=None, timed: str = "") -> dict:
-        """Every chart of the run so far; on CPU with the same job's GPU answer beside its times."""
-        frame, kernels = metrics.step_frame(steps), metrics.kernel_frame(steps, profiled)
-        gpu = counterpart.for_generate(s, frame, kernels) if device == "cpu" else None
-        return dict(
-            views.generation_figures(frame, kernels, p, previous, timed, gpu=gpu, kv_why=kv_why),
-            frame=frame,
-            kernels=kernels,
-            gpu=gpu,
-        )
-
-    def summary(gpu=None, counted=None, **extra) -> tuple[str, dict]:
-        totals = metrics.summary(steps, p, counted) | rung | {"waited_s": waited} | extra
-        return views.summary_markdown(totals, gpu), totals
-
     for step in tokens:
-        steps.append(step)
+        job.steps.append(step)
         if watch is not None:
-            timed_rows += [dict(step=step.index, phase=step.phase, position=step.position, **r) for r in watch.take()]
-        texts = [t + piece for t, piece in zip(texts, step.texts, strict=True)]
-        waited = waited if waited is not None else time.time() - started
+            job.timed_rows += [
+                dict(step=step.index, phase=step.phase, position=step.position, **r) for r in watch.take()
+            ]
+        job.texts = [t + piece for t, piece in zip(job.texts, step.texts, strict=True)]
+        job.waited = job.waited if job.waited is not None else time.time() - job.started
         final = bool(step.stop_reason)
-        stopped = None if final else control.why() or overrun(s, steps, control.deadline - time.monotonic())
-        if stopped:
+        job.stopped = None if final else control.why() or overrun(s, job.steps, control.deadline - time.monotonic())
+        if job.stopped:
             break
         now = time.monotonic()
         if not final and now - last_text < TEXT_INTERVAL_S[device]:
             continue
-        update = {"text": _text(texts), "status": f"{len(steps)} of {s.new_tokens} tokens"}
+        update = {"text": _text(job.texts), "status": f"{len(job.steps)} of {s.new_tokens} tokens"}
         # The last step's charts are drawn once, by finish(): on CPU right away, on a GPU with the kernels'
         # profile a fraction of a second later (drawing them here as well would delay either by as long).
         chart = not final and now - last_chart >= CHART_INTERVAL_S[device]
@@ -163,27 +208,25 @@ def run(payload: dict, control: Control):
         # every step so far each time would slow the tokens); on CPU, where a token takes most of a second,
         # with every token.
         if chart or device == "cpu":
-            update["summary"] = summary()[0]
+            update["summary"] = job.summary()[0]
         yield update
         last_text = time.monotonic()
         if chart:
-            drawn = charts()
+            drawn = job.charts()
             yield {k: v for k, v in drawn.items() if k not in ("frame", "kernels", "gpu")}
             last_chart = time.monotonic()
     tokens.close()
-    remember_warm(key)
-    if stopped:  # no profiling pass either: the visitor or the budget ended the job
-        update = finish(s, model, ids, p, charts(), summary, _text(texts), f"Stopped {stopped}", stop_reason=stopped)
-        yield update | {"ran_s": ran_s(ran_from, steps)}
-        return
-    if watch is not None:
-        profiled = pd.DataFrame(timed_rows)
-        where = "timed in the run itself, every step (CPU clock)"
-        update = finish(s, model, ids, p, charts(profiled, where), summary, None, "Done", after_run=where)
-        yield update | {"ran_s": ran_s(ran_from, steps)}
-        return
-    samples = PROFILED[device]
-    yield {"summary": summary(after_run=f"profiling the kernels at {samples + 1} steps…")[0], "status": "Profiling…"}
+
+
+def profile(job: _Job, control: Control):
+    """On a GPU, after the run: the kernels a decode step launches counted (once per settings), each kernel timed
+    at PROFILED decode positions with launch overhead kept out, and the run finished with them."""
+    s, model, ids = job.s, job.model, job.ids
+    samples = PROFILED[job.device]
+    yield {
+        "summary": job.summary(after_run=f"profiling the kernels at {samples + 1} steps…")[0],
+        "status": "Profiling…",
+    }
     graph = None if s.cuda_graph else False
     positions = len(ids) + s.new_tokens  # the run's cache: its kernels (and graph) serve the steps rebuilt below
     counted_key = estimate.profile_key(s, positions)
@@ -199,7 +242,7 @@ def run(payload: dict, control: Control):
         profiled = profile_run(
             model,
             [ids] * s.batch,
-            steps,
+            job.steps,
             cache=s.cache,
             tiles=s.tiles,
             backend=s.backend,
@@ -212,9 +255,8 @@ def run(payload: dict, control: Control):
         profiled, where = None, f"not measured: {e}"
     if control.why():
         profiled, where = None, f"not measured: stopped {control.why()}"
-    drawn = charts(profiled, where if profiled is not None else "")
-    update = finish(s, model, ids, p, drawn, summary, None, "Done", counted=counted, after_run=where)
-    yield update | {"ran_s": ran_s(ran_from, steps)}
+    drawn = job.charts(profiled, where if profiled is not None else "")
+    yield job.finish(drawn, None, "Done", counted=counted, after_run=where)
 
 
 # Decode steps timed before a run's length is projected: the first decode step may still warm up (a graph's
