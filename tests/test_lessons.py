@@ -209,17 +209,22 @@ def test_the_explanation_quotes_this_runs_measurements(runs, name):
 @pytest.mark.gpu
 def test_the_sms_lesson_on_a_gpu_sees_on_each_sm_the_programs_it_computed(gpu_alone):
     """On the GPU: every variant's step stamped (a problem raises), replayed with stamps within 1.5x of its time
-    without (plus 20 us), and on the busiest SM of every launch as many programs at once as computed from the
-    compiled kernel (its residency, or the grid's programs over the SMs where fewer); the text says so."""
+    without (plus 20 us); no SM ever holding more programs of a launch than the compiled kernel's residency; at the
+    decode rung, where each kernel has the GPU to itself, the busiest SM of every launch holding as many as
+    computed (its residency, or the grid's programs over the SMs where fewer). At the overlap rung a kernel's
+    programs share the SMs with the one before (PDL), so there the text only counts where it held."""
     r = lessons.run("sms", "gpu")
     variants = r.facts["variants"]
     assert len(variants) == 4 and len(r.tables["kernels"]) == sum(v["launches"] for v in variants)
+    kernels = r.tables["kernels"]
+    assert (kernels.seen_at_once <= kernels.resident).all()  # never more on an SM than its resources allow
     for v in variants:
-        assert v["residency_held"] == v["launches"], v
+        if v["rung"] == "decode":  # each kernel alone on the GPU: its grid spread evenly over the SMs
+            assert v["residency_held"] == v["launches"], v
         assert v["stamped_ms"] <= 1.5 * v["step_ms"] + 0.02, v
         assert 0 <= v["idle"] < 1
-    total = sum(v["launches"] for v in variants)
-    assert f"in **{total} of {total} launches**" in lessons.live_markdown(r)
+    held, total = sum(v["residency_held"] for v in variants), sum(v["launches"] for v in variants)
+    assert f"in **{held} of {total} launches**" in lessons.live_markdown(r)
     assert len(lessons.LESSONS["sms"].figure(r).data) == 4
 
 
