@@ -114,10 +114,8 @@ def _name(rung: str, choice: dict | None) -> str:
 
 
 def _rows(rows: list[dict], rung: str, choice: dict | None) -> pd.DataFrame:
-    frame = pd.DataFrame(rows)[["operation", "kernel", "warps", "registers", "shared", "resident", "limiter"]]
-    frame["programs"] = [r["programs"] for r in rows]
-    frame["waves"] = [r["waves"] for r in rows]
-    frame["constants"] = [r["constants"] for r in rows]
+    columns = ["operation", "kernel", "warps", "registers", "shared", "resident", "limiter", "programs", "waves"]
+    frame = pd.DataFrame(rows)[[*columns, "constants"]]
     frame.insert(0, "variant", _name(rung, choice))
     frame.insert(1, "rung", rung)
     frame.insert(2, "tiles", tiles_label(choice))
@@ -145,23 +143,17 @@ def _variant(frame: pd.DataFrame) -> dict:
         big_constants=str(big.constants),
     )
     if "seen_at_once" in frame:
-        out["big_seen"] = int(big.seen_at_once)
         out["residency_held"] = int((frame.seen_at_once == frame.computed_at_once).sum())
     return out
 
 
 def _rungs_alike(frames: list[pd.DataFrame]) -> dict:
     """The two rungs at the first tile choice, launch by launch: how many launches hold as many programs per SM."""
-    one, other = (
-        next(f for f in frames if f.rung.iloc[0] == rung) for rung in (frames[0].rung.iloc[0], frames[-1].rung.iloc[0])
-    )
-    same = len(one) == len(other) and (one.resident.to_numpy() == other.resident.to_numpy())
-    return dict(
-        first=str(one.rung.iloc[0]),
-        second=str(other.rung.iloc[0]),
-        launches=(len(one), len(other)),
-        same=int(same.sum()) if len(one) == len(other) else 0,
-    )
+    first, second = frames[0].rung.iloc[0], frames[-1].rung.iloc[0]
+    one, other = (next(f for f in frames if f.rung.iloc[0] == rung) for rung in (first, second))
+    alike = len(one) == len(other)
+    same = int((one.resident.to_numpy() == other.resident.to_numpy()).sum()) if alike else 0
+    return dict(first=str(first), second=str(second), launches=(len(one), len(other)), same=same)
 
 
 def _constant(constants: str, name: str) -> str:
