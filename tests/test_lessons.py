@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 
 import gradio as gr
+import pandas as pd
 import pytest
 import torch
 
@@ -226,6 +227,38 @@ def test_the_sms_lesson_on_a_gpu_sees_on_each_sm_the_programs_it_computed(gpu_al
     held, total = sum(v["residency_held"] for v in variants), sum(v["launches"] for v in variants)
     assert f"in **{held} of {total} launches**" in lessons.live_markdown(r)
     assert len(lessons.LESSONS["sms"].figure(r).data) == 4
+
+
+def test_the_sms_lessons_gpu_text_and_chart_come_from_its_facts_and_tables(runs):
+    """What a GPU run of the SMs lesson shows, from a GPU-shaped result built on the CPU run's tables: the steps'
+    times and idle shares quoted, the fastest named, the launches where the residency held counted, what the
+    overlap rung's bars hold said, and one line of busy SMs a variant."""
+    cpu = runs("sms")
+    kernels = cpu.tables["kernels"].assign(seen_at_once=cpu.tables["kernels"].resident)
+    kernels["computed_at_once"] = kernels.resident.where(kernels.variant != kernels.variant.iloc[-1], 0)
+    times = {"decode": (0.30, 0.31, 0.6), "overlap": (0.25, 0.26, 0.03)}
+    variants = []
+    for v in cpu.facts["variants"]:
+        step, stamped, idle = times[v["rung"]]
+        held = int((kernels[kernels.variant == v["variant"]].computed_at_once > 0).sum())
+        variants.append(v | dict(step_ms=step, stamped_ms=stamped, idle=idle, span_us=300.0, residency_held=held))
+    running = pd.concat(
+        pd.DataFrame({"variant": v["variant"], "t_us": [0.0, 1.0], "programs": [3, 0], "sms": [2, 0]}) for v in variants
+    )
+    facts = cpu.facts | dict(gpu="NVIDIA H100 80GB HBM3", context=1000, variants=variants)
+    r = base.Result("sms", cpu.settings, facts, {"kernels": kernels, "running": running}, "NVIDIA H100 80GB HBM3", 9.0)
+    text = lessons.LESSONS["sms"].explain(r)
+    launches = sum(v["launches"] for v in variants)
+    held = launches - variants[-1]["launches"]
+    assert f"in **{held} of {launches} launches**" in text
+    slow, fast = variants[0]["variant"], variants[2]["variant"]
+    assert f"The fastest, {fast}, was 1.20x as fast as {slow}." in text
+    assert "SMs idle **60%** of it" in text and "SMs idle **3%** of it" in text
+    assert "look busy (97% of the step, against 40% at decode) for a step 1.20x as fast" in text
+    assert "nothing runs" not in text  # the CPU's words about compiling, not said of a GPU's run
+    figure = lessons.LESSONS["sms"].figure(r)
+    assert [t.name for t in figure.data] == [v["variant"] for v in variants]
+    assert "SMs busy (of 132)" in figure.layout.yaxis.title.text
 
 
 def _fact(facts, path: str):
