@@ -145,6 +145,8 @@ def check_sms(r):
         ("variants.0.big_waves", big.waves, lambda v: f"**{v:.2f} waves**"),
         ("variants.1.big_resident", wide_big.resident, lambda v: f"{v} fit an SM"),
         ("variants.1.programs", wide.programs.sum(), lambda v: f"become {v:,}"),
+        ("variants.1.short_grids", (wide.programs < 132).sum(), lambda v: f"**{v} of its"),  # the H100's 132 SMs
+        ("variants.0.short_grids", (first.programs < 132).sum(), lambda v: f"(against {v})"),
     ]
 
 

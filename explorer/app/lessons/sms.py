@@ -61,7 +61,7 @@ def _measure_compiled(s: dict) -> tuple[dict, dict]:
     found = occupancy.run(s["arch"], asked)
     frames = [_rows(got["rows"], rung, choice) for (rung, choice), got in zip(variants(s), found, strict=True)]
     gpu = GPUS[s["arch"]]
-    facts = dict(arch=s["arch"], gpu=gpu.name, sms=gpu.num_sms, variants=[_variant(f) for f in frames])
+    facts = dict(arch=s["arch"], gpu=gpu.name, sms=gpu.num_sms, variants=[_variant(f, gpu.num_sms) for f in frames])
     facts["rungs_alike"] = _rungs_alike(frames)
     return facts, {"kernels": pd.concat(frames, ignore_index=True)}
 
@@ -103,7 +103,7 @@ def _measure_gpu(s: dict) -> tuple[dict, dict]:
         )
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     facts = dict(arch=arch, gpu=torch.cuda.get_device_name(), sms=sms, context=s["context"])
-    facts["variants"] = [_variant(f) | step for f, step in zip(frames, steps, strict=True)]
+    facts["variants"] = [_variant(f, sms) | step for f, step in zip(frames, steps, strict=True)]
     facts["rungs_alike"] = _rungs_alike(frames)
     tables = {"kernels": pd.concat(frames, ignore_index=True), "running": pd.concat(busy, ignore_index=True)}
     return facts, tables
@@ -122,8 +122,9 @@ def _rows(rows: list[dict], rung: str, choice: dict | None) -> pd.DataFrame:
     return frame
 
 
-def _variant(frame: pd.DataFrame) -> dict:
-    """What the explanation quotes of one variant: its launches and programs, and its largest grid's kernel."""
+def _variant(frame: pd.DataFrame, sms: int) -> dict:
+    """What the explanation quotes of one variant: its launches and programs, how many of its grids have fewer
+    programs than the GPU has SMs, and its largest grid's kernel."""
     big = frame.loc[frame.programs.idxmax()]
     out = dict(
         variant=str(frame.variant.iloc[0]),
@@ -131,6 +132,7 @@ def _variant(frame: pd.DataFrame) -> dict:
         tiles=str(frame.tiles.iloc[0]),
         launches=len(frame),
         programs=int(frame.programs.sum()),
+        short_grids=int((frame.programs < sms).sum()),
         big_operation=str(big.operation),
         big_kernel=str(big.kernel),
         big_programs=int(big.programs),
@@ -195,12 +197,9 @@ def explain(r) -> str:
             f"With {wide['tiles']}, the same projection is {wide['big_programs']:,} programs of "
             f"{wide['big_warps']} warps and {wide['big_registers']} registers: {wide['big_resident']} fit an SM "
             f"(limited by {wide['big_limiter']}), {wide['big_waves']:.2f} waves. Wider tiles mean fewer, larger "
-            f"programs: the step's {first['programs']:,} programs become {wide['programs']:,}"
-            + (
-                ", and where a grid has fewer programs than there are SMs, the rest of the GPU has nothing to do."
-                if wide["big_waves"] < 1
-                else "."
-            )
+            f"programs: the step's {first['programs']:,} programs become {wide['programs']:,}, and "
+            f"**{wide['short_grids']} of its {wide['launches']} launches** (against {first['short_grids']}) have fewer "
+            f"programs than the GPU's {f['sms']} SMs: while one of them runs, the SMs it leaves have nothing to do."
         )
     alike = f["rungs_alike"]
     if alike["first"] != alike["second"]:
