@@ -167,12 +167,16 @@ def generation_estimate(s: dict, runs=(True,), profiled: int = 0) -> float:
     return estimate.seconds(models.device().type, s["backend"], units)
 
 
+def model_controls(s: dict) -> dict:
+    """The Generate tab's backend, dtype and model set to the lesson's. A model built here (GPT-2 small's shape) is
+    not among the app's models: the picker stays as it is."""
+    return dict(backend=s["backend"], dtype=s["dtype"]) | ({} if s["model"] == GPT2_SHAPE else {"model": s["model"]})
+
+
 def generate_controls(s: dict) -> dict:
-    """The Generate tab's controls set to the lesson's job, to run it again by hand and change one thing.
-    A model built here (GPT-2 small's shape) is not among the app's models: the picker stays as it is."""
+    """The Generate tab's controls set to the lesson's job, to run it again by hand and change one thing."""
     out = dict(prompt_tokens=s["prompt_tokens"], new_tokens=s["new_tokens"], cache=s.get("cache", True))
-    out |= dict(backend=s["backend"], dtype=s["dtype"], cuda_graph=bool(s.get("graph")))
-    return out | ({} if s["model"] == GPT2_SHAPE else {"model": s["model"]})
+    return out | model_controls(s) | dict(cuda_graph=bool(s.get("graph")))
 
 
 def peaks():

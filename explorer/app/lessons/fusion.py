@@ -134,11 +134,6 @@ def _estimate(s: dict) -> float:
     return estimate.seconds(device, s["backend"], units)
 
 
-def _controls(s: dict) -> dict:
-    """dtype and backend for Generate; the model too, unless it is built here (GPT-2 small's shape)."""
-    return dict(dtype=s["dtype"], backend="triton") | ({} if s["model"] == base.GPT2_SHAPE else {"model": s["model"]})
-
-
 LESSON = base.Lesson(
     name="fusion",
     title="Fusion: the ladder",
@@ -153,5 +148,5 @@ LESSON = base.Lesson(
         "bytes went. *Compare* → *Climb the fusion ladder* runs this at your model and batch."
     ),
     estimate=_estimate,
-    controls=_controls,
+    controls=base.model_controls,
 )

@@ -308,7 +308,5 @@ LESSON = base.Lesson(
         "draws a GPU's recording of the step at your rung, every program on its SM."
     ),
     estimate=_estimate,
-    controls=lambda s: (
-        dict(dtype=s["dtype"], backend="triton") | ({} if s["model"] == base.GPT2_SHAPE else {"model": s["model"]})
-    ),
+    controls=base.model_controls,
 )
