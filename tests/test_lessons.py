@@ -243,7 +243,7 @@ def test_the_sms_lessons_gpu_text_and_chart_come_from_its_facts_and_tables(runs)
     for v in cpu.facts["variants"]:
         step, stamped, idle = times[v["rung"]]
         held = int((kernels[kernels.variant == v["variant"]].computed_at_once > 0).sum())
-        variants.append(v | dict(step_ms=step, stamped_ms=stamped, idle=idle, span_us=300.0, residency_held=held))
+        variants.append(v | dict(step_ms=step, stamped_ms=stamped, idle=idle, residency_held=held))
     running = pd.concat(
         pd.DataFrame({"variant": v["variant"], "t_us": [0.0, 1.0], "programs": [3, 0], "sms": [2, 0]}) for v in variants
     )

@@ -51,6 +51,12 @@ def recorded(model, *, batch: int, prompt: int, tiles: Tiles | None = None, deco
     return out
 
 
+def decode_rows(arch: int, model, *, batch: int, prompt: int, tiles: Tiles | None = None) -> list[dict]:
+    """rows() of the decode step alone, after a prefill of `prompt` tokens (recorded, not run)."""
+    launches = recorded(model, batch=batch, prompt=prompt, tiles=tiles)
+    return rows(arch, [launch for launch in launches if launch[0] == "decode"])
+
+
 def kernel_name(fn) -> str:
     """A Triton kernel's name as the page shows it: _layer_norm_kernel is layer_norm."""
     return fn.__name__.strip("_").removesuffix("_kernel")
@@ -121,9 +127,9 @@ def compute(arch: int, settings: dict) -> dict:
     model = model.with_fusion(settings.get("fusion", model.fusion))
     batch, prompt = int(settings.get("batch", 1)), int(settings.get("prompt_tokens") or 16)
     tiles = tiles_of(settings.get("tiles"))
-    launches = recorded(model, batch=batch, prompt=prompt, tiles=tiles)
     if settings.get("decode_only"):
-        return dict(rows=rows(arch, [launch for launch in launches if launch[0] == "decode"]))
+        return dict(rows=decode_rows(arch, model, batch=batch, prompt=prompt, tiles=tiles))
+    launches = recorded(model, batch=batch, prompt=prompt, tiles=tiles)
     long = prompt if prompt >= PICTURE_PROMPT else min(PICTURED_AT, model.config.n_positions)
     pictured = launches if long == prompt else recorded(model, batch=1, prompt=long, tiles=tiles, decode=False)
     picture = tile_reads.from_launches(pictured) | dict(

@@ -62,6 +62,7 @@ def slug(gpu: str) -> str:
 
 def to_json(meta: dict, results: dict[str, Result], own: dict[str, dict] | None = None) -> dict:
     """own: lessons recorded later than the rest, by name, with their OWN_META."""
+    own = own or {}
     lessons = {
         name: dict(
             settings=recordings.plain(r.settings),
@@ -74,7 +75,7 @@ def to_json(meta: dict, results: dict[str, Result], own: dict[str, dict] | None 
             compile_s={k: round(v, 3) for k, v in r.compile_s.items()},
             tables={k: recordings.table(v) for k, v in r.tables.items()},
         )
-        | ({"meta": recordings.plain((own or {})[name])} if name in (own or {}) else {})
+        | ({"meta": recordings.plain(own[name])} if name in own else {})
         for name, r in results.items()
     }
     return {"format": FORMAT, **recordings.plain(meta), "lessons": lessons}

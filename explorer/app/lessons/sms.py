@@ -81,27 +81,20 @@ def _measure_gpu(s: dict) -> tuple[dict, dict]:
         got = timeline.record(at_rung, context=s["context"], graph=True, tiles=tiles)
         if got["problems"]:
             raise RuntimeError(f"the {rung} rung's stamped step: {'; '.join(got['problems'])}")
-        launches = occupancy.recorded(at_rung, batch=1, prompt=s["context"], tiles=tiles)
-        rows = occupancy.rows(arch, [launch for launch in launches if launch[0] == "decode"])
-        frame, programs = _rows(rows, rung, choice), got["frame"]
+        rows = occupancy.decode_rows(arch, at_rung, batch=1, prompt=s["context"], tiles=tiles)
+        frame, programs, sms = _rows(rows, rung, choice), got["frame"], got["sms"]
         if len(frame) != programs.launch.nunique():
             raise RuntimeError(f"the {rung} rung launched {programs.launch.nunique()} kernels, {len(frame)} compiled")
         frame["seen_at_once"] = [timeline.most_at_once(programs[programs.launch == i]) for i in range(len(frame))]
-        spread = -(-frame.programs // got["sms"])  # programs per SM where the grid is smaller than its slots
-        frame["computed_at_once"] = frame.resident.where(frame.resident < spread, spread)
+        spread = -(-frame.programs // sms)  # programs per SM where the grid is smaller than its slots
+        frame["computed_at_once"] = frame.resident.clip(upper=spread)
         frames.append(frame)
         over = timeline.running(programs)
         over.insert(0, "variant", _name(rung, choice))
         busy.append(over)
         steps.append(
-            dict(
-                idle=timeline.idle_share(programs, got["sms"]),
-                step_ms=got["step_ms"],
-                stamped_ms=got["stamped_ms"],
-                span_us=float(programs.end_ns.max() - programs.start_ns.min()) / 1e3,
-            )
+            dict(idle=timeline.idle_share(programs, sms), step_ms=got["step_ms"], stamped_ms=got["stamped_ms"])
         )
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     facts = dict(arch=arch, gpu=torch.cuda.get_device_name(), sms=sms, context=s["context"])
     facts["variants"] = [_variant(f, sms) | step for f, step in zip(frames, steps, strict=True)]
     facts["rungs_alike"] = _rungs_alike(frames)
