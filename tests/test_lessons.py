@@ -366,9 +366,10 @@ def test_a_lesson_recorded_later_into_a_recording_carries_its_own_gpu_date_and_v
     path = recorded.save(tmp_path / "lessons_h200.json", H200, {n: runs(n) for n in ("tiling", "sms")})
     later = H200 | dict(gpu="NVIDIA H100 80GB HBM3", date="2026-12-06T02:00:00+00:00", triton="3.6.0")
     newer = dataclasses.replace(runs("sms"), facts=_scaled(runs("sms").facts))
+    before = recorded.load(path).meta
     recorded.merge(path, later | dict(command="ignored", seconds=9.0), {"sms": newer})
     rec = recorded.load(path)
-    assert rec.meta == recorded.load(path).meta and rec.meta["date"] == H200["date"]  # the file's own, kept
+    assert rec.meta == before and rec.meta["date"] == H200["date"]  # the file's own, kept
     assert rec.label_of("tiling") == "recorded on NVIDIA H200, 2026-11-30" and "triton 3.9.0" in rec.versions_of(
         "tiling"
     )
