@@ -1,7 +1,7 @@
 """Record the timeline of one decode step on every SM for each rung of the ladder and both bundled models on this
 GPU, for visitors without one (explorer.measure.timeline; the kernels' stamps, kernels.stamps):
 
-    python scripts/record_timeline.py [--out assets/recorded/timeline_h200.json] [--context 1000]
+    python scripts/record_timeline.py [--out assets/recorded/timeline_<gpu>.json] [--context 1000]
 
 Each step is a decode step in bfloat16 at `context` tokens of cache, batch 1, replayed from a CUDA graph (as
 the app runs it on a GPU) and launched eagerly from the host, the rung's kernels each writing their programs'

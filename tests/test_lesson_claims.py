@@ -33,7 +33,7 @@ def number_before(text: str, words: str) -> float:
 # Lessons newer than the shipped recording, until `python scripts/record_lessons.py --lessons NAME --into
 # assets/recorded/lessons_h200.json` records them on a GPU: beside their interpreter run the page says plainly that
 # the recording has none.
-NOT_YET_RECORDED = {"sms"}
+NOT_YET_RECORDED: set[str] = set()
 
 
 def test_every_lesson_is_recorded_and_explained(rec):
@@ -146,4 +146,7 @@ def test_the_sms_lesson_names_its_fastest_variant_and_the_launches_where_the_res
         assert 0 <= v["idle"] < 1 and v["step_ms"] <= v["stamped_ms"] * 1.5
     first, wide = variants[0], variants[1]
     assert f"**{wide['short_grids']} of its {wide['launches']} launches** (against {first['short_grids']})" in text
-    assert first["big_resident"] >= 1 and wide["big_programs"] < first["big_programs"]  # wider tiles: fewer programs
+    assert first["big_resident"] >= 1
+    fewer = wide["big_programs"] < first["big_programs"]
+    assert ("Wider tiles mean fewer, larger programs." in text) == fewer
+    assert ("so here the tiles are narrower: more, smaller programs." in text) == (not fewer)

@@ -151,6 +151,17 @@ def _rungs_alike(frames: list[pd.DataFrame]) -> dict:
     return dict(first=str(first), second=str(second), launches=(len(one), len(other)), same=same)
 
 
+def _tile_effect(first: dict, wide: dict) -> str:
+    """What the other tiles did to the largest grid: wider tiles, fewer and larger programs; or, where its default
+    tile was wider still (a GPU's LM head takes 128 columns), narrower ones and more programs."""
+    if wide["big_programs"] < first["big_programs"]:
+        return "Wider tiles mean fewer, larger programs."
+    return (
+        f"Its default tile was wider still ({_constant(first['big_constants'], 'BLOCK_N')} columns), so here the "
+        "tiles are narrower: more, smaller programs."
+    )
+
+
 def _constant(constants: str, name: str) -> str:
     for part in constants.split(", "):
         key, _, value = part.partition("=")
@@ -189,8 +200,8 @@ def explain(r) -> str:
         text.append(
             f"With {wide['tiles']}, the same projection is {wide['big_programs']:,} programs of "
             f"{wide['big_warps']} warps and {wide['big_registers']} registers: {wide['big_resident']} fit an SM "
-            f"(limited by {wide['big_limiter']}), {wide['big_waves']:.2f} waves. Wider tiles mean fewer, larger "
-            f"programs: the step's {first['programs']:,} programs become {wide['programs']:,}, and "
+            f"(limited by {wide['big_limiter']}), {wide['big_waves']:.2f} waves. {_tile_effect(first, wide)} The "
+            f"step's {first['programs']:,} programs become {wide['programs']:,}, and "
             f"**{wide['short_grids']} of its {wide['launches']} launches** (against {first['short_grids']}) have fewer "
             f"programs than the GPU's {f['sms']} SMs: while one of them runs, the SMs it leaves have nothing to do."
         )
