@@ -9,6 +9,8 @@ from .ops.attention.kernel import attention
 from .ops.decode_attention.kernel import decode_attention
 from .ops.decode_layer.kernel import decode_layer
 from .ops.decode_linear.kernel import decode_linear
+from .ops.decode_step.kernel import Step as decode_step_parts
+from .ops.decode_step.kernel import decode_step
 from .ops.grouped_attention.kernel import grouped_attention
 from .ops.grouped_decode_attention.kernel import grouped_decode_attention
 from .ops.kv_write.kernel import kv_write
@@ -24,6 +26,8 @@ __all__ = [
     "attention",
     "decode_attention",
     "decode_layer",
+    "decode_step",
+    "decode_step_parts",
     "decode_linear",
     "device_limits",
     "elementwise",

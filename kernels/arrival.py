@@ -45,3 +45,19 @@ def _zeroed(buffers: dict, device, needed: int, slots: int, kind: str) -> torch.
     if buf is None:
         buf = buffers[device] = torch.zeros(slots, dtype=torch.int32, device=device)
     return buf
+
+
+TASK_SLOTS = 1024  # a decode step's stage counters: 2 + 4 per layer (kernels.ops.decode_step)
+HEAD_SLOTS = 1 << 14  # and one per (layer, head)
+_tasks: dict[torch.device, torch.Tensor] = {}
+_heads: dict[torch.device, torch.Tensor] = {}
+
+
+def task_counters(device: torch.device, needed: int) -> torch.Tensor:
+    """The device's zeroed counters of the one-launch decode step's operations, apart from the others."""
+    return _zeroed(_tasks, device, needed, TASK_SLOTS, "task")
+
+
+def head_counters(device: torch.device, needed: int) -> torch.Tensor:
+    """The device's zeroed counters of the one-launch decode step's (layer, head) pairs."""
+    return _zeroed(_heads, device, needed, HEAD_SLOTS, "head")

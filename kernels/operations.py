@@ -27,6 +27,8 @@ from .ops.decode_layer.kernel import traffic as decode_layer_traffic
 from .ops.decode_linear.kernel import decode_linear as decode_linear_launch
 from .ops.decode_linear.kernel import traffic as decode_linear_traffic
 from .ops.decode_linear.tiles import resolve_config as decode_linear_tiles
+from .ops.decode_step.kernel import decode_step
+from .ops.decode_step.kernel import traffic as decode_step_traffic
 from .ops.grouped_attention import kernel as grouped_prefill
 from .ops.grouped_decode_attention import kernel as grouped
 from .ops.grouped_decode_attention.kernel import grouped_decode_attention
@@ -349,6 +351,17 @@ def _compiles_decode_layer(m: Make) -> dict:
             (*m.cache(1, H, 1024), m.lengths(1, 1000), m.lengths(1, 1001)),
         )
     }
+
+
+def _compiles_decode_step(m: Make) -> dict:
+    from .ops.decode_step.kernel import Step
+
+    t, ln = m.t, m.ln[:2]
+    layer = ((t(3 * C, C), t(3 * C)), (t(C, C), t(C)), ln, (t(4 * C, C), t(4 * C)), (t(C, 4 * C), t(C)))
+    k_cache, v_cache = (torch.stack([c, c]) for c in m.cache(1, H, 1024))  # two layers
+    step = Step(t(50257, C), t(1024, C), ((ln, *layer), (ln, *layer)), ln, t(50257, C))
+    kv = (k_cache, v_cache, m.lengths(1, 1000), m.lengths(1, 1001))
+    return {"decode step": lambda: decode_step(torch.zeros(1, dtype=torch.int64), step, kv)}
 
 
 def _compiles_one(label: str, make_call) -> Callable:
@@ -779,6 +792,16 @@ OPERATIONS: dict[str, Operation] = {
             decode_layer,
             by_length=True,
             compiles=_compiles_decode_layer,
+        ),
+        Operation(
+            "decode_step",
+            sizes.DecodeStepSizes,
+            lambda s, item, *, dtype, device, lengths, **_: decode_step_traffic(
+                list(lengths), s.width, s.heads, s.max_len, s.layers, s.vocab, item, dtype=dtype, device=device
+            ),
+            decode_step,
+            by_length=True,
+            compiles=_compiles_decode_step,
         ),
         Operation(
             "bias_add",

@@ -102,3 +102,12 @@ class DecodeLayerSizes(NamedTuple):  # decode_layer: each sequence reads its own
     width: int
     heads: int
     max_len: int
+
+
+class DecodeStepSizes(NamedTuple):  # decode_step: a whole decode step; each sequence reads its own length of the cache
+    batch: int
+    width: int
+    heads: int
+    max_len: int
+    layers: int
+    vocab: int

@@ -20,6 +20,7 @@ RUNS = [  # (backend, fusion): the torch backend, and the Triton backend on ever
     ("triton", "decode"),
     ("triton", "overlap"),
     ("triton", "persistent"),
+    ("triton", "megakernel"),
 ]
 
 

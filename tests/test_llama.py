@@ -200,8 +200,8 @@ def test_smollm2_shaped_model_generates_256_tokens_cache_on_and_off(device):
 
 
 def test_the_ladder_and_compare_jobs_run_a_llama(checkpoint):
-    """The page's ladder and Compare on a Llama checkpoint: every rung measured (the persistent rung as overlap,
-    said in the status), and Compare's runs, each prompt length with the cache on and off."""
+    """The page's ladder and Compare on a Llama checkpoint: every rung measured (the persistent and megakernel rungs
+    as overlap, said in the status), and Compare's runs, each prompt length with the cache on and off."""
     from explorer.app import jobs, settings
 
     never = jobs.Control(lambda: False, float("inf"))
@@ -210,10 +210,10 @@ def test_the_ladder_and_compare_jobs_run_a_llama(checkpoint):
     for update in jobs.JOBS["ladder"]({"settings": s, "context": 9}, never):
         out |= update
     ladder = out["state"]["ladder"].set_index("rung")
-    assert list(ladder.index) == ["none", "epilogue", "decode", "overlap", "persistent", "torch"]
+    assert list(ladder.index) == ["none", "epilogue", "decode", "overlap", "persistent", "megakernel", "torch"]
     ops = ladder.operations
-    assert ops["none"] > ops["epilogue"] > ops["decode"] == ops["overlap"] == ops["persistent"]
-    assert "a Llama block runs the persistent rung as overlap" in out["status"]
+    assert ops["none"] > ops["epilogue"] > ops["decode"] == ops["overlap"] == ops["persistent"] == ops["megakernel"]
+    assert "a Llama model runs the persistent rung as overlap and the megakernel rung as overlap" in out["status"]
     out = {}
     for update in jobs.JOBS["compare"]({"settings": s, "lengths": [5]}, never):
         out |= update

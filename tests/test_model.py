@@ -236,6 +236,7 @@ CHART_CATEGORIES = {
     "qkv/out proj",
     "decode attention",
     "decode layer",
+    "decode step",
     "ffn",
     "lm_head",
     "embedding",
@@ -250,7 +251,7 @@ def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
     folder, _ = checkpoint
     model, _ = load_model(folder, device=device)
     names, prefills, decodes = {}, {}, {}
-    for fusion in ("none", "epilogue", "decode", "overlap", "persistent"):
+    for fusion in ("none", "epilogue", "decode", "overlap", "persistent", "megakernel"):
         prefill, decode = list(generate(model, [5] * 9, max_new_tokens=2, eos_token_id=-1, warmup=False, fusion=fusion))
         names[fusion], prefills[fusion] = [op.name for op in decode.ops], [op.name for op in prefill.ops]
         decodes[fusion] = decode
@@ -263,6 +264,7 @@ def test_each_rung_names_the_launches_its_decode_step_makes(checkpoint, device):
     assert names["overlap"] == names["decode"]  # the same kernels, launched to overlap
     assert names["persistent"] == ["wte/wpe", "block", "block", "ln_f+lm_head"]  # each block in one launch
     assert prefills["persistent"] == names["epilogue"]
+    assert names["megakernel"] == ["step"] and prefills["megakernel"] == names["epilogue"]  # the step in one launch
     # The fused c_attn is booked with the cache rows its epilogue writes: one per head of K and of V.
     c_attn = next(op for op in decodes["decode"].ops if op.name == "ln_1+attn.c_attn+kv write")
     assert c_attn.sizes == (1, 192, 64, True, False, False, True, 4, 16, False, False, False)

@@ -122,7 +122,7 @@ def test_every_run_field_is_checked_by_the_table():
             "fusion",
             "fused",
             "fusion \\(Triton backend\\) must be one of 'none', 'epilogue', 'decode', 'overlap', "
-            "'persistent'; got 'fused'",
+            "'persistent', 'megakernel'; got 'fused'",
         ),
         ("attention_block_m", "48", "attention block_m must be one of 'default', '16'"),
         ("linear_autotune", "yes", "linear autotune must be true or false"),

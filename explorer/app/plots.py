@@ -23,6 +23,7 @@ KIND_COLORS = {
     "attention": "#e45756",
     "decode attention": "#f58518",
     "decode layer": "#eeca3b",
+    "decode step": "#d8b5a5",
     "ffn": "#54a24b",
     "lm_head": "#b279a2",
     "kv write": "#72b7b2",

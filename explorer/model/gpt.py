@@ -8,7 +8,8 @@ key-for-key copy; only Conv1D weights are transposed into F.linear's (out, in). 
 
 That is the "epilogue" rung of the fusion ladder (see ops.py); "none" launches the bias, GELU and add
 apart, and "decode" folds each LayerNorm into the projection after it and the cache write into c_attn
-for decode steps (Block.decode_fused); "persistent" runs each block of a decode step in one launch. Ops.block
+for decode steps (Block.decode_fused); "persistent" runs each block of a decode step in one launch, and
+"megakernel" the whole decode step. Ops.block
 chooses which form a block runs in.
 
 Three entry points share the blocks and differ only in how attention gets its keys:
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+import kernels
 
 from .cache import KVCache
 from .graphs import GraphPool
@@ -213,6 +216,8 @@ class GPT(nn.Module):
         return self.transformer.wte.weight.dtype
 
     def _run(self, ids, positions, ops: Ops, attend: _Attend, logits_at=None):
+        if attend.mode == "decode" and ops.runs_step_whole(ids.shape[0]):
+            return ops.decode_step("step", self, ids[:, 0], attend.cache).unsqueeze(1)
         x = self.embed(ops, ids, positions)  # (B, T, C)
         positions = positions.expand(ids.shape)  # (T,) for a whole prompt, (B, 1) in a decode step
         for block in self.transformer.h:
@@ -220,6 +225,22 @@ class GPT(nn.Module):
         if logits_at is not None:  # only the rows whose next token is wanted reach the LM head
             x = x[torch.arange(x.shape[0], device=x.device), logits_at].unsqueeze(1)  # (B, 1, C)
         return self.head(ops, x, attend)
+
+    def step_parts(self) -> kernels.decode_step_parts:
+        """The parameters as the one-launch decode step (the megakernel rung) takes them."""
+        t = self.transformer
+        layers = tuple(
+            (
+                (b.ln_1.weight, b.ln_1.bias),
+                (b.attn.c_attn.weight, b.attn.c_attn.bias),
+                (b.attn.c_proj.weight, b.attn.c_proj.bias),
+                (b.ln_2.weight, b.ln_2.bias),
+                (b.mlp.c_fc.weight, b.mlp.c_fc.bias),
+                (b.mlp.c_proj.weight, b.mlp.c_proj.bias),
+            )
+            for b in t.h
+        )
+        return kernels.decode_step_parts(t.wte.weight, t.wpe.weight, layers, (t.ln_f.weight, t.ln_f.bias), t.wte.weight)
 
     def embed(self, ops: Ops, ids, positions):
         t = self.transformer

@@ -147,7 +147,7 @@ class _GroupedAttend(_Attend):
 
 class Llama(GPT):
     family = "Llama"
-    RUNS_AS = {"persistent": "overlap"}  # the persistent rung's one-launch block is GPT-2's
+    RUNS_AS = {"persistent": "overlap", "megakernel": "overlap"}  # the one-launch block and step are GPT-2's
 
     def __init__(self, cfg: LlamaConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
         super().__init__(cfg, backend, fusion)

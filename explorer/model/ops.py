@@ -14,7 +14,10 @@ attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, ln_f, lm_head, wte/wpe, kv write)
   Prefill and full-sequence passes run as "epilogue";
 - "overlap": the decode rung's kernels, each launched with programmatic dependent launch (kernels.pdl) so
   that it starts while the kernel before it finishes and loads its weights before it waits for that
-  kernel's output. Needs a GPU of compute capability 9.0 or later (Hopper); elsewhere it runs as "decode".
+  kernel's output. Needs a GPU of compute capability 9.0 or later (Hopper); elsewhere it runs as "decode";
+- "persistent": each GPT-2 block of a decode step in one launch (kernels.ops.decode_layer);
+- "megakernel": a whole GPT-2 decode step in one launch, its operations tasks that wait only for the tiles they
+  read (kernels.ops.decode_step); more than 16 sequences run as "decode". The Llama family runs both as "overlap".
 The torch backend runs PyTorch's own operations whatever the rung.
 
 An observer may be attached: a callable `observer(op, run)` that gets an Op record (the name, the
@@ -40,9 +43,10 @@ from kernels.ops.linear.kernel import DECODE_ROWS
 from kernels.ops.linear.kernel import tuned_config as linear_tuned
 
 BACKENDS = ("triton", "torch")
-FUSIONS = ("none", "epilogue", "decode", "overlap", "persistent")
+FUSIONS = ("none", "epilogue", "decode", "overlap", "persistent", "megakernel")
 DEFAULT_FUSION = "overlap"
-DECODE_RUNGS = ("decode", "overlap", "persistent")  # the rungs whose decode steps run the fused decode kernels
+# the rungs whose decode steps run the fused decode kernels (the megakernel's where it cannot take a step whole)
+DECODE_RUNGS = ("decode", "overlap", "persistent", "megakernel")
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ KERNEL_CATEGORIES = {
     "decode_attention": "decode attention",
     "grouped_decode_attention": "decode attention",
     "decode_layer": "decode layer",
+    "decode_step": "decode step",
     "rms_norm": "layer_norm",  # the block's normalisation, whichever kind
 }
 
@@ -233,6 +238,20 @@ class Ops:
     def runs_layers_whole(self, rows: int) -> bool:
         """Whether a decode step of this many sequences runs each block in one launch (the persistent rung)."""
         return self.fusion == "persistent" and rows <= DECODE_ROWS
+
+    def runs_step_whole(self, rows: int) -> bool:
+        """Whether a decode step of this many sequences is one launch (the megakernel rung)."""
+        return self.fusion == "megakernel" and rows <= DECODE_ROWS
+
+    def decode_step(self, name, model, ids, cache):
+        """A whole GPT-2 decode step in one launch: ids (B,) -> logits (B, vocab); the tokens go in at
+        cache.lengths and attend over cache.next_lengths."""
+        t, cfg = model.transformer, model.config
+        step = model.step_parts()
+        kv = (cache.k, cache.v, cache.lengths, cache.next_lengths)
+        sizes = (ids.shape[0], cfg.n_embd, cfg.n_head, cache.max_len, cfg.n_layer, cfg.vocab_size)
+        run = lambda: kernels.decode_step(ids, step, kv, cfg.layer_norm_epsilon)
+        return self._run(name, "decode_step", t.wte.weight, sizes, None, run)
 
     def decode_layer(self, name, x, block, kv, eps):
         """One block in one launch; `block` gives its parameters as explorer.model.gpt.Block names them, `kv` is

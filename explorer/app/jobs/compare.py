@@ -73,8 +73,9 @@ def ladder(payload: dict, control: Control):
         n = len(RUNGS)
         why = control.why()
         status = f"{i + 1} of {n} rungs" if i + 1 < n else f"all {n} rungs"
-        if model.family != "GPT-2":  # the persistent rung's one-launch block is GPT-2's
-            status += f"; a {model.family} block runs the persistent rung as overlap"
+        if model.RUNS_AS:  # the one-launch block and step are GPT-2's
+            runs_as = " and ".join(f"the {rung} rung as {other}" for rung, other in model.RUNS_AS.items())
+            status += f"; a {model.family} model runs {runs_as}"
         if why and i + 1 < n:
             status = f"stopped {why}: {i + 1} of {n} rungs"
         frame = pd.DataFrame(rows)

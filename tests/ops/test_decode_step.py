@@ -1,0 +1,165 @@
+"""kernels.ops.decode_step: a whole GPT-2 decode step in one launch, against transformers' GPT-2 in float64 and
+against the decode rung's launches. In the interpreter the launch is one program running the task list in its
+order; on a GPU one program per SM, the tasks waiting for each other at counters."""
+
+import pytest
+import torch
+
+from explorer.model.cache import KVCache
+from explorer.model.weights import config_from_hf, from_hf_state_dict
+from kernels import arrival, decode_step
+from kernels.config import GPUS
+from kernels.ops.decode_step import check, counts, fits, head_needs, plan
+from tests.tolerances import assert_close
+
+# (prompt lengths, cache positions, width, heads): one sequence of one token whose two steps fill the cache to its
+# last slot, 48 wide in 3 heads of 16 (not powers of two); unequal prompts of 17, 1 and 5 tokens.
+CASES = [([1], 3, 48, 3), ([17, 1, 5], 20, 64, 4)]
+
+
+def _models(device, dtype, width, heads, layers=2, vocab=97, positions=32):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(11)
+    cfg = GPT2Config(n_layer=layers, n_head=heads, n_embd=width, n_positions=positions, vocab_size=vocab)
+    hf = GPT2LMHeadModel(cfg).eval()
+    ours = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=dtype)
+    return hf.double(), ours.with_fusion("decode")
+
+
+def _prefilled(model, prompts, positions):
+    """A cache holding the prompts, filled by the decode rung's prefill; returns (cache, next ids (B,))."""
+    device = model.device
+    ids = torch.zeros(len(prompts), max(map(len, prompts)), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, : len(p)] = torch.tensor(p)
+    cache = KVCache.for_model(model, len(prompts), positions)
+    model.prefill(ids.to(device), cache, [len(p) for p in prompts])
+    return cache
+
+
+def _step(model, ids, cache, **kw):
+    cache.begin_step()
+    kv = (cache.k, cache.v, cache.lengths, cache.next_lengths)
+    logits = decode_step(ids, model.step_parts(), kv, model.config.layer_norm_epsilon, **kw)
+    cache.end_step()
+    return logits
+
+
+@pytest.mark.parametrize("lengths,positions,width,heads", CASES)
+def test_two_steps_match_transformers_in_float64(device, lengths, positions, width, heads):
+    hf, model = _models(device, torch.float32, width, heads)
+    prompts = [torch.randint(0, 97, (n,)).tolist() for n in lengths]
+    cache = _prefilled(model, prompts, positions)
+    for _ in range(2):  # the second step reads the K and V rows the first wrote
+        new = torch.randint(0, 97, (len(prompts),))
+        got = _step(model, new.to(device), cache)
+        check(device)
+        prompts = [p + [int(t)] for p, t in zip(prompts, new, strict=True)]
+        want = torch.stack([hf(torch.tensor([p])).logits[0, -1] for p in prompts])
+        # Every operation of the step, each an fp32 sum in another order: the looser linear tolerance.
+        assert_close("linear", got, want, torch.float32)
+    assert (arrival.task_counters(device, 10) == 0).all() and (arrival.head_counters(device, 8) == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)])
+def test_a_step_matches_the_decode_rungs_launches(device, dtype):
+    _, model = _models(device, dtype, 64, 4)
+    prompts = [[3, 4, 5, 6, 7], [9] * 12, [1]]
+    theirs, ours = _prefilled(model, prompts, 16), _prefilled(model, prompts, 16)
+    new = torch.tensor([5, 50, 96], device=device)
+    want = model.decode(new, theirs)
+    got = _step(model, new, ours)
+    again = _step(model, new, _prefilled(model, prompts, 16))
+    # The same arithmetic at other tiles: fp32 sums in another order, each operation rounding as the decode
+    # rung's launches round (attention's tolerance: its probabilities are rounded as well).
+    assert_close("attention", got, want, dtype)
+    assert_close("attention", ours.k, theirs.k, dtype)
+    assert_close("attention", ours.v, theirs.v, dtype)
+    assert torch.equal(got, again)  # a second launch finds its counters at zero and repeats bit for bit
+
+
+def test_a_wait_past_its_bound_is_an_error_after_the_step_and_the_next_step_is_right(device):
+    hf, model = _models(device, torch.float32, 48, 3)
+    prompts = [[4, 5, 6]]
+    cache = _prefilled(model, prompts, 8)
+    # Head 0's counter is made to need one arrival more than c_attn's tiles make: its attention items give up.
+    _step(model, torch.tensor([7], device=device), cache, limit=4, head_needs_extra=1)
+    with pytest.raises(RuntimeError, match=r"layer 1 waited for its head's q, k and v past its bound"):
+        check(device)
+    check(device)  # read once: the record is cleared
+    assert (arrival.task_counters(device, 10) == 0).all() and (arrival.head_counters(device, 6) == 0).all()
+    cache = _prefilled(model, prompts, 8)
+    got = _step(model, torch.tensor([7], device=device), cache)
+    check(device)
+    assert_close("linear", got, hf(torch.tensor([[4, 5, 6, 7]])).logits[:, -1], torch.float32)
+
+
+@pytest.mark.parametrize("lengths,positions,width,heads", CASES)
+def test_every_counter_ends_the_step_at_its_count(device, lengths, positions, width, heads):
+    """Left as the step ends (not reset): each operation's counter holds its tasks, each head's the runs of c_attn
+    tiles over its columns, the last the programs: no arrival lost or counted twice."""
+    _, model = _models(device, torch.float32, width, heads)
+    cache = _prefilled(model, [[1] * n for n in lengths], positions)
+    _step(model, torch.ones(len(lengths), dtype=torch.long, device=device), cache, keep=True)
+    stages, head_counts = counts(len(lengths), width, heads, 2, 97, positions, torch.float32, device)
+    task, head = arrival.task_counters(device, len(stages)), arrival.head_counters(device, len(head_counts))
+    try:
+        assert task[: len(stages)].tolist() == stages and head[: len(head_counts)].tolist() == head_counts
+        assert task[len(stages) :].eq(0).all() and head[len(head_counts) :].eq(0).all()
+    finally:
+        task.zero_(), head.zero_()
+    check(device)
+
+
+def _overlaps(width, head_dim, block_n) -> list[int]:
+    """Each head's count, counted another way: the tiles of c_attn overlapping each of its q, k and v ranges."""
+    needs = []
+    for h in range(width // head_dim):
+        count = 0
+        for section in range(3):
+            lo, hi = section * width + h * head_dim, section * width + (h + 1) * head_dim
+            count += sum(1 for t in range(-(-3 * width // block_n)) if t * block_n < hi and lo < (t + 1) * block_n)
+        needs.append(count)
+    return needs
+
+
+@pytest.mark.parametrize("width,head_dim", [(768, 64), (48, 16), (576, 64), (40, 8), (80, 16)])
+@pytest.mark.parametrize("block_n", [8, 16, 32, 128])
+def test_each_heads_count_is_the_c_attn_tiles_holding_its_columns(width, head_dim, block_n):
+    assert head_needs(width, head_dim, block_n) == _overlaps(width, head_dim, block_n)
+
+
+@pytest.mark.parametrize("arch", [80, 90, 120])
+@pytest.mark.parametrize("rows", [1, 8, 16])
+def test_a_gpu_launch_starts_at_most_one_program_per_sm(arch, rows):
+    gpu = GPUS[arch]
+    p = plan(rows, 768, 12, 50257, 1024, torch.bfloat16, gpu)
+    assert 1 <= p.programs <= gpu.num_sms
+    assert p.programs == gpu.num_sms  # every operation of GPT-2 small has a task for each SM somewhere
+    assert p.splits * rows * 12 <= 4 * gpu.num_sms  # attention's items: about one per program
+
+
+def test_more_programs_than_the_sms_hold_are_refused():
+    fits(132, 1, 132)
+    fits(264, 2, 132)
+    with pytest.raises(RuntimeError, match="133 programs, but the compiled kernel fits 1 per SM on 132 SMs"):
+        fits(133, 1, 132)
+
+
+def test_bad_steps_are_refused_with_the_reason(device):
+    _, model = _models(device, torch.float32, 48, 3)
+    cache = _prefilled(model, [[1, 2]], 8)
+    parts = model.step_parts()
+    kv = (cache.k, cache.v, cache.lengths, cache.lengths + 1)
+    ids = torch.tensor([3], device=device)
+    with pytest.raises(ValueError, match=r"ids must be a \(B,\) int32 or int64 tensor"):
+        decode_step(ids[None], parts, kv)
+    with pytest.raises(ValueError, match="one layer per block"):
+        decode_step(ids, parts, (cache.k[:1], cache.v[:1], *kv[2:]))
+    with pytest.raises(ValueError, match="kv must be"):
+        decode_step(ids, parts, kv[:3])
+    with pytest.raises(ValueError, match="lengths must be"):
+        decode_step(ids, parts, (*kv[:3], kv[3].float()))
+    with pytest.raises(ValueError, match="1 to 16 sequences"):
+        decode_step(torch.zeros(17, dtype=torch.long, device=device), parts, kv)
