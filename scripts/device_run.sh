@@ -16,6 +16,7 @@
 #     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
 #     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
 #     mega      the megakernel rung: its GPU tests, then the ladder beside it (GPT-2 small's shape, batch 1)
+#     ladder    the fusion ladder alone, GPT-2 small's shape (benchmarks.ladder --no-compile)
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 #     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
 #     ncu       the traffic models against the hardware counters (python -m kernels.ncu_check under ncu)
@@ -91,6 +92,9 @@ for PART in "${@:-page}"; do
       -k "decode_step or megakernel" > "$OUT/mega-tests.log" 2>&1; echo "pytest exit $?" | tee -a "$LOG"
     grep -E "passed|failed|error|FAILED|ERROR" "$OUT/mega-tests.log" | tail -n 15 | tee -a "$LOG"
     say "the ladder with the megakernel rung"
+    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${LADDER_S:-200}" python3 -m benchmarks.ladder --no-compile 2>&1 | tail -n 16 | tee -a "$LOG" ;;
+  ladder)
+    say "the ladder"
     TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${LADDER_S:-200}" python3 -m benchmarks.ladder --no-compile 2>&1 | tail -n 16 | tee -a "$LOG" ;;
   occupancy)
     say "programs per SM, ours and the driver's"
