@@ -15,7 +15,7 @@
 #               (or 80) set, the GPU stands for that one. Failures by name in the log, each run's junit XML in $OUT
 #     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
 #     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
-#     mega      the megakernel rung: its GPU tests, then the ladder beside it (GPT-2 small's shape, batch 1)
+#     mega      the megakernel rung's variants beside the overlap rung (experiments.one_launch_sweep)
 #     ladder    the fusion ladder alone, GPT-2 small's shape (benchmarks.ladder --no-compile)
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 #     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
@@ -86,13 +86,9 @@ for PART in "${@:-page}"; do
     grep -v Warn "$OUT/timeline.log" | tail -n 14 | tee -a "$LOG"
     cp assets/recorded/timeline_*.json "$OUT/" 2>/dev/null ;;
   mega)
-    say "the megakernel rung's tests"
-    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-240}" python3 -m pytest -n 8 -q -p no:cacheprovider -rfE \
-      tests/ops/test_decode_step.py tests/test_model.py tests/test_graphs.py tests/test_launches.py tests/test_timeline.py \
-      -k "decode_step or megakernel" > "$OUT/mega-tests.log" 2>&1; echo "pytest exit $?" | tee -a "$LOG"
-    grep -E "passed|failed|error|FAILED|ERROR" "$OUT/mega-tests.log" | tail -n 15 | tee -a "$LOG"
-    say "the ladder with the megakernel rung"
-    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${LADDER_S:-200}" python3 -m benchmarks.ladder --no-compile 2>&1 | tail -n 16 | tee -a "$LOG" ;;
+    say "the megakernel rung's variants beside the overlap rung"
+    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-200}" python3 -m experiments.one_launch_sweep --rung megakernel \
+      --replays 100 2>&1 | grep -v Warn | tail -n 12 | tee -a "$LOG" ;;
   ladder)
     say "the ladder"
     TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${LADDER_S:-200}" python3 -m benchmarks.ladder --no-compile 2>&1 | tail -n 16 | tee -a "$LOG" ;;

@@ -170,7 +170,7 @@ def test_the_interpreter_runs_one_program(device):
 
 
 def test_a_variant_holds_within_its_block_and_the_defaults_come_back():
-    """experiments/persistent_sweep.py compares launches through kernels.ops.decode_layer.kernel.varied, not by
+    """experiments/one_launch_sweep.py compares launches through kernels.ops.decode_layer.kernel.varied, not by
     writing the module's settings: narrower column tiles (two items a program), 64-key attention tiles, no PDL."""
     from kernels.config import DeviceLimits
     from kernels.ops.decode_layer.kernel import Variant, plan, varied

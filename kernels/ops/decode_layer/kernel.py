@@ -69,7 +69,7 @@ ATTENTION_TILE = 128  # keys: a split of at most this many is loaded whole, befo
 
 
 class Variant(NamedTuple):
-    """What the launches may vary, for comparing them (experiments/persistent_sweep.py): PDL where the GPU has
+    """What the launches may vary, for comparing them (experiments/one_launch_sweep.py): PDL where the GPU has
     it, attention's key tile, and how many column tiles of each projection one program takes."""
 
     pdl: bool = PDL

@@ -33,6 +33,7 @@ The arithmetic is the decode rung's, tile by tile (the same device functions).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import NamedTuple
 
@@ -69,7 +70,6 @@ def _decode_step_kernel(
     deps,
     sizes,
     ROWS: tl.constexpr,
-    BN_E: tl.constexpr,
     BN_A: tl.constexpr,
     BN_O: tl.constexpr,
     BN_F: tl.constexpr,
@@ -84,6 +84,7 @@ def _decode_step_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
     ATT_PREFETCH: tl.constexpr,
+    L2_AHEAD: tl.constexpr,
     Stamps,
 ):
     """ends = (Ids, Positions, Wte, Wpe, ln_f = (w, b, eps), LmHead): the embedding's inputs and the head's
@@ -108,14 +109,25 @@ def _decode_step_kernel(
     Deps, Heads, HeadNeeds, Status = deps
     M, C, H, L, V, eps, limit, reset = sizes
     F = 4 * C
-    n_embed = tl.cdiv(C, BN_E)
-    g = _embed(pid, P, Ids, Positions, Wte, Wpe, X, M, C, Deps, ROWS=ROWS, BN=BN_E)
+    n_embed = tl.cdiv(C, BN_O)  # the embedding's tasks: tiles of C columns, as c_proj's
+    g = _embed(pid, P, Ids, Positions, Wte, Wpe, X, M, C, Deps, ROWS=ROWS, BN=BN_O)
     rows_c = M * C
     ready = (Deps, n_embed)  # the counter and count the layer's first tasks wait for
+    per_layer = tl.cdiv(3 * C, BN_A) + M * H * SPLITS + tl.cdiv(C, BN_O) + tl.cdiv(F, BN_F) + tl.cdiv(C, BN_P)
     for layer in range(L):
         row = Offsets + layer * 12  # LAYER_PARTS
         at = tl.load(row + tl.arange(0, 16), mask=tl.arange(0, 16) < 12, other=0)
         lw1, lb1, wa, ba, wo, bo, lw2, lb2, wf, bf, wp, bp = _twelve(at)
+        if L2_AHEAD:  # the next layer's weight slices of this program's tasks, requested into L2 a layer early
+            if layer + 1 < L:
+                nxt = tl.load(row + 12 + tl.arange(0, 16), mask=tl.arange(0, 16) < 12, other=0)
+                _, _, na, _, no, _, _, _, nf, _, np_, _ = _twelve(nxt)
+                at_a = g + per_layer
+                at_o = at_a + tl.cdiv(3 * C, BN_A) + M * H * SPLITS
+                _prefetch(c_attn[0] + na, 3 * C, C, at_a, pid, P, BN=BN_A)
+                _prefetch(c_proj[0] + no, C, C, at_o, pid, P, BN=BN_O)
+                _prefetch(c_fc[0] + nf, F, C, at_o + tl.cdiv(C, BN_O), pid, P, BN=BN_F)
+                _prefetch(mlp_proj[0] + np_, C, F, at_o + tl.cdiv(C, BN_O) + tl.cdiv(F, BN_F), pid, P, BN=BN_P)
         counters = Deps + 1 + layer * 4  # STAGES: attention, c_proj, c_fc and mlp.c_proj done
         layer_heads = Heads + layer * H
         k_layer, v_layer = KC + layer * ks[0], VC + layer * vs[0]
@@ -289,6 +301,23 @@ def _twelve(at):
 
 
 @triton.jit
+def _prefetch(W, N, K, g, pid, P, BN: tl.constexpr):
+    """Ask L2 for the weight slices (W (N, K), rows of BN) of a projection's tasks that program pid will run, those
+    from task g on: one prefetch per 128-byte line, nothing waited for."""
+    LINE: tl.constexpr = 1024 // W.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
+    lanes = tl.arange(0, 256)
+    for t in range(_first(pid, P, g), tl.cdiv(N, BN), P):
+        base = W + tl.cast(t, tl.int64) * BN * K
+        elements = tl.minimum(BN, N - t * BN) * K
+        for start in range(0, elements, 256 * LINE):
+            at = start + lanes * LINE
+            lines = tl.where(at < elements, base + at, base)
+            tl.inline_asm_elementwise(
+                "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [lines], dtype=tl.int32, is_pure=False, pack=1
+            )
+
+
+@triton.jit
 def _first(pid, P, g):
     """The first item of an operation whose tasks start at task g of the list that program pid runs (task g + i
     runs on program (g + i) mod P)."""
@@ -440,6 +469,29 @@ def _finish(Deps, Heads, STAGE_COUNT, HEAD_COUNT, P, reset):
             tl.store(Heads + idx, 0, mask=idx < HEAD_COUNT)
 
 
+class Variant(NamedTuple):
+    """What a launch may vary, for comparing them (experiments/one_launch_sweep.py): whether each program asks L2
+    for its next layer's weight slices a layer ahead (a GPU's; the interpreter has no prefetch)."""
+
+    l2_ahead: bool = False
+
+
+_variant = Variant()
+
+
+@contextlib.contextmanager
+def varied(variant: Variant):
+    """Within the block, decode_step launches as `variant` says."""
+    global _variant
+    saved, _variant = _variant, variant
+    plan.cache_clear()
+    try:
+        yield
+    finally:
+        _variant = saved
+        plan.cache_clear()
+
+
 class Plan(NamedTuple):
     programs: int
     tiles: dict  # operation -> columns per task
@@ -477,7 +529,6 @@ def plan(rows: int, width: int, heads: int, vocab: int, max_len: int, dtype, dev
     }
     tiles = {name: column_tile(out_f, in_f, count, elements) for name, (out_f, in_f) in shapes.items()}
     tiles["BN_H"] = column_tile(vocab, width, count, elements)
-    tiles["BN_E"] = max(16, min(256, next_pow2(cdiv(width, count))))
     split = None
     if not limits.is_cpu:
         split_k = prev_pow2(max(1, count // (rows * heads)))
@@ -499,6 +550,7 @@ def plan(rows: int, width: int, heads: int, vocab: int, max_len: int, dtype, dev
         BLOCK_S=block_s,
         BLOCK_D=block_d,
         ATT_PREFETCH=prefetch,
+        L2_AHEAD=_variant.l2_ahead and not limits.is_cpu,
     )
     outputs = {**{n: out_f for n, (out_f, _) in shapes.items()}, "BN_H": vocab}
     items = max(rows * heads * splits, *(cdiv(out_f, tiles[n]) for n, out_f in outputs.items()))
@@ -656,7 +708,7 @@ def counts(rows: int, width: int, heads: int, layers: int, vocab: int, max_len: 
     p = plan(rows, width, heads, vocab, max_len, dtype, device)
     t = p.tiles
     per_layer = [rows * heads * p.splits, cdiv(width, t["BN_O"]), cdiv(4 * width, t["BN_F"]), cdiv(width, t["BN_P"])]
-    stages = [cdiv(width, t["BN_E"]), *per_layer * layers, p.programs]
+    stages = [cdiv(width, t["BN_O"]), *per_layer * layers, p.programs]
     return stages, head_needs(width, width // heads, t["BN_A"]) * layers
 
 
@@ -761,6 +813,6 @@ def traffic(lengths, width, heads, max_len, layers, vocab, itemsize, *, dtype=to
     heads_arrivals = sum(head_needs(width, width // heads, t["BN_A"]))
     tasks = [cdiv(3 * width, t["BN_A"]), rows * heads * p.splits, cdiv(width, t["BN_O"])]
     tasks += [cdiv(4 * width, t["BN_F"]), cdiv(width, t["BN_P"])]
-    arrivals = cdiv(width, t["BN_E"]) + layers * (heads_arrivals + sum(tasks[1:])) + p.programs
+    arrivals = cdiv(width, t["BN_O"]) + layers * (heads_arrivals + sum(tasks[1:])) + p.programs
     total = sum(layer * layers, embed + lm_head)  # every layer moves the same bytes
     return total + Traffic(arrivals * SECTOR, arrivals * SECTOR, 0, 0, 0, 0)

@@ -1,7 +1,8 @@
-"""The persistent rung on a GPU: its launch (PDL or not), its attention tiles and its column tiles, one whole
-decode step each, next to the overlap rung.
+"""The rungs that run a layer or a whole step in one launch, on a GPU, each variant one whole decode step next to
+the overlap rung: the persistent rung's launch (PDL or not), attention tiles and column tiles; the megakernel
+rung's weights requested into L2 a layer ahead or not.
 
-    python -m experiments.persistent_sweep [--context 1000] [--replays 100]
+    python -m experiments.one_launch_sweep [--rung persistent|megakernel] [--context 1000] [--replays 100]
 
 GPT-2 small's shape, random weights, bf16, batch 1, one decode step at `context` keys, replayed from a CUDA
 graph (explorer.measure.ladder.rung_row: median of CUDA-event-timed replays). PDL does not change what is
@@ -15,18 +16,27 @@ import argparse
 import torch
 
 import kernels.ops.decode_layer.kernel as DL
+import kernels.ops.decode_step.kernel as DS
 from explorer.measure.ladder import random_cache, reset, rung_row
 from explorer.model.graphs import DecodeGraph
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
-VARIANTS = {  # name: (PDL, attention's key tile, items per program): a tile of 128 keys holds a split of 128 keys
-    # whole, loaded before the wait for stage 0, where 64-key tiles loop after it
-    "plain launch, attention loop": (False, 64, 1),
-    "PDL, attention loop": (True, 64, 1),
-    "plain launch, attention held": (False, 128, 1),
-    "PDL, attention held (the default)": (True, 128, 1),
-    "PDL, attention held, 2 column tiles per program": (True, 128, 2),
+VARIANTS = {
+    # name: (PDL, attention's key tile, items per program): a tile of 128 keys holds a split of 128 keys whole,
+    # loaded before the wait for stage 0, where 64-key tiles loop after it
+    "persistent": {
+        "plain launch, attention loop": DL.Variant(False, 64, 1),
+        "PDL, attention loop": DL.Variant(True, 64, 1),
+        "plain launch, attention held": DL.Variant(False, 128, 1),
+        "PDL, attention held (the default)": DL.Variant(True, 128, 1),
+        "PDL, attention held, 2 column tiles per program": DL.Variant(True, 128, 2),
+    },
+    "megakernel": {
+        "weights one task ahead, in registers (the default)": DS.Variant(l2_ahead=False),
+        "and the next layer's requested into L2": DS.Variant(l2_ahead=True),
+    },
 }
+VARIED = {"persistent": DL.varied, "megakernel": DS.varied}
 
 
 def logits(model, rung, context, graph):
@@ -57,6 +67,7 @@ def steps(model, rung, context, n=48):
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--rung", choices=sorted(VARIANTS), default="megakernel")
     parser.add_argument("--context", type=int, default=1000)
     parser.add_argument("--replays", type=int, default=100)
     args = parser.parse_args()
@@ -69,17 +80,18 @@ def main():
     o = rung_row(model, "overlap", context=args.context, replays=args.replays)
     print(f"overlap rung: {o['step_ms']:.3f} ms, {o['kernels']} kernels", flush=True)
     print(
-        "| persistent rung | ms | kernels | vs overlap | same as the first (eager, graph, 48 steps) "
+        f"| {args.rung} rung | ms | kernels | vs overlap | same as the first (eager, graph, 48 steps) "
         "| max |Δ| vs torch |"
     )
     print("|---|---:|---:|---:|---|---:|")
     first = None
-    for name, variant in VARIANTS.items():
+    for name, variant in VARIANTS[args.rung].items():
         try:
-            with DL.varied(DL.Variant(*variant)):
-                r = rung_row(model, "persistent", context=args.context, replays=args.replays)
-                got = [logits(model, "persistent", args.context, g) for g in (False, True)]
-                got.append(steps(model, "persistent", args.context))
+            with VARIED[args.rung](variant):
+                r = rung_row(model, args.rung, context=args.context, replays=args.replays)
+                got = [logits(model, args.rung, args.context, g) for g in (False, True)]
+                got.append(steps(model, args.rung, args.context))
+                DS.check("cuda")
             first = first or got
             same = [torch.equal(a, b) for a, b in zip(got, first, strict=True)]
             diff = (got[1] - ref).abs().max().item()
@@ -88,12 +100,15 @@ def main():
         except Exception as e:  # one failing variant must not hide the others' numbers
             print(f"| {name} | failed: {type(e).__name__}: {str(e)[:300]} |", flush=True)
     o = rung_row(model, "overlap", context=args.context, replays=args.replays)
-    print(f"\noverlap rung again: {o['step_ms']:.3f} ms")
+    print(
+        f"\noverlap rung again: {o['step_ms']:.3f} ms; the overlap rung's logits against torch: max |Δ| "
+        f"{(logits(model, 'overlap', args.context, True) - ref).abs().max().item():.3f}"
+    )
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · context {args.context}")
 
 
 if __name__ == "__main__":
     from kernels.timing import require_cuda
 
-    require_cuda("experiments/persistent_sweep.py")
+    require_cuda("experiments/one_launch_sweep.py")
     main()
