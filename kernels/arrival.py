@@ -41,6 +41,8 @@ def _zeroed(buffers: dict, device, needed: int, slots: int, kind: str) -> torch.
         raise ValueError(f"a launch needs {needed} {kind} counters, more than the {slots} kept per device")
     if not isinstance(device, torch.device):
         device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # "cuda" and "cuda:0" are one GPU, with one buffer
+        device = torch.device("cuda", torch.cuda.current_device())
     buf = buffers.get(device)
     if buf is None:
         buf = buffers[device] = torch.zeros(slots, dtype=torch.int32, device=device)

@@ -49,14 +49,15 @@ def finish(Sync, STAGES: tl.constexpr, arrivals):
 @triton.jit
 def wait_count(Counter, count, Status, code, limit):
     """Wait until Counter holds at least `count` arrivals, as wait() does, but for at most `limit` polls: past
-    them the program records `code` in Status (the largest code wins) and carries on, so a fault is an error
-    the host reads after the launch, never a hang. The acquire comes after the poll either way."""
+    them the program records `code` in Status unless a wait gave up before it (the first is the cause: the waits
+    downstream of it may give up too) and carries on, so a fault is an error the host reads after the launch,
+    never a hang. The acquire comes after the poll either way."""
     polls = 0
     seen = tl.load(Counter, volatile=True)
     while (seen < count) & (polls < limit):
         seen = tl.load(Counter, volatile=True)
         polls += 1
     if seen < count:
-        tl.atomic_max(Status, code, sem="relaxed", scope="gpu")
+        tl.atomic_cas(Status, 0, code, sem="relaxed", scope="gpu")
     tl.atomic_add(Counter, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()

@@ -83,9 +83,12 @@ def test_a_wait_past_its_bound_is_an_error_after_the_step_and_the_next_step_is_r
     hf, model = _models(device, torch.float32, 48, 3)
     prompts = [[4, 5, 6]]
     cache = _prefilled(model, prompts, 8)
-    # Head 0's counter is made to need one arrival more than c_attn's tiles make: its attention items give up.
-    _step(model, torch.tensor([7], device=device), cache, limit=4, head_needs_extra=1)
-    with pytest.raises(RuntimeError, match=r"layer 1 waited for its head's q, k and v past its bound"):
+    # Head 0's counter is made to need one arrival more than c_attn's tiles make: its attention items give up after
+    # 2^14 polls (milliseconds on a GPU, where every other wait is met within microseconds).
+    _step(model, torch.tensor([7], device=device), cache, limit=1 << 14, head_needs_extra=1)
+    # On a GPU a program whose next task is downstream may start waiting first, and give up first: the message names
+    # the first wait to give up, whichever it is (in the interpreter, the attention item's).
+    with pytest.raises(RuntimeError, match=r"a task of (layer [01]|ln_f \+ lm_head) waited for .+ past its bound"):
         check(device)
     check(device)  # read once: the record is cleared
     assert (arrival.task_counters(device, 10) == 0).all() and (arrival.head_counters(device, 6) == 0).all()

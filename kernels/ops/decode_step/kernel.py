@@ -632,7 +632,8 @@ def check(device) -> None:
         }
         where = "ln_f + lm_head" if wait == 6 else f"layer {layer}"
         raise RuntimeError(
-            f"{NAME}: a task of {where} waited for {names.get(wait, '?')} past its bound ({LIMIT} polls) and the "
+            f"{NAME}: a task of {where} waited for {names.get(wait, '?')} past its bound of polls (the first wait to "
+            "give up; the waits downstream of a fault give up too) and the "
             "step's output is wrong: a program that never started, or a counter left set by a failed step"
         )
 
