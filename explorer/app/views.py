@@ -27,6 +27,8 @@ FUSION_INFO = {
     "load its weights meanwhile (programmatic dependent launch; on GPUs before Hopper, as decode)",
     "persistent": "persistent: each block of a decode step in one launch, one program per SM running the decode "
     "rung's five stages, which wait for each other at counters in device memory instead of kernel boundaries",
+    "megakernel": "megakernel: a whole decode step in one launch, its operations tasks on one program per SM, each "
+    "waiting at counters only for the tiles it reads (attention for its head's q, k and v), weights loaded first",
 }
 
 

@@ -1,7 +1,8 @@
 """Lesson 7: fusion, the ladder. The same decode step with every operation its own kernel, with the
 bias, GELU and residual add in the matmul's epilogue, with the LayerNorms and the cache write fused
 too (fewer launches, fewer round trips of activations through memory), with those kernels launched
-so that each starts while the one before finishes (overlap), and with each block in one launch (persistent)."""
+so that each starts while the one before finishes (overlap), with each block in one launch (persistent), and with
+the whole step in one launch (megakernel)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ RUNG_NAMES = {
     "decode": "decode",
     "overlap": "overlap",
     "persistent": "persistent",
+    "megakernel": "megakernel",
     "torch": "PyTorch",
 }
 
@@ -91,6 +93,23 @@ def explain(r) -> str:
                 "decode rung's hundreds of programs per kernel, and every stage ends at a barrier that each "
                 "program waits at, where under overlap only the next kernel's wait stands between stages."
             )
+    if "megakernel_ms" in f:  # recordings from before the megakernel rung have no such row
+        n = f["megakernel_launches"]
+        launches = {None: "", 1: " (one launch a step)"}.get(
+            n, f" ({n} launches a step, the cache's length update too)"
+        )
+        text += (
+            f" The **megakernel** rung runs every operation of the step in one kernel{launches}: every operation "
+            "a list of tasks taken in turn by one program per SM, each task waiting at a counter only for the tiles "
+            "it reads (an attention head for the c_attn tiles holding its q, k and v), its weights already loaded: "
+            f"**{base.ms(f['megakernel_ms'])}**."
+        )
+        if f["megakernel_ms"] > f["overlap_ms"] and r.device != "CPU":
+            text += (
+                f" That is {base.num(f['megakernel_ms'] / f['overlap_ms'])}× overlap's time: waiting at counters "
+                "did not yet beat kernels that overlap, since most operations still wait for every tile of the one "
+                "before (a norm needs whole rows) and one program per SM keeps few bytes in flight."
+            )
     saved = f["none_hbm_mb"] - f["decode_hbm_mb"]
     torch_launches = "" if f["torch_launches"] is None else f"{f['torch_launches']} launches, "
     text += (
@@ -143,7 +162,8 @@ LESSON = base.Lesson(
     explain=explain,
     figure=figure,
     try_next=(
-        "In Generate, pick *fusion* none, epilogue, decode, overlap and persistent in turn with the same prompt and "
+        "In Generate, pick *fusion* none, epilogue, decode, overlap, persistent and megakernel in turn with the same "
+        "prompt and "
         "compare the summary's decode step and kernel count; the *traffic* chart shows where the separate passes' "
         "bytes went. *Compare* → *Climb the fusion ladder* runs this at your model and batch."
     ),
