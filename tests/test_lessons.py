@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 
 import gradio as gr
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -260,7 +261,19 @@ def test_the_sms_lessons_gpu_text_and_chart_come_from_its_facts_and_tables(runs)
     assert "nothing runs" not in text  # the CPU's words about compiling, not said of a GPU's run
     figure = lessons.LESSONS["sms"].figure(r)
     assert [t.name for t in figure.data] == [v["variant"] for v in variants]
-    assert "SMs busy (of 132)" in figure.layout.yaxis.title.text
+    assert "SMs busy of 132, 0.01-µs means" in figure.layout.yaxis.title.text  # 1 µs in 100 spans
+    # 2 SMs busy for the step's first microsecond, none after: each span of it averages 2.
+    assert all(list(t.y) == [2.0] * 100 for t in figure.data)
+
+
+def test_the_busy_sms_are_averaged_over_spans_weighted_by_how_long_each_count_held():
+    from explorer.app.lessons.sms import _binned
+
+    t, busy = np.array([0.0, 1.0, 2.0, 3.0]), np.array([10, 0, 10, 0])
+    at, means = _binned(t, busy, 2.0)
+    assert list(at) == [1.0, 3.0] and list(means) == [5.0, 5.0]  # half of each span at 10 SMs
+    at, means = _binned(np.array([0.5, 1.0]), np.array([4, 0]), 0.5)
+    assert list(at) == [0.25, 0.75] and list(means) == [0.0, 4.0]  # nothing ran before the first program
 
 
 def _fact(facts, path: str):

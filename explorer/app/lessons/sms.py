@@ -277,19 +277,37 @@ def figure(r) -> go.Figure:
     return base.big(fig, f"Programs an SM holds, compiled for sm_{r.facts['arch']}", r, "", "programs per SM")
 
 
+BINS = 100  # the busy-SM lines are averaged over this many spans of the longest step: the count changes every few ns
+
+
 def _running_figure(r) -> go.Figure:
     running = r.tables["running"]
+    longest = float(running.t_us.max())
+    width = longest / BINS if longest > 0 else 1.0
     fig = go.Figure()
     for name, rows in running.groupby("variant", sort=False):
-        fig.add_scatter(x=rows.t_us, y=rows.sms, name=name, mode="lines")
+        at, busy = _binned(rows.t_us.to_numpy(), rows.sms.to_numpy(), width)
+        fig.add_scatter(x=at, y=busy, name=name, mode="lines", hovertemplate="%{x:.0f} µs: %{y:.0f} SMs busy")
     fig.update_traces(line_width=2)
     return base.big(
         fig,
-        f"SMs running a program during one decode step ({r.facts['gpu']}, stamped)",
+        "SMs busy through one decode step",
         r,
         "µs from the step's start",
-        f"SMs busy (of {r.facts['sms']})",
+        f"SMs busy of {r.facts['sms']}, {width:.3g}-µs means",
     )
+
+
+def _binned(t, sms, width: float):
+    """The step function `sms` (set at each time t, in order) averaged over spans of `width` from 0 to its last
+    change: (each span's middle, its mean), the mean weighted by how long each value held."""
+    import numpy as np
+
+    spans = max(1, int(np.ceil(t[-1] / width)))
+    fine = (np.arange(spans * 64) + 0.5) * (width / 64)  # 64 samples a span, each the value then holding
+    held = sms[np.clip(np.searchsorted(t, fine, side="right") - 1, 0, len(sms) - 1)]
+    held = np.where(fine < t[0], 0, held)
+    return (np.arange(spans) + 0.5) * width, held.reshape(spans, 64).mean(axis=1)
 
 
 def _estimate(s: dict) -> float:
