@@ -6,7 +6,9 @@ which must stay within that GPU's limit and within what kernels/config.py estima
 what refuses a config before launch). What is compiled is what the launchers launch: each is called on
 CPU tensors with launches recorded instead of run (kernels.launch.recording), in a process per GPU where
 the CPU stands for that GPU (config.STANDS_FOR), and every argument's type is read from the value
-launched with it. Run without TRITON_INTERPRET.
+launched with it. A kernel whose programs wait for each other (the persistent and megakernel rungs') must also
+fit all of a launch's programs on the GPU at once, by the compiled kernel's residency (kernels.occupancy).
+Run without TRITON_INTERPRET.
 """
 
 import argparse
@@ -155,12 +157,29 @@ def compile_for(arch: int, dtypes, stamped: bool = False):
         if dtype == "bfloat16" and not limits.bf16:
             continue  # no bf16 before Ampere; config.supported_dtypes does not offer it there
         itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-        for name, fn, args, kwargs, _ in launches(dtype):
+        for name, fn, args, kwargs, grid in launches(dtype):
             if stamped and "Stamps" in fn.arg_names:
                 kwargs = kwargs | {"Stamps": torch.zeros(1024, dtype=torch.int64)}
             k = build(fn, args, kwargs, arch)
+            held = _all_resident(fn, args, kwargs, grid, k, arch)
             name = f"{name} ({fn.__name__})"
-            yield dtype, name, k.metadata.shared, _estimate(fn, kwargs, itemsize, limits), k.asm.get("ptx", "")
+            yield dtype, name, k.metadata.shared, _estimate(fn, kwargs, itemsize, limits), k.asm.get("ptx", ""), held
+
+
+# Kernels whose programs wait for each other: every program of a launch must be resident at once.
+WAITING = {"_decode_layer_kernel", "_decode_step_kernel"}
+
+
+def _all_resident(fn, args, kwargs, grid, compiled, arch: int) -> bool | None:
+    """For a kernel whose programs wait for each other, whether the GPU holds all of a launch's programs at once
+    (the compiled kernel's residency, kernels.occupancy, times the SMs); None for the others."""
+    if fn.__name__ not in WAITING:
+        return None
+    from .occupancy import SMS, grid_programs, occupancy, resources
+
+    return (
+        grid_programs(grid, fn, args, kwargs) <= occupancy(resources(compiled), SMS[arch]).resident * GPUS[arch].num_sms
+    )
 
 
 def _dtype(value: str) -> str:
@@ -204,20 +223,21 @@ def check(arch: int, dtypes, ptx: str | None = None, stamped: bool = False) -> b
 
     gpu = GPUS[arch]
     failures, counts, most = 0, {}, 0
-    for dtype, name, shared, estimate, asm in compile_for(arch, dtypes, stamped):
+    for dtype, name, shared, estimate, asm, held in compile_for(arch, dtypes, stamped):
         if ptx:
             folder = Path(ptx) / f"sm_{arch}" / dtype
             folder.mkdir(parents=True, exist_ok=True)
             (folder / (name.replace("/", "of").replace(" ", "_") + ".ptx")).write_text(asm)
-        ok = shared <= gpu.shared_memory and (estimate == 0 or shared <= estimate)
+        ok = shared <= gpu.shared_memory and (estimate == 0 or shared <= estimate) and held is not False
         failures += not ok
         counts[dtype] = counts.get(dtype, 0) + 1
         most = max(most, shared)
         head = f"sm_{arch} {gpu.name:12} {dtype:9} {name:66}"
         limit = gpu.shared_memory
-        print(f"{head} shared {shared:7} estimate {estimate:7} limit {limit:7} {'ok' if ok else 'OVER'}", flush=True)
+        verdict = "ok" if ok else ("NOT ALL RESIDENT" if held is False else "OVER")
+        print(f"{head} shared {shared:7} estimate {estimate:7} limit {limit:7} {verdict}", flush=True)
     launched = ", ".join(f"{n} {d}" for d, n in counts.items())
-    verdict = "all ok" if not failures else f"{failures} OVER"
+    verdict = "all ok" if not failures else f"{failures} OVER or not all resident"
     print(
         f"summary sm_{arch} {gpu.name}: {sum(counts.values())} launches ({launched}), {verdict}; "
         f"most shared memory {most} of {gpu.shared_memory} bytes",

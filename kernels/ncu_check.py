@@ -108,6 +108,12 @@ CASES = (
     Case("rotary B1 H9 T1024 D64", "rotary", dict(batch=1, heads=9, t=1024, d=64)),
     Case("kv_write B1 H12 D64 cache 1024", "kv_write", dict(batch=1, heads=12, t_max=1024, d=64)),
     Case("kv_write B128 H12 D64 cache 1024", "kv_write", dict(batch=128, heads=12, t_max=1024, d=64)),
+    # The megakernel rung's whole GPT-2-small step in one launch, at context 1000 of a 1024-position cache.
+    Case(
+        "decode step (megakernel) GPT-2 small B1 context 1000",
+        "decode_step",
+        dict(batch=1, width=768, heads=12, layers=12, vocab=50257, t_max=1024, context=1000),
+    ),
 )
 
 

@@ -353,6 +353,35 @@ def _compiles_decode_layer(m: Make) -> dict:
     }
 
 
+def _counted_decode_step_model(g, item, dtype, device):
+    lengths = [g["context"] + 1] * g["batch"]  # each sequence attends over its cache and the new token
+    return decode_step_traffic(
+        lengths, g["width"], g["heads"], g["t_max"], g["layers"], g["vocab"], item, dtype=dtype, device=device
+    ), None
+
+
+def _counted_decode_step_call(g, rand, device):
+    from .ops.decode_step.kernel import Step
+
+    B, C, L = g["batch"], g["width"], g["layers"]
+    ln = lambda: (rand(C), rand(C))
+    layer = lambda: (
+        ln(),
+        (rand(3 * C, C), rand(3 * C)),
+        (rand(C, C), rand(C)),
+        ln(),
+        (rand(4 * C, C), rand(4 * C)),
+        (rand(C, 4 * C), rand(C)),
+    )
+    wte = rand(g["vocab"], C)
+    step = Step(wte, rand(g["t_max"], C), tuple(layer() for _ in range(L)), ln(), wte)
+    caches = [rand(L, B, g["heads"], g["t_max"], C // g["heads"]) for _ in range(2)]
+    lengths = _lengths(B, g["context"], device)
+    kv = (*caches, lengths, lengths + 1)
+    ids = torch.randint(0, g["vocab"], (B,), device=device)
+    return lambda: decode_step(ids, step, kv)
+
+
 def _compiles_decode_step(m: Make) -> dict:
     from .ops.decode_step.kernel import Step
 
@@ -801,6 +830,7 @@ OPERATIONS: dict[str, Operation] = {
             ),
             decode_step,
             by_length=True,
+            counted=Counted(_counted_decode_step_model, _counted_decode_step_call),
             compiles=_compiles_decode_step,
         ),
         Operation(

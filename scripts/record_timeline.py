@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-RUNGS = ("none", "epilogue", "decode", "overlap", "persistent")
+RUNGS = ("none", "epilogue", "decode", "overlap", "persistent", "megakernel")
 
 
 def main():

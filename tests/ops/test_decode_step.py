@@ -115,6 +115,47 @@ def test_every_counter_ends_the_step_at_its_count(device, lengths, positions, wi
     check(device)
 
 
+# (lengths before the step, cache positions, heads, head_dim): a sequence with an empty cache beside one whose 130
+# keys loop over two key tiles in the interpreter (128 keys of 64 dims a tile there, one split of 256 keys, loaded
+# after the wait); eight unequal sequences, whose heads of 24 are one tile loaded before it.
+RANDOM_CACHES = [([129, 0, 5], 130, 2, 64), ([3, 0, 17, 1, 9, 12, 2, 6], 18, 2, 24)]
+
+
+@pytest.mark.parametrize("lengths,t_max,heads,head_dim", RANDOM_CACHES)
+def test_a_step_over_random_caches_matches_float64_pytorch_block_by_block(device, lengths, t_max, heads, head_dim):
+    """Caches of random keys and values at unequal lengths (none, past one key tile), against the decode layer's
+    float64 reference block by block: the embedding, each block writing its row into its (float64) caches, ln_f
+    and the tied LM head."""
+    from kernels import reference
+    from kernels.ops.decode_step import Step
+    from tests.ops.test_decode_layer import _block, _reference
+
+    batch, width, layers, vocab = len(lengths), heads * head_dim, 2, 53
+    rand = lambda *shape, scale=1.0: torch.randn(*shape, device=device) * scale
+    blocks = [_block(device, torch.float32, batch, width)[1:] for _ in range(layers)]
+    wte, wpe, ln_f = (
+        rand(vocab, width, scale=0.5),
+        rand(t_max, width, scale=0.1),
+        (1 + rand(width, scale=0.1), rand(width)),
+    )
+    caches = torch.randn(2, layers, batch, heads, t_max, head_dim, device=device)
+    lens = torch.tensor(lengths, device=device, dtype=torch.int32)
+    ids = torch.randint(0, vocab, (batch,), device=device)
+    want_caches = caches.double().cpu()
+    x = (wte[ids] + wpe[lens.long()]).double().cpu()[:, None]
+    f64 = lambda t: t.double().cpu()
+    for layer, block in enumerate(blocks):
+        params = [tuple(f64(t) for t in p) for p in block]
+        x = _reference(x, *params, want_caches[0, layer], want_caches[1, layer], lens.cpu().long(), 1e-5)
+    want = reference.linear(reference.layer_norm(x, f64(ln_f[0]), f64(ln_f[1]), 1e-5), f64(wte))[:, 0]
+
+    got = decode_step(ids, Step(wte, wpe, tuple(blocks), ln_f, wte), (caches[0], caches[1], lens, lens + 1), 1e-5)
+    check(device)
+
+    assert_close("linear", got, want, torch.float32)
+    assert_close("linear", caches, want_caches, torch.float32)
+
+
 def _overlaps(width, head_dim, block_n) -> list[int]:
     """Each head's count, counted another way: the tiles of c_attn overlapping each of its q, k and v ranges."""
     needs = []
