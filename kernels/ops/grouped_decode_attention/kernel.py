@@ -83,29 +83,135 @@ def _grouped_decode_kernel(
     pdl.launch_dependents(TRIGGER)
     pid = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
+    early = group_early(
+        keys,
+        values,
+        Lengths,
+        pid,
+        split,
+        kv_heads,
+        CHUNK,
+        positions,
+        HEAD_DIM=HEAD_DIM,
+        BLOCK_N=BLOCK_N,
+        BLOCK_D=BLOCK_D,
+        ONE_TILE=ONE_TILE,
+    )
+    pdl.wait(PDL)
+    group_item(
+        pid,
+        split,
+        tl.num_programs(0),
+        query,
+        keys,
+        values,
+        out,
+        early,
+        partial,
+        Counters,
+        kv_heads,
+        group,
+        CHUNK,
+        scale_log2,
+        HEAD_DIM=HEAD_DIM,
+        PRECISION=PRECISION,
+        BLOCK_G=BLOCK_G,
+        BLOCK_N=BLOCK_N,
+        BLOCK_D=BLOCK_D,
+        BLOCK_S=BLOCK_S,
+        BLOCK_GM=BLOCK_GM,
+        ONE_TILE=ONE_TILE,
+        RELOAD=PDL,
+    )
+    stamps.end(Stamps)
+
+
+@triton.jit
+def group_early(
+    keys,
+    values,
+    Lengths,
+    pid,
+    split,
+    kv_heads,
+    CHUNK,
+    positions,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    ONE_TILE: tl.constexpr,
+):
+    """What split `split` of (sequence, key/value head) pair pid loads before it waits for the work that writes q
+    and each sequence's newest cache row: the sequence's length and, with ONE_TILE (a split of one key tile), its
+    keys and values, masked by the cache's size (the scores are masked by the length later), so that they wait
+    neither for the length nor for that work: one memory round trip, which is most of a split's time at B=1.
+    Returns (length, (k, v)); without ONE_TILE (length, 0), since a device function returns no None."""
+    b, kv = pid // kv_heads, pid % kv_heads
+    dims, keys_n = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_N)
+    n = tl.load(Lengths + b).to(tl.int32)  # set before the step: read before the wait
+    rows = 0
+    if ONE_TILE:
+        K, skb, skh, skt, skd = keys
+        V, svb, svh, svt, svd = values
+        pos = split * CHUNK + keys_n
+        inside = (pos < positions)[:, None] & (dims < HEAD_DIM)[None, :]
+        k = tl.load(
+            K + b * skb + kv * skh + dims[None, :] * skd + pos[:, None].to(tl.int64) * skt, mask=inside, other=0.0
+        )
+        v = tl.load(
+            V + b * svb + kv * svh + dims[None, :] * svd + pos[:, None].to(tl.int64) * svt, mask=inside, other=0.0
+        )
+        rows = (k, v)
+    return n, rows
+
+
+@triton.jit
+def group_item(
+    pid,
+    split,
+    pairs,
+    query,
+    keys,
+    values,
+    out,
+    early,
+    partial,
+    Counters,
+    kv_heads,
+    group,
+    CHUNK,
+    scale_log2,
+    HEAD_DIM: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_GM: tl.constexpr,
+    ONE_TILE: tl.constexpr,
+    RELOAD: tl.constexpr,
+):
+    """Split `split` of (sequence, key/value head) pair pid, of `pairs`, after its wait: its G query heads over its
+    keys, early = group_early(...) as ONE_TILE called it; with RELOAD the newest cache row, which the work waited
+    for wrote, loaded again by the split that holds it. Its partial stored (partial = (Part, splits)) and, with
+    Counters, merged by the last split to arrive; with one split (partial None) the heads' outputs written."""
     b, kv = pid // kv_heads, pid % kv_heads
     queries, dims, keys_n = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_N)
     heads = kv * group + queries
     q_mask = (queries < group)[:, None] & (dims < HEAD_DIM)[None, :]
     Q, sqb, sqh, sqd = query
-    n = tl.load(Lengths + b).to(tl.int32)  # set before the step: read before the wait
+    n, rows = early
     K, skb, skh, skt, skd = keys
     V, svb, svh, svt, svd = values
     k_base = K + b * skb + kv * skh + dims[None, :] * skd
     v_base = V + b * svb + kv * svh + dims[None, :] * svd
     lo = split * CHUNK
     if ONE_TILE:
-        # A split of one key tile: its keys and values are requested at once, masked by the cache's size (the
-        # scores are masked by the length later), so they do not wait for the length to arrive, nor under PDL
-        # for the kernel ahead to end: one memory round trip, which is most of a split's time at B=1.
+        k, v = rows
         pos = lo + keys_n
         d_mask = (dims < HEAD_DIM)[None, :]
-        inside = (pos < positions)[:, None] & d_mask
-        k = tl.load(k_base + pos[:, None].to(tl.int64) * skt, mask=inside, other=0.0)
-        v = tl.load(v_base + pos[:, None].to(tl.int64) * svt, mask=inside, other=0.0)
-        pdl.wait(PDL)
         q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
-        if PDL:  # the newest row is the kernel ahead's: loaded again after the wait, by the split that holds it
+        if RELOAD:  # the newest row is the waited-for work's: loaded again after the wait, by the split holding it
             last = n - 1
             if (last >= lo) & (last < lo + BLOCK_N):
                 newest = (pos == last)[:, None]
@@ -118,7 +224,6 @@ def _grouped_decode_kernel(
         l_i = tl.sum(p, axis=1)
         acc = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     else:
-        pdl.wait(PDL)
         q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
         hi = tl.minimum(lo + CHUNK, n)
         whole = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N  # tiles below this hold no key past the length
@@ -145,7 +250,7 @@ def _grouped_decode_kernel(
     else:
         Part, SPLITS = partial
         first = b * kv_heads * group + kv * group  # the group's first (sequence, query head) pair
-        PartO, PartM, PartL = partial_buffers(Part, SPLITS, tl.num_programs(0) * group, BLOCK_D)
+        PartO, PartM, PartL = partial_buffers(Part, SPLITS, pairs * group, BLOCK_D)
         part = (first + queries) * SPLITS + split
         tl.store(PartO + part[:, None] * BLOCK_D + dims[None, :], acc, mask=live[:, None])
         tl.store(PartM + part, m_i, mask=live)
@@ -158,10 +263,9 @@ def _grouped_decode_kernel(
             if arrived == SPLITS - 1:
                 o = _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_GM, BLOCK_S, BLOCK_D)
                 g = tl.arange(0, BLOCK_GM)
-                rows = Out + b * sob + (kv * group + g)[:, None] * soh + dims[None, :] * sod
-                tl.store(rows, o.to(Out.dtype.element_ty), mask=(g < group)[:, None] & (dims < HEAD_DIM)[None, :])
+                rows_o = Out + b * sob + (kv * group + g)[:, None] * soh + dims[None, :] * sod
+                tl.store(rows_o, o.to(Out.dtype.element_ty), mask=(g < group)[:, None] & (dims < HEAD_DIM)[None, :])
                 tl.store(Counters + pid, 0)  # every split has arrived: nothing else touches the slot this launch
-    stamps.end(Stamps)
 
 
 @triton.jit
