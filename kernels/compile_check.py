@@ -93,10 +93,10 @@ def _signature(value, path: tuple, consts: dict, attrs: dict, constant: bool = F
     a tensor is a pointer to its dtype, an integer an i32 (i64 past its range), 1 and None constants; pointers
     and integers that are multiples of 16 say so (without that, masks forbid vector loads and the loop is not
     pipelined), except an integer the kernel says not to specialise on. A tuple argument is a tuple of its
-    elements' types."""
+    elements' types, a constexpr tuple one constant."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    if isinstance(value, tuple):
+    if isinstance(value, tuple) and not constant:  # a constexpr tuple is one constant, as the JIT takes it
         return tuple(_signature(v, (*path, j), consts, attrs) for j, v in enumerate(value))
     if type(value) is int and not specialize:
         return "i32" if -(2**31) <= value < 2**31 else "i64"
