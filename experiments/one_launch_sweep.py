@@ -16,7 +16,7 @@ import argparse
 import torch
 
 import kernels.ops.decode_layer.kernel as DL
-import kernels.ops.decode_step.kernel as DS
+import kernels.ops.decode_step as DS
 from explorer.measure.ladder import random_cache, reset, rung_row
 from explorer.model.graphs import DecodeGraph
 from explorer.model.weights import config_from_hf, from_hf_state_dict

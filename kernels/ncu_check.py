@@ -112,7 +112,12 @@ CASES = (
     Case(
         "decode step (megakernel) GPT-2 small B1 context 1000",
         "decode_step",
-        dict(batch=1, width=768, heads=12, layers=12, vocab=50257, t_max=1024, context=1000),
+        dict(batch=1, width=768, heads=12, ffn=3072, layers=12, vocab=50257, t_max=1024, context=1000),
+    ),
+    Case(
+        "decode step (megakernel) SmolLM2-135M B1 context 1000",
+        "decode_step",
+        dict(batch=1, width=576, heads=9, kv=3, ffn=1536, layers=30, vocab=49152, t_max=1024, context=1000),
     ),
 )
 

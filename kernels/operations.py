@@ -10,6 +10,7 @@ The traffic book (explorer.measure.traffic), the tile sweep (explorer.measure.sw
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ import torch
 
 from . import elementwise, reference, sizes
 from .config import TileConfig, Traffic, cdiv
+from .ops import decode_step as decode_step_parts
 from .ops.attention.kernel import attention, traffic_floor
 from .ops.attention.kernel import resolve_config as attention_tiles
 from .ops.attention.kernel import traffic as attention_traffic
@@ -28,7 +30,6 @@ from .ops.decode_linear.kernel import decode_linear as decode_linear_launch
 from .ops.decode_linear.kernel import traffic as decode_linear_traffic
 from .ops.decode_linear.tiles import resolve_config as decode_linear_tiles
 from .ops.decode_step.kernel import decode_step
-from .ops.decode_step.kernel import traffic as decode_step_traffic
 from .ops.grouped_attention import kernel as grouped_prefill
 from .ops.grouped_decode_attention import kernel as grouped
 from .ops.grouped_decode_attention.kernel import grouped_decode_attention
@@ -353,29 +354,40 @@ def _compiles_decode_layer(m: Make) -> dict:
     }
 
 
+def _step_shape(g) -> decode_step_parts.Shape:
+    llama = g.get("kv", g["heads"]) != g["heads"]
+    return decode_step_parts.Shape(
+        g["width"], g["heads"], g.get("kv", g["heads"]), g["ffn"], g["vocab"], g["layers"], llama
+    )
+
+
 def _counted_decode_step_model(g, item, dtype, device):
     lengths = [g["context"] + 1] * g["batch"]  # each sequence attends over its cache and the new token
-    return decode_step_traffic(
-        lengths, g["width"], g["heads"], g["t_max"], g["layers"], g["vocab"], item, dtype=dtype, device=device
-    ), None
+    return decode_step_parts.traffic(lengths, _step_shape(g), g["t_max"], item, dtype=dtype, device=device), None
+
+
+def _step_of(shape, rand, positions: int):
+    """A random model's parameters of this shape, as the one-launch step takes them (kernels.ops.decode_step)."""
+    c = shape.width
+    if shape.llama:
+        layer = lambda: ((rand(c),), (rand(shape.qkv, c),), (rand(c, c),), (rand(c),), (rand(shape.fc, c),),
+                         (rand(c, shape.ffn),))  # fmt: skip
+        wte = rand(shape.vocab, c)
+        layers = tuple(layer() for _ in range(shape.layers))
+        return decode_step_parts.Step(wte, None, layers, (rand(c),), wte, 1e-5, 1e5)
+    ln = lambda: (rand(c), rand(c))
+    layer = lambda: (ln(), (rand(3 * c, c), rand(3 * c)), (rand(c, c), rand(c)), ln(), (rand(4 * c, c), rand(4 * c)),
+                     (rand(c, 4 * c), rand(c)))  # fmt: skip
+    wte = rand(shape.vocab, c)
+    layers = tuple(layer() for _ in range(shape.layers))
+    return decode_step_parts.Step(wte, rand(positions, c), layers, ln(), wte, 1e-5)
 
 
 def _counted_decode_step_call(g, rand, device):
-    from .ops.decode_step.kernel import Step
-
-    B, C, L = g["batch"], g["width"], g["layers"]
-    ln = lambda: (rand(C), rand(C))
-    layer = lambda: (
-        ln(),
-        (rand(3 * C, C), rand(3 * C)),
-        (rand(C, C), rand(C)),
-        ln(),
-        (rand(4 * C, C), rand(4 * C)),
-        (rand(C, 4 * C), rand(C)),
-    )
-    wte = rand(g["vocab"], C)
-    step = Step(wte, rand(g["t_max"], C), tuple(layer() for _ in range(L)), ln(), wte)
-    caches = [rand(L, B, g["heads"], g["t_max"], C // g["heads"]) for _ in range(2)]
+    shape = _step_shape(g)
+    step = _step_of(shape, rand, g["t_max"])
+    B = g["batch"]
+    caches = [rand(shape.layers, B, shape.kv_heads, g["t_max"], shape.head_dim) for _ in range(2)]
     lengths = _lengths(B, g["context"], device)
     kv = (*caches, lengths, lengths + 1)
     ids = torch.randint(0, g["vocab"], (B,), device=device)
@@ -383,14 +395,17 @@ def _counted_decode_step_call(g, rand, device):
 
 
 def _compiles_decode_step(m: Make) -> dict:
-    from .ops.decode_step.kernel import Step
-
-    t, ln = m.t, m.ln[:2]
-    layer = ((t(3 * C, C), t(3 * C)), (t(C, C), t(C)), ln, (t(4 * C, C), t(4 * C)), (t(C, 4 * C), t(C)))
-    k_cache, v_cache = (torch.stack([c, c]) for c in m.cache(1, H, 1024))  # two layers
-    step = Step(t(50257, C), t(1024, C), ((ln, *layer), (ln, *layer)), ln, t(50257, C))
-    kv = (k_cache, v_cache, m.lengths(1, 1000), m.lengths(1, 1001))
-    return {"decode step": lambda: decode_step(torch.zeros(1, dtype=torch.int64), step, kv)}
+    """GPT-2 small's shape and SmolLM2-135M's, two layers each."""
+    cases = {}
+    for label, shape in (
+        ("decode step", decode_step_parts.Shape(C, H, H, 4 * C, 50257, 2)),
+        ("decode step (llama)", decode_step_parts.Shape(576, 9, 3, 1536, 49152, 2, llama=True)),
+    ):
+        step = _step_of(shape, m.t, 1024)
+        k_cache, v_cache = (torch.stack([c, c]) for c in m.cache(1, shape.kv_heads, 1024))
+        kv = (k_cache, v_cache, m.lengths(1, 1000), m.lengths(1, 1001))
+        cases[label] = functools.partial(decode_step, torch.zeros(1, dtype=torch.int64), step, kv)
+    return cases
 
 
 def _compiles_one(label: str, make_call) -> Callable:
@@ -825,8 +840,8 @@ OPERATIONS: dict[str, Operation] = {
         Operation(
             "decode_step",
             sizes.DecodeStepSizes,
-            lambda s, item, *, dtype, device, lengths, **_: decode_step_traffic(
-                list(lengths), s.width, s.heads, s.max_len, s.layers, s.vocab, item, dtype=dtype, device=device
+            lambda s, item, *, dtype, device, lengths, **_: decode_step_parts.traffic(
+                list(lengths), s.shape, s.max_len, item, dtype=dtype, device=device
             ),
             decode_step,
             by_length=True,

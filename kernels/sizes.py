@@ -106,8 +106,5 @@ class DecodeLayerSizes(NamedTuple):  # decode_layer: each sequence reads its own
 
 class DecodeStepSizes(NamedTuple):  # decode_step: a whole decode step; each sequence reads its own length of the cache
     batch: int
-    width: int
-    heads: int
+    shape: tuple  # kernels.ops.decode_step.Shape: width, heads, key/value heads, hidden width, vocabulary, layers
     max_len: int
-    layers: int
-    vocab: int

@@ -104,7 +104,7 @@ FUSION_HELP = (
     "none: every op its own kernel · epilogue: bias, GELU, add in the matmul · decode: LayerNorm and the cache "
     "write fused too, about 5 kernels a layer · overlap: those kernels start early and load their weights (Hopper "
     "GPUs) · persistent: each layer one kernel, its stages waiting at counters on the GPU · megakernel: the whole "
-    "step one kernel, each task waiting only for the tiles it reads (GPT-2; a Llama runs it as overlap)"
+    "step one kernel, each task waiting only for the tiles it reads"
 )
 GRAPH_INFO = "replay each decode step as one launch (with the KV cache on); off: every kernel launched from Python"
 

@@ -240,7 +240,10 @@ class GPT(nn.Module):
             )
             for b in t.h
         )
-        return kernels.decode_step_parts(t.wte.weight, t.wpe.weight, layers, (t.ln_f.weight, t.ln_f.bias), t.wte.weight)
+        ln_f = (t.ln_f.weight, t.ln_f.bias)
+        return kernels.decode_step_parts(
+            t.wte.weight, t.wpe.weight, layers, ln_f, t.wte.weight, self.config.layer_norm_epsilon
+        )
 
     def embed(self, ops: Ops, ids, positions):
         t = self.transformer

@@ -18,7 +18,7 @@ Every rung of the fusion ladder runs it (Ops.block chooses a block's form): "non
 apart; on the decode rungs a decode step is four projections and attention, as GPT-2's (Block.decode_fused):
 RMSNorm in the prologue of the projection after it, rotary positions and the cache write in c_attn's epilogue,
 SwiGLU in c_fc's. The persistent rung's one-launch block is GPT-2's, so there a Llama decode step runs as
-"overlap".
+"overlap"; the megakernel rung runs a Llama's whole decode step in one launch, as GPT-2's.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+import kernels
 
 from .cache import KVCache
 from .gpt import GPT, Linear, _Attend
@@ -147,7 +149,7 @@ class _GroupedAttend(_Attend):
 
 class Llama(GPT):
     family = "Llama"
-    RUNS_AS = {"persistent": "overlap", "megakernel": "overlap"}  # the one-launch block and step are GPT-2's
+    RUNS_AS = {"persistent": "overlap"}  # the persistent rung's one-launch block is GPT-2's
 
     def __init__(self, cfg: LlamaConfig, backend: str = "triton", fusion: str = DEFAULT_FUSION):
         super().__init__(cfg, backend, fusion)
@@ -167,6 +169,25 @@ class Llama(GPT):
 
     def embed(self, ops: Ops, ids, positions):
         return ops.token_embedding("wte", self.transformer.wte, ids)
+
+    def step_parts(self) -> kernels.decode_step_parts:
+        """The parameters as the one-launch decode step (the megakernel rung) takes them: no biases, no table of
+        positions, the rotary theta."""
+        t, cfg = self.transformer, self.config
+        layers = tuple(
+            (
+                (b.ln_1.weight,),
+                (b.attn.c_attn.weight,),
+                (b.attn.c_proj.weight,),
+                (b.ln_2.weight,),
+                (b.mlp.c_fc.weight,),
+                (b.mlp.c_proj.weight,),
+            )
+            for b in t.h
+        )
+        head = t.wte.weight if self.lm_head is None else self.lm_head.weight
+        step = kernels.decode_step_parts(t.wte.weight, None, layers, (t.ln_f.weight,), head, cfg.rms_norm_eps)
+        return step._replace(rope=cfg.rope_theta)
 
     def head(self, ops: Ops, x, attend):
         """The last RMSNorm and the LM head: tied to the token embedding, or the checkpoint's own."""

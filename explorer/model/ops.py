@@ -16,8 +16,8 @@ attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, ln_f, lm_head, wte/wpe, kv write)
   that it starts while the kernel before it finishes and loads its weights before it waits for that
   kernel's output. Needs a GPU of compute capability 9.0 or later (Hopper); elsewhere it runs as "decode";
 - "persistent": each GPT-2 block of a decode step in one launch (kernels.ops.decode_layer);
-- "megakernel": a whole GPT-2 decode step in one launch, its operations tasks that wait only for the tiles they
-  read (kernels.ops.decode_step); more than 16 sequences run as "decode". The Llama family runs both as "overlap".
+- "megakernel": a whole decode step in one launch, its operations tasks that wait only for the tiles they read
+  (kernels.ops.decode_step); more than 16 sequences run as "decode". A Llama runs "persistent" as "overlap".
 The torch backend runs PyTorch's own operations whatever the rung.
 
 An observer may be attached: a callable `observer(op, run)` that gets an Op record (the name, the
@@ -38,6 +38,7 @@ from kernels.operations import OPERATIONS
 from kernels.ops.attention.kernel import tuned_config
 from kernels.ops.decode_attention.kernel import tuned_decode_config
 from kernels.ops.decode_linear.kernel import tuned_config as decode_linear_tuned
+from kernels.ops.decode_step import shape_of as step_shape
 from kernels.ops.layer_norm.kernel import tuned_config as layer_norm_tuned
 from kernels.ops.linear.kernel import DECODE_ROWS
 from kernels.ops.linear.kernel import tuned_config as linear_tuned
@@ -244,14 +245,13 @@ class Ops:
         return self.fusion == "megakernel" and rows <= DECODE_ROWS
 
     def decode_step(self, name, model, ids, cache):
-        """A whole GPT-2 decode step in one launch: ids (B,) -> logits (B, vocab); the tokens go in at
+        """A whole decode step in one launch (GPT-2's or a Llama's): ids (B,) -> logits (B, vocab); the tokens go in at
         cache.lengths and attend over cache.next_lengths."""
-        t, cfg = model.transformer, model.config
         step = model.step_parts()
         kv = (cache.k, cache.v, cache.lengths, cache.next_lengths)
-        sizes = (ids.shape[0], cfg.n_embd, cfg.n_head, cache.max_len, cfg.n_layer, cfg.vocab_size)
-        run = lambda: kernels.decode_step(ids, step, kv, cfg.layer_norm_epsilon)
-        return self._run(name, "decode_step", t.wte.weight, sizes, None, run)
+        shape = step_shape(step, kv)
+        run = lambda: kernels.decode_step(ids, step, kv)
+        return self._run(name, "decode_step", step.wte, (ids.shape[0], shape, cache.max_len), None, run)
 
     def decode_layer(self, name, x, block, kv, eps):
         """One block in one launch; `block` gives its parameters as explorer.model.gpt.Block names them, `kv` is

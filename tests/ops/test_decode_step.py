@@ -1,5 +1,5 @@
-"""kernels.ops.decode_step: a whole GPT-2 decode step in one launch, against transformers' GPT-2 in float64 and
-against the decode rung's launches. In the interpreter the launch is one program running the task list in its
+"""kernels.ops.decode_step: a whole decode step in one launch, GPT-2's and a Llama's, against transformers in float64
+and against the decode rung's launches. In the interpreter the launch is one program running the task list in its
 order; on a GPU one program per SM, the tasks waiting for each other at counters."""
 
 import pytest
@@ -9,26 +9,46 @@ from explorer.model.cache import KVCache
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 from kernels import arrival, decode_step
 from kernels.config import GPUS
-from kernels.ops.decode_step import check, counts, fits, head_needs, plan
+from kernels.ops.decode_step import Shape, Step, check, counts, fits, head_needs, plan
 from tests.tolerances import assert_close
 
-# (prompt lengths, cache positions, width, heads): one sequence of one token whose two steps fill the cache to its
-# last slot, 48 wide in 3 heads of 16 (not powers of two); unequal prompts of 17, 1 and 5 tokens.
-CASES = [([1], 3, 48, 3), ([17, 1, 5], 20, 64, 4)]
+FAMILIES = ["gpt2", "llama"]
+# (prompt lengths, cache positions, width, heads, key/value heads for a Llama): one sequence of one token whose two
+# steps fill the cache to its last slot, 48 wide in 3 heads of 16 (a Llama's three sharing one key/value head, a
+# group that is no power of two); unequal prompts of 17, 1 and 5 tokens, 4 heads over 2.
+CASES = [([1], 3, 48, 3, 1), ([17, 1, 5], 20, 64, 4, 2)]
 
 
-def _models(device, dtype, width, heads, layers=2, vocab=97, positions=32):
-    from transformers import GPT2Config, GPT2LMHeadModel
+def _models(device, dtype, family, width, heads, kv_heads, layers=2, vocab=97, positions=32):
+    """(transformers' model in float64, ours on the decode rung) with the same random weights."""
+    import transformers as T
 
     torch.manual_seed(11)
-    cfg = GPT2Config(n_layer=layers, n_head=heads, n_embd=width, n_positions=positions, vocab_size=vocab)
-    hf = GPT2LMHeadModel(cfg).eval()
+    if family == "gpt2":
+        cfg = T.GPT2Config(n_layer=layers, n_head=heads, n_embd=width, n_positions=positions, vocab_size=vocab)
+        hf = T.GPT2LMHeadModel(cfg).eval()
+    else:
+        cfg = T.LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=width,
+            intermediate_size=72,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            max_position_embeddings=positions,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+        )
+        hf = T.LlamaForCausalLM(cfg).eval()
+        for p in hf.parameters():  # RMSNorm weights start at 1: random ones test that they are read
+            if p.dim() == 1:
+                p.data.uniform_(0.5, 1.5)
     ours = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=dtype)
     return hf.double(), ours.with_fusion("decode")
 
 
 def _prefilled(model, prompts, positions):
-    """A cache holding the prompts, filled by the decode rung's prefill; returns (cache, next ids (B,))."""
+    """A cache holding the prompts, filled by the decode rung's prefill."""
     device = model.device
     ids = torch.zeros(len(prompts), max(map(len, prompts)), dtype=torch.long)
     for b, p in enumerate(prompts):
@@ -40,15 +60,15 @@ def _prefilled(model, prompts, positions):
 
 def _step(model, ids, cache, **kw):
     cache.begin_step()
-    kv = (cache.k, cache.v, cache.lengths, cache.next_lengths)
-    logits = decode_step(ids, model.step_parts(), kv, model.config.layer_norm_epsilon, **kw)
+    logits = decode_step(ids, model.step_parts(), (cache.k, cache.v, cache.lengths, cache.next_lengths), **kw)
     cache.end_step()
     return logits
 
 
-@pytest.mark.parametrize("lengths,positions,width,heads", CASES)
-def test_two_steps_match_transformers_in_float64(device, lengths, positions, width, heads):
-    hf, model = _models(device, torch.float32, width, heads)
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("lengths,positions,width,heads,kv_heads", CASES)
+def test_two_steps_match_transformers_in_float64(device, family, lengths, positions, width, heads, kv_heads):
+    hf, model = _models(device, torch.float32, family, width, heads, kv_heads)
     prompts = [torch.randint(0, 97, (n,)).tolist() for n in lengths]
     cache = _prefilled(model, prompts, positions)
     for _ in range(2):  # the second step reads the K and V rows the first wrote
@@ -62,9 +82,10 @@ def test_two_steps_match_transformers_in_float64(device, lengths, positions, wid
     assert (arrival.task_counters(device, 10) == 0).all() and (arrival.head_counters(device, 8) == 0).all()
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)])
-def test_a_step_matches_the_decode_rungs_launches(device, dtype):
-    _, model = _models(device, dtype, 64, 4)
+def test_a_step_matches_the_decode_rungs_launches(device, family, dtype):
+    _, model = _models(device, dtype, family, 64, 4, 2)
     prompts = [[3, 4, 5, 6, 7], [9] * 12, [1]]
     theirs, ours = _prefilled(model, prompts, 16), _prefilled(model, prompts, 16)
     new = torch.tensor([5, 50, 96], device=device)
@@ -80,7 +101,7 @@ def test_a_step_matches_the_decode_rungs_launches(device, dtype):
 
 
 def test_a_wait_past_its_bound_is_an_error_after_the_step_and_the_next_step_is_right(device):
-    hf, model = _models(device, torch.float32, 48, 3)
+    hf, model = _models(device, torch.float32, "gpt2", 48, 3, 3)
     prompts = [[4, 5, 6]]
     cache = _prefilled(model, prompts, 8)
     # Head 0's counter is made to need one arrival more than c_attn's tiles make: its attention items give up after
@@ -88,7 +109,7 @@ def test_a_wait_past_its_bound_is_an_error_after_the_step_and_the_next_step_is_r
     _step(model, torch.tensor([7], device=device), cache, limit=1 << 14, head_needs_extra=1)
     # On a GPU a program whose next task is downstream may start waiting first, and give up first: the message names
     # the first wait to give up, whichever it is (in the interpreter, the attention item's).
-    with pytest.raises(RuntimeError, match=r"a task of (layer [01]|ln_f \+ lm_head) waited for .+ past its bound"):
+    with pytest.raises(RuntimeError, match=r"a task of (layer [01]|the LM head) waited for .+ past its bound"):
         check(device)
     check(device)  # read once: the record is cleared
     assert (arrival.task_counters(device, 10) == 0).all() and (arrival.head_counters(device, 6) == 0).all()
@@ -98,14 +119,18 @@ def test_a_wait_past_its_bound_is_an_error_after_the_step_and_the_next_step_is_r
     assert_close("linear", got, hf(torch.tensor([[4, 5, 6, 7]])).logits[:, -1], torch.float32)
 
 
-@pytest.mark.parametrize("lengths,positions,width,heads", CASES)
-def test_every_counter_ends_the_step_at_its_count(device, lengths, positions, width, heads):
-    """Left as the step ends (not reset): each operation's counter holds its tasks, each head's the runs of c_attn
-    tiles over its columns, the last the programs: no arrival lost or counted twice."""
-    _, model = _models(device, torch.float32, width, heads)
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("lengths,positions,width,heads,kv_heads", CASES)
+def test_every_counter_ends_the_step_at_its_count(device, family, lengths, positions, width, heads, kv_heads):
+    """Left as the step ends (not reset): each operation's counter holds its tasks, each key/value head's the runs of
+    c_attn tiles over its columns, the last the programs: no arrival lost or counted twice."""
+    _, model = _models(device, torch.float32, family, width, heads, kv_heads)
     cache = _prefilled(model, [[1] * n for n in lengths], positions)
     _step(model, torch.ones(len(lengths), dtype=torch.long, device=device), cache, keep=True)
-    stages, head_counts = counts(len(lengths), width, heads, 2, 97, positions, torch.float32, device)
+    kv = kv_heads if family == "llama" else heads
+    ffn = 72 if family == "llama" else 4 * width
+    shape = Shape(width, heads, kv, ffn, 97, 2, llama=family == "llama")
+    stages, head_counts = counts(len(lengths), shape, positions, torch.float32, device)
     task, head = arrival.task_counters(device, len(stages)), arrival.head_counters(device, len(head_counts))
     try:
         assert task[: len(stages)].tolist() == stages and head[: len(head_counts)].tolist() == head_counts
@@ -127,17 +152,13 @@ def test_a_step_over_random_caches_matches_float64_pytorch_block_by_block(device
     float64 reference block by block: the embedding, each block writing its row into its (float64) caches, ln_f
     and the tied LM head."""
     from kernels import reference
-    from kernels.ops.decode_step import Step
     from tests.ops.test_decode_layer import _block, _reference
 
     batch, width, layers, vocab = len(lengths), heads * head_dim, 2, 53
     rand = lambda *shape, scale=1.0: torch.randn(*shape, device=device) * scale
     blocks = [_block(device, torch.float32, batch, width)[1:] for _ in range(layers)]
-    wte, wpe, ln_f = (
-        rand(vocab, width, scale=0.5),
-        rand(t_max, width, scale=0.1),
-        (1 + rand(width, scale=0.1), rand(width)),
-    )
+    wte, wpe = rand(vocab, width, scale=0.5), rand(t_max, width, scale=0.1)
+    ln_f = (1 + rand(width, scale=0.1), rand(width))
     caches = torch.randn(2, layers, batch, heads, t_max, head_dim, device=device)
     lens = torch.tensor(lengths, device=device, dtype=torch.int32)
     ids = torch.randint(0, vocab, (batch,), device=device)
@@ -149,39 +170,46 @@ def test_a_step_over_random_caches_matches_float64_pytorch_block_by_block(device
         x = _reference(x, *params, want_caches[0, layer], want_caches[1, layer], lens.cpu().long(), 1e-5)
     want = reference.linear(reference.layer_norm(x, f64(ln_f[0]), f64(ln_f[1]), 1e-5), f64(wte))[:, 0]
 
-    got = decode_step(ids, Step(wte, wpe, tuple(blocks), ln_f, wte), (caches[0], caches[1], lens, lens + 1), 1e-5)
+    got = decode_step(ids, Step(wte, wpe, tuple(blocks), ln_f, wte, 1e-5), (caches[0], caches[1], lens, lens + 1))
     check(device)
 
     assert_close("linear", got, want, torch.float32)
     assert_close("linear", caches, want_caches, torch.float32)
 
 
-def _overlaps(width, head_dim, block_n) -> list[int]:
-    """Each head's count, counted another way: the tiles of c_attn overlapping each of its q, k and v ranges."""
+def _overlaps(shape: Shape, block_n: int) -> list[int]:
+    """Each key/value head's count, counted another way: the tiles of c_attn overlapping the q columns of its group
+    of query heads, its k columns and its v columns."""
+    d, group, kv = shape.head_dim, shape.heads // shape.kv_heads, shape.kv_heads
     needs = []
-    for h in range(width // head_dim):
-        count = 0
-        for section in range(3):
-            lo, hi = section * width + h * head_dim, section * width + (h + 1) * head_dim
-            count += sum(1 for t in range(-(-3 * width // block_n)) if t * block_n < hi and lo < (t + 1) * block_n)
-        needs.append(count)
+    for g in range(kv):
+        ranges = [(g * group * d, (g + 1) * group * d)]
+        ranges += [(shape.heads * d + (s * kv + g) * d, shape.heads * d + (s * kv + g + 1) * d) for s in (0, 1)]
+        tiles = range(-(-shape.qkv // block_n))
+        needs.append(sum(1 for lo, hi in ranges for t in tiles if t * block_n < hi and lo < (t + 1) * block_n))
     return needs
 
 
-@pytest.mark.parametrize("width,head_dim", [(768, 64), (48, 16), (576, 64), (40, 8), (80, 16)])
+@pytest.mark.parametrize(
+    "width,heads,kv_heads",
+    [(768, 12, 12), (48, 3, 3), (576, 9, 3), (40, 5, 5), (80, 5, 5), (96, 6, 2), (48, 3, 1), (64, 4, 2)],
+)
 @pytest.mark.parametrize("block_n", [8, 16, 32, 128])
-def test_each_heads_count_is_the_c_attn_tiles_holding_its_columns(width, head_dim, block_n):
-    assert head_needs(width, head_dim, block_n) == _overlaps(width, head_dim, block_n)
+def test_each_heads_count_is_the_c_attn_tiles_holding_its_columns(width, heads, kv_heads, block_n):
+    shape = Shape(width, heads, kv_heads, 4 * width, 97, 2, llama=kv_heads != heads)
+    assert head_needs(shape, block_n) == _overlaps(shape, block_n)
 
 
 @pytest.mark.parametrize("arch", [80, 90, 120])
 @pytest.mark.parametrize("rows", [1, 8, 16])
-def test_a_gpu_launch_starts_at_most_one_program_per_sm(arch, rows):
+@pytest.mark.parametrize(
+    "shape", [Shape(768, 12, 12, 3072, 50257, 12), Shape(576, 9, 3, 1536, 49152, 30, llama=True)], ids=FAMILIES
+)
+def test_a_gpu_launch_starts_at_most_one_program_per_sm(arch, rows, shape):
     gpu = GPUS[arch]
-    p = plan(rows, 768, 12, 50257, 1024, torch.bfloat16, gpu)
-    assert 1 <= p.programs <= gpu.num_sms
-    assert p.programs == gpu.num_sms  # every operation of GPT-2 small has a task for each SM somewhere
-    assert p.splits * rows * 12 <= 4 * gpu.num_sms  # attention's items: about one per program
+    p = plan(rows, shape, 1024, torch.bfloat16, gpu)
+    assert p.programs == gpu.num_sms  # at most one per SM; every operation has a task for each SM somewhere
+    assert p.splits * rows * shape.kv_heads <= 4 * gpu.num_sms  # attention's items: about one per program
 
 
 def test_more_programs_than_the_sms_hold_are_refused():
@@ -192,7 +220,7 @@ def test_more_programs_than_the_sms_hold_are_refused():
 
 
 def test_bad_steps_are_refused_with_the_reason(device):
-    _, model = _models(device, torch.float32, 48, 3)
+    _, model = _models(device, torch.float32, "gpt2", 48, 3, 3)
     cache = _prefilled(model, [[1, 2]], 8)
     parts = model.step_parts()
     kv = (cache.k, cache.v, cache.lengths, cache.lengths + 1)
@@ -207,3 +235,7 @@ def test_bad_steps_are_refused_with_the_reason(device):
         decode_step(ids, parts, (*kv[:3], kv[3].float()))
     with pytest.raises(ValueError, match="1 to 16 sequences"):
         decode_step(torch.zeros(17, dtype=torch.long, device=device), parts, kv)
+    with pytest.raises(ValueError, match="six parts of 2 tensor"):
+        decode_step(ids, parts._replace(layers=tuple(layer[:5] for layer in parts.layers)), kv)
+    with pytest.raises(ValueError, match="rotary theta"):
+        decode_step(ids, parts._replace(wpe=None, layers=tuple(tuple(p[:1] for p in lay) for lay in parts.layers)), kv)

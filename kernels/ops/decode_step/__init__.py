@@ -1,12 +1,15 @@
 """A whole decode step in one launch: the megakernel rung's kernel, its plan and its host-side check."""
 
-from .kernel import LIMIT, NAME, WARPS, Step, check, counts, decode_step, fits, head_needs, layer_offsets, plan
+from .kernel import LIMIT, NAME, Step, check, decode_step, fits, layer_offsets, shape_of
+from .tiles import WARPS, Shape, Variant, counts, head_needs, plan, traffic, varied
 
 __all__ = [
     "LIMIT",
     "NAME",
     "WARPS",
+    "Shape",
     "Step",
+    "Variant",
     "check",
     "counts",
     "decode_step",
@@ -14,4 +17,7 @@ __all__ = [
     "head_needs",
     "layer_offsets",
     "plan",
+    "shape_of",
+    "traffic",
+    "varied",
 ]

@@ -1,0 +1,218 @@
+"""The one-launch decode step's plan: the model's shape, programs, column tiles and attention split of a launch,
+what each counter holds at the end of a step, and the modeled traffic."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import NamedTuple
+
+import torch
+
+from ...config import SECTOR, TileConfig, Traffic, cdiv, device_limits, next_pow2, prev_pow2
+from ..attention.kernel import LOG2E
+from ..decode_attention.kernel import launch_plan as attention_plan
+from ..decode_layer.kernel import column_tile
+from ..decode_linear.tiles import PREFETCH_BLOCK_K, PREFETCH_ELEMENTS, slice_tiles
+from ..grouped_decode_attention.kernel import plan as grouped_plan
+
+WARPS = 8
+ELEMENTS = 24576  # the most weight elements one task holds in registers (decode_layer's, 8 x 3072)
+CPU_ELEMENTS = PREFETCH_ELEMENTS  # in the interpreter's one program, tasks as wide as decode_linear's on CPU
+STAGES = 4  # counters per layer besides the heads': attention, c_proj, c_fc and mlp.c_proj done
+
+
+class Shape(NamedTuple):
+    """What the launch needs to know of the model: GPT-2's block or a Llama's (RMSNorm, rotary positions, grouped
+    key/value heads, SwiGLU, no biases)."""
+
+    width: int
+    heads: int
+    kv_heads: int  # key/value heads: GPT-2's are its heads
+    ffn: int  # the hidden width after the activation: 4 x width for GPT-2, intermediate_size for a Llama
+    vocab: int
+    layers: int
+    llama: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+    @property
+    def qkv(self) -> int:
+        """c_attn's output columns: q's heads, then k's and v's."""
+        return (self.heads + 2 * self.kv_heads) * self.head_dim
+
+    @property
+    def fc(self) -> int:
+        """c_fc's weight rows: a Llama's gate over its up projection."""
+        return 2 * self.ffn if self.llama else self.ffn
+
+
+class Variant(NamedTuple):
+    """What a launch may vary, for comparing them (experiments/one_launch_sweep.py): whether each program asks L2
+    for its next layer's weight slices a layer ahead (a GPU's; the interpreter has no prefetch)."""
+
+    l2_ahead: bool = False
+
+
+_variant = Variant()
+
+
+@contextlib.contextmanager
+def varied(variant: Variant):
+    """Within the block, decode_step launches as `variant` says."""
+    global _variant
+    saved, _variant = _variant, variant
+    plan.cache_clear()
+    try:
+        yield
+    finally:
+        _variant = saved
+        plan.cache_clear()
+
+
+class Plan(NamedTuple):
+    programs: int
+    tiles: dict  # operation -> columns per task
+    chunk: int  # keys per attention split
+    splits: int
+    block_d: int
+    scale: float
+    constexprs: dict  # TILES and ATT, the kernel's two tuples of constexprs
+    attention: object  # the GPT-2 attention's TileConfig (the traffic model's), None for a Llama's
+
+
+def head_needs(shape: Shape, block_n: int) -> list[int]:
+    """Each key/value head's count at its counter once c_attn is done: the runs of one tile's columns within the
+    q columns of its group of query heads, or its k or v columns (as the kernel's _arrive_heads counts them)."""
+    d, group = shape.head_dim, shape.heads // shape.kv_heads
+    sections = ((0, group * d), (shape.heads * d, d), ((shape.heads + shape.kv_heads) * d, d))  # (start, a head's)
+    needs = [0] * shape.kv_heads
+    for t in range(cdiv(shape.qkv, block_n)):
+        lo, hi = t * block_n, min((t + 1) * block_n, shape.qkv)
+        for start, unit in sections:
+            a, b = max(lo, start), min(hi, start + shape.kv_heads * unit)
+            for g in range((a - start) // unit, (b - 1 - start) // unit + 1) if a < b else ():
+                needs[g] += 1
+    return needs
+
+
+@functools.lru_cache(maxsize=64)
+def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
+    """Programs, tiles and the attention split of a launch: at most one program per SM (the launch holds that
+    to the compiled kernel), about one task per program in each operation, each task's weights within what a
+    program holds in registers."""
+    limits = device_limits(device)
+    count = 1 if limits.is_cpu else limits.num_sms
+    elements = CPU_ELEMENTS if limits.is_cpu else ELEMENTS
+    c = shape.width
+    shapes = {"BN_A": (shape.qkv, c), "BN_O": (c, c), "BN_F": (shape.fc, c), "BN_P": (c, shape.ffn)}
+    tiles = {name: column_tile(out_f, in_f, count, elements) for name, (out_f, in_f) in shapes.items()}
+    if shape.llama:  # SwiGLU gates pairs of columns: at least two features a tile
+        tiles["BN_F"] = max(tiles["BN_F"], 16)
+    tiles["BN_H"] = column_tile(shape.vocab, c, count, elements)
+    pairs = rows * shape.kv_heads
+    if shape.llama:
+        att, chunk, splits, block_d = _grouped(pairs, count, max_len, shape, dtype, device, limits.is_cpu)
+        config = None
+    else:
+        split = None
+        if not limits.is_cpu:
+            split_k = prev_pow2(max(1, count // pairs))
+            block_n = min(128, max(16, next_pow2(cdiv(max_len, split_k))))
+            split = TileConfig(block_n=block_n, split_k=split_k, num_warps=WARPS, num_stages=1)
+        config, chunk, splits, block_d, block_s, early, _, _, _ = attention_plan(
+            split, pairs, max_len, shape.head_dim, dtype, device
+        )
+        att = (config.block_n, block_s, block_d, early, 16, 1, "ieee", shape.head_dim)
+    (head_c, tail_c), (head_f, tail_f) = slice_tiles(c), slice_tiles(shape.ffn)
+    l2_ahead = _variant.l2_ahead and not limits.is_cpu
+    t = tiles
+    order = (next_pow2(rows), t["BN_A"], t["BN_O"], t["BN_F"], t["BN_P"], t["BN_H"], head_c, tail_c, head_f, tail_f)
+    constexprs = dict(TILES=(*order, next_pow2(c), l2_ahead), ATT=att)
+    outputs = {**{n: out_f for n, (out_f, _) in shapes.items()}, "BN_H": shape.vocab}
+    items = max(pairs * splits, *(cdiv(out_f, tiles[n]) for n, out_f in outputs.items()))
+    programs = 1 if limits.is_cpu else max(1, min(count, items))
+    scale = LOG2E / math.sqrt(shape.head_dim)
+    return Plan(programs, tiles, chunk, splits, block_d, scale, constexprs, config)
+
+
+def _grouped(pairs: int, count: int, max_len: int, shape: Shape, dtype, device, on_cpu: bool):
+    """Grouped decode attention's split for the launch: about one item per program, merged by the last split of
+    each pair (never by a second kernel: a launch is the whole step). Returns (ATT, chunk, splits, BLOCK_D)."""
+    group, d = shape.heads // shape.kv_heads, shape.head_dim
+    split_k = 1 if on_cpu else prev_pow2(max(1, count // pairs))
+    while True:
+        p = grouped_plan(pairs, max_len, device, group=group, head_dim=d, split_k=split_k)
+        if not p.apart or split_k == 1:
+            break
+        split_k //= 2
+    block_d = max(16, next_pow2(d))
+    att = (p.block_n, next_pow2(p.splits), block_d, p.chunk == p.block_n, max(16, next_pow2(group)))
+    att += (next_pow2(group), "ieee" if dtype == torch.float32 else "tf32", d)  # as grouped_decode_attention's
+    return att, p.chunk, p.splits, block_d
+
+
+def counts(rows: int, shape: Shape, max_len: int, dtype, device) -> tuple[list[int], list[int]]:
+    """What each counter holds at the end of a step, before the reset: (stage counters, head counters), as lists:
+    the embedding's tasks; per layer attention's items, then c_proj's, c_fc's and mlp.c_proj's tasks; the
+    programs at the end; and each (layer, key/value head)'s runs of c_attn tiles."""
+    p = plan(rows, shape, max_len, dtype, device)
+    t = p.tiles
+    c = shape.width
+    per_layer = [rows * shape.kv_heads * p.splits, cdiv(c, t["BN_O"]), cdiv(shape.fc, t["BN_F"]), cdiv(c, t["BN_P"])]
+    stages = [cdiv(c, t["BN_O"]), *per_layer * shape.layers, p.programs]
+    return stages, head_needs(shape, t["BN_A"]) * shape.layers
+
+
+def traffic(lengths, shape: Shape, max_len: int, itemsize: int, *, dtype=torch.float16, device="cpu") -> Traffic:
+    """Modeled traffic of one launch: the embedding's gathers, each layer's five operations as the decode rung's
+    kernels move them at this launch's tiles (decode_linear's and decode attention's models), the LM head, and one
+    sector each way for every arrival at a counter (each task's, the heads' from each c_attn tile, the end's).
+    The polls of a waiting program are not modeled: they depend on how long it waits."""
+    from ..decode_attention.kernel import decode_traffic
+    from ..decode_linear.tiles import traffic as linear_traffic
+    from ..grouped_decode_attention.kernel import traffic as grouped_traffic
+
+    rows = len(lengths)
+    p = plan(rows, shape, max_len, dtype, device)
+    on = dict(dtype=dtype, device=device)
+    c, llama, t = shape.width, shape.llama, p.tiles
+
+    def tiles(block_n, in_features):
+        block_k = max(PREFETCH_BLOCK_K, next_pow2(in_features))
+        return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=1, num_warps=WARPS, num_stages=1)
+
+    n = rows * c
+    embed = Traffic(n * itemsize, n * itemsize, 0, 2 * n * itemsize) if llama else None
+    embed = embed or Traffic(2 * n * itemsize, n * itemsize, n, 3 * n * itemsize)
+    norm = dict(norm=True, rms=llama, bias=not llama)
+    qkv = dict(kv=shape.kv_heads, head_dim=shape.head_dim, rope=llama)
+    if llama:
+        attention = grouped_traffic(
+            list(lengths), shape.heads, shape.kv_heads, shape.head_dim, itemsize, max_len=max_len, device=device,
+            block_n=p.constexprs["ATT"][0], split_k=p.splits,
+        )  # fmt: skip
+    else:
+        attention = decode_traffic(
+            list(lengths), shape.heads, max_len, shape.head_dim, itemsize, config=p.attention, one_launch=True, **on
+        )
+    fc = dict(activation="swiglu") if llama else dict(activation="gelu")
+    layer = [
+        linear_traffic(rows, shape.qkv, c, itemsize, **norm, **qkv, config=tiles(t["BN_A"], c), **on),
+        attention,
+        linear_traffic(rows, c, c, itemsize, bias=not llama, residual=True, config=tiles(t["BN_O"], c), **on),
+        linear_traffic(rows, shape.fc, c, itemsize, **norm, **fc, config=tiles(t["BN_F"], c), **on),
+        linear_traffic(
+            rows, c, shape.ffn, itemsize, bias=not llama, residual=True, config=tiles(t["BN_P"], shape.ffn), **on
+        ),
+    ]
+    lm_head = linear_traffic(
+        rows, shape.vocab, c, itemsize, bias=False, norm=True, rms=llama, config=tiles(t["BN_H"], c), **on
+    )
+    stages, heads = counts(rows, shape, max_len, dtype, device)
+    arrivals = sum(stages) + sum(heads)
+    total = sum(layer * shape.layers, embed + lm_head)  # every layer moves the same bytes
+    return total + Traffic(arrivals * SECTOR, arrivals * SECTOR, 0, 0, 0, 0)
