@@ -183,10 +183,12 @@ def test_the_recorded_timeline_matches_the_grids_and_residency_compiled_here(mod
     recorded = timelines.latest()
     steps = [s for s in recorded.steps if s["model"] == model and s["fusion"] == fusion]
     assert {bool(s.get("graph")) for s in steps} == {True, False}
+    first = steps[0]  # both steps ran at the same settings: one placement serves both
+    settings = dict(model=model, dtype=first["dtype"], fusion=fusion, batch=1, prompt_tokens=first["context"])
+    rows = [r for r in occupancy.run(90, settings)["rows"] if r["phase"] == "decode"]
     for step in steps:
+        assert (step["dtype"], step["context"]) == (first["dtype"], first["context"])
         frame = pd.DataFrame(step["programs"])
-        settings = dict(model=model, dtype=step["dtype"], fusion=fusion, batch=1, prompt_tokens=step["context"])
-        rows = [r for r in occupancy.run(90, settings)["rows"] if r["phase"] == "decode"]
         assert len(rows) == frame.launch.nunique()
         for i, row in enumerate(rows):
             programs = frame[frame.launch == i]

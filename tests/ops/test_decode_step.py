@@ -120,7 +120,7 @@ def test_a_wait_past_its_bound_is_an_error_after_the_step_and_the_next_step_is_r
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("lengths,positions,width,heads,kv_heads", CASES)
+@pytest.mark.parametrize("lengths,positions,width,heads,kv_heads", CASES[1:])
 def test_every_counter_ends_the_step_at_its_count(device, family, lengths, positions, width, heads, kv_heads):
     """Left as the step ends (not reset): each operation's counter holds its tasks, each key/value head's the runs of
     c_attn tiles over its columns, the last the programs: no arrival lost or counted twice."""
@@ -138,6 +138,31 @@ def test_every_counter_ends_the_step_at_its_count(device, family, lengths, posit
     finally:
         task.zero_(), head.zero_()
     check(device)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_narrow_tasks_split_heads_and_sections_and_still_match_transformers(device, family, monkeypatch, request):
+    """In the interpreter an operation is one or two wide tasks; here tasks of 16 columns (a GPU's kind of tile), so
+    a head's q, k and v columns span several c_attn tasks and the counters count runs: a step against
+    transformers."""
+    from kernels.ops.decode_step import tiles
+
+    if device.type == "cpu":
+        monkeypatch.setattr(tiles, "CPU_ELEMENTS", 16 * 64)
+        tiles.plan.cache_clear()
+        request.addfinalizer(tiles.plan.cache_clear)  # no plan of the narrow tasks outlives the test
+    lengths, positions, width, heads, kv_heads = CASES[1]
+    hf, model = _models(device, torch.float32, family, width, heads, kv_heads)
+    prompts = [torch.randint(0, 97, (n,)).tolist() for n in lengths]
+    cache = _prefilled(model, prompts, positions)
+    new = torch.randint(0, 97, (len(prompts),))
+    got = _step(model, new.to(device), cache)
+    check(device)
+    want = torch.stack([hf(torch.tensor([p + [int(t)]])).logits[0, -1] for p, t in zip(prompts, new, strict=True)])
+    assert_close("linear", got, want, torch.float32)
+    kv = kv_heads if family == "llama" else heads
+    shape = Shape(width, heads, kv, 72 if family == "llama" else 4 * width, 97, 2, llama=family == "llama")
+    assert plan(len(lengths), shape, positions, torch.float32, device).tiles["BN_A"] <= 16 or device.type != "cpu"
 
 
 # (lengths before the step, cache positions, heads, head_dim): a sequence with an empty cache beside one whose 130

@@ -14,12 +14,13 @@ from ...config import SECTOR, TileConfig, Traffic, cdiv, device_limits, next_pow
 from ..attention.kernel import LOG2E
 from ..decode_attention.kernel import launch_plan as attention_plan
 from ..decode_layer.kernel import column_tile
-from ..decode_linear.tiles import PREFETCH_BLOCK_K, PREFETCH_ELEMENTS, slice_tiles
+from ..decode_linear.tiles import CPU_PREFETCH_ELEMENTS, PREFETCH_BLOCK_K, slice_tiles
 from ..grouped_decode_attention.kernel import plan as grouped_plan
 
 WARPS = 8
 ELEMENTS = 24576  # the most weight elements one task holds in registers (decode_layer's, 8 x 3072)
-CPU_ELEMENTS = PREFETCH_ELEMENTS  # in the interpreter's one program, tasks as wide as decode_linear's on CPU
+# In the interpreter's one program, tasks as wide as decode_linear's on CPU: its cost is per task, not per element.
+CPU_ELEMENTS = CPU_PREFETCH_ELEMENTS
 STAGES = 4  # counters per layer besides the heads': attention, c_proj, c_fc and mlp.c_proj done
 
 
