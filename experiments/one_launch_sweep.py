@@ -2,7 +2,7 @@
 the overlap rung: the persistent rung's launch (PDL or not), attention tiles and column tiles; the megakernel
 rung's weights requested into L2 a layer ahead or not.
 
-    python -m experiments.one_launch_sweep [--rung persistent|megakernel] [--context 1000] [--replays 100]
+    python -m experiments.one_launch_sweep [--rung persistent|megakernel] [--family gpt2|llama] [--context 1000]
 
 GPT-2 small's shape, random weights, bf16, batch 1, one decode step at `context` keys, replayed from a CUDA
 graph (explorer.measure.ladder.rung_row: median of CUDA-event-timed replays). PDL does not change what is
@@ -68,14 +68,16 @@ def steps(model, rung, context, n=48):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rung", choices=sorted(VARIANTS), default="megakernel")
+    parser.add_argument("--family", choices=["gpt2", "llama"], default="gpt2", help="llama: the megakernel rung only")
     parser.add_argument("--context", type=int, default=1000)
     parser.add_argument("--replays", type=int, default=100)
     args = parser.parse_args()
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from benchmarks.ladder import random_hf
 
     torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)).eval()
+    hf, shape = random_hf(args.family)
     model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device="cuda", dtype=torch.bfloat16)
+    print(f"{shape}, bf16, batch 1, context {args.context}", flush=True)
     ref = logits(model, "torch", args.context, graph=False)
     o = rung_row(model, "overlap", context=args.context, replays=args.replays)
     print(f"overlap rung: {o['step_ms']:.3f} ms, {o['kernels']} kernels", flush=True)

@@ -15,7 +15,8 @@
 #               (or 80) set, the GPU stands for that one. Failures by name in the log, each run's junit XML in $OUT
 #     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
 #     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
-#     mega      the megakernel rung's variants beside the overlap rung (experiments.one_launch_sweep)
+#     mega      the megakernel rung's variants beside the overlap rung, GPT-2 small's and SmolLM2's shapes
+#               (experiments.one_launch_sweep)
 #     ladder    the fusion ladder alone, GPT-2 small's shape (benchmarks.ladder --no-compile)
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 #     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
@@ -87,8 +88,10 @@ for PART in "${@:-page}"; do
     cp assets/recorded/timeline_*.json "$OUT/" 2>/dev/null ;;
   mega)
     say "the megakernel rung's variants beside the overlap rung"
-    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-200}" python3 -m experiments.one_launch_sweep --rung megakernel \
-      --replays 100 2>&1 | grep -v Warn | tail -n 12 | tee -a "$LOG" ;;
+    for FAMILY in gpt2 llama; do
+      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-200}" python3 -m experiments.one_launch_sweep --rung megakernel \
+        --family $FAMILY --replays 100 2>&1 | grep -v Warn | tail -n 12 | tee -a "$LOG"
+    done ;;
   ladder)
     say "the ladder"
     TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${LADDER_S:-200}" python3 -m benchmarks.ladder --no-compile 2>&1 | tail -n 16 | tee -a "$LOG" ;;
