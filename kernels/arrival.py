@@ -63,3 +63,12 @@ def task_counters(device: torch.device, needed: int) -> torch.Tensor:
 def head_counters(device: torch.device, needed: int) -> torch.Tensor:
     """The device's zeroed counters of the one-launch decode step's (layer, head) pairs."""
     return _zeroed(_heads, device, needed, HEAD_SLOTS, "head")
+
+
+_statuses: dict[torch.device, torch.Tensor] = {}
+
+
+def status_word(device: torch.device) -> torch.Tensor:
+    """The device's status word (one int32, 0 while nothing went wrong) that a launch's bounded waits report to
+    (kernels.barrier.wait_count), apart from every counter."""
+    return _zeroed(_statuses, device, 1, 1, "status")

@@ -650,30 +650,9 @@ def layer_offsets(layers) -> torch.Tensor:
     return got
 
 
-_status: dict = {}
-
-
-def _device_key(device) -> torch.device:
-    """torch.device("cuda") and torch.device("cuda", 0) are one GPU: key the status words by the index."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def _status_word(device) -> torch.Tensor:
-    device = _device_key(device)
-    word = _status.get(device)
-    if word is None:
-        word = _status[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return word
-
-
 def check(device) -> None:
     """Raise if a wait of the last steps on `device` gave up (and clear the record): their outputs are wrong."""
-    word = _status.get(_device_key(device))
-    if word is None:
-        return
+    word = arrival.status_word(device)
     code = int(word.item())
     if code:
         word.zero_()
@@ -742,7 +721,7 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
             arrival.task_counters(device, 2 + n_layer * STAGES),
             arrival.head_counters(device, n_layer * shape.kv_heads),
             head_count,
-            _status_word(device),
+            arrival.status_word(device),
         ),
         (rows, width, heads, shape.kv_heads, shape.ffn, n_layer, shape.vocab, float(step.eps), limit, 0 if keep else 1),
     )
