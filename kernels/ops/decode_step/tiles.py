@@ -88,6 +88,11 @@ class Plan(NamedTuple):
 def head_needs(shape: Shape, block_n: int) -> list[int]:
     """Each key/value head's count at its counter once c_attn is done: the runs of one tile's columns within the
     q columns of its group of query heads, or its k or v columns (as the kernel's _arrive_heads counts them)."""
+    return list(_head_needs(shape, block_n))
+
+
+@functools.lru_cache(maxsize=64)  # every launch asks: count each shape's tiles once
+def _head_needs(shape: Shape, block_n: int) -> tuple[int, ...]:
     d, group = shape.head_dim, shape.heads // shape.kv_heads
     sections = ((0, group * d), (shape.heads * d, d), ((shape.heads + shape.kv_heads) * d, d))  # (start, a head's)
     needs = [0] * shape.kv_heads
@@ -97,7 +102,7 @@ def head_needs(shape: Shape, block_n: int) -> list[int]:
             a, b = max(lo, start), min(hi, start + shape.kv_heads * unit)
             for g in range((a - start) // unit, (b - 1 - start) // unit + 1) if a < b else ():
                 needs[g] += 1
-    return needs
+    return tuple(needs)
 
 
 @functools.lru_cache(maxsize=64)
@@ -173,6 +178,8 @@ def traffic(lengths, shape: Shape, max_len: int, itemsize: int, *, dtype=torch.f
     kernels move them at this launch's tiles (decode_linear's and decode attention's models), the LM head, and one
     sector each way for every arrival at a counter (each task's, the heads' from each c_attn tile, the end's).
     The polls of a waiting program are not modeled: they depend on how long it waits."""
+    from ...operations import OPERATIONS
+    from ...sizes import RowsSizes
     from ..decode_attention.kernel import decode_traffic
     from ..decode_linear.tiles import traffic as linear_traffic
     from ..grouped_decode_attention.kernel import traffic as grouped_traffic
@@ -186,9 +193,7 @@ def traffic(lengths, shape: Shape, max_len: int, itemsize: int, *, dtype=torch.f
         block_k = max(PREFETCH_BLOCK_K, next_pow2(in_features))
         return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=1, num_warps=WARPS, num_stages=1)
 
-    n = rows * c
-    embed = Traffic(n * itemsize, n * itemsize, 0, 2 * n * itemsize) if llama else None
-    embed = embed or Traffic(2 * n * itemsize, n * itemsize, n, 3 * n * itemsize)
+    embed = OPERATIONS["token_embedding" if llama else "embedding"].book(RowsSizes(rows, c), itemsize)
     norm = dict(norm=True, rms=llama, bias=not llama)
     qkv = dict(kv=shape.kv_heads, head_dim=shape.head_dim, rope=llama)
     if llama:
