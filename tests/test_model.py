@@ -187,6 +187,36 @@ def test_the_profiling_pass_rebuilds_a_cache_without_cudnn_attention(checkpoint,
     assert seen and all(on for _, on in seen)
 
 
+def test_a_step_read_as_zeros_is_timed_again_then_reported(checkpoint, device, monkeypatch):
+    """A GPU shared with other work can time every operation of a step as zero: the pass times that step again,
+    and only a step that reads zeros in every try is reported as unmeasured."""
+    from explorer.measure import profile
+
+    folder, hf = checkpoint
+    model, _ = load_model(folder, backend="triton", device=device)
+    prompt = torch.randint(0, hf.config.vocab_size, (5,)).tolist()
+    steps = list(generate(model, prompt, max_new_tokens=3, eos_token_id=-1, graph=False))
+    take, zeroed = profile.Profiler.take, []
+
+    def shared(times):  # the first `times` steps taken read as zeros
+        def read(self):
+            rows = take(self)
+            if len(zeroed) < times:
+                zeroed.append(len(rows))
+                rows = [dict(r, kernel_ms=0.0) for r in rows]
+            return rows
+
+        return read
+
+    monkeypatch.setattr(profile.Profiler, "take", shared(profile._STEP_TRIES - 1))
+    profiled = profile.profile_run(model, [prompt], steps, cache=True, samples=1)
+    assert len(zeroed) == profile._STEP_TRIES - 1 and (profiled.groupby("step").kernel_ms.sum() > 0).all()
+    zeroed.clear()
+    monkeypatch.setattr(profile.Profiler, "take", shared(profile._STEP_TRIES))
+    with pytest.raises(profile.NoKernelTime, match=f"in {profile._STEP_TRIES} tries"):
+        profile.profile_run(model, [prompt], steps, cache=True, samples=1)
+
+
 @pytest.mark.parametrize("cache,fusion", [(True, "decode"), (True, "none"), (False, "decode")])
 def test_batch_of_unequal_prompts_matches_each_alone(checkpoint, cache, fusion, device):
     folder, hf = checkpoint
