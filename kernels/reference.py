@@ -64,6 +64,17 @@ def attention(q, k, v, *, causal=True, config=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def unplanned():
+    """PyTorch's attention without cuDNN's, for a run whose attention meets a new length at each step (a prefill,
+    every step with the cache off). On Hopper PyTorch picks cuDNN's attention, which builds a plan for each length
+    the first time it meets it: 60-75 ms a step on an H200 with the cache off, where flash attention's first call
+    at a new length takes 0.2 ms. That is planning, not moving bytes, so the decoder's torch backend leaves it out;
+    the benchmarks, at fixed shapes, keep PyTorch's own choice."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 def decode_attention(q, k_cache, v_cache, lengths, *, config=None, one_launch=False):
     # A mask over the whole allocation keeps shapes fixed and the host unsynchronised; it reads all
     # T_max positions, which the Triton kernel does not.

@@ -159,18 +159,18 @@ def test_the_profiling_pass_rebuilds_every_step_on_a_cache_of_the_runs_size(chec
     assert len(sizes) >= 3 and set(sizes) == {12}
 
 
-def test_the_profiling_pass_rebuilds_a_cache_without_cudnn_attention(checkpoint, device, monkeypatch):
-    """The PyTorch prefill that rebuilds a profiled step's cache is untimed, and each one has a new length: on
-    Hopper cuDNN's attention would build a plan for each (61 ms a length on an H200). It runs with cuDNN's
-    attention off; a PyTorch run's own profiled steps keep PyTorch's choice."""
+def test_the_torch_backends_attention_plans_nothing_per_length(checkpoint, device, monkeypatch):
+    """With the cache off every step's attention meets a new length, and so does each prefill that rebuilds a
+    profiled step's cache: on Hopper cuDNN's attention, PyTorch's choice, would build a plan for each (61 ms a
+    length on an H200). The torch backend's attention runs with cuDNN's left out, and PyTorch's choice is back
+    after it; the Triton backend's runs never call PyTorch's attention."""
     import torch.nn.functional as F
 
     from explorer.measure.profile import profile_run
 
     folder, hf = checkpoint
-    model, _ = load_model(folder, backend="triton", device=device)
     prompt = torch.randint(0, hf.config.vocab_size, (5,)).tolist()
-    steps = list(generate(model, prompt, max_new_tokens=4, eos_token_id=-1, graph=False))
+    expected = hf_greedy(hf, prompt, 3)  # transformers' GPT-2 calls PyTorch's attention too: before it is watched
     seen, sdpa = [], F.scaled_dot_product_attention
     monkeypatch.setattr(
         F,
@@ -178,13 +178,18 @@ def test_the_profiling_pass_rebuilds_a_cache_without_cudnn_attention(checkpoint,
         lambda *a, **k: seen.append((a[0].shape[2], torch.backends.cuda.cudnn_sdp_enabled())) or sdpa(*a, **k),
     )
     assert torch.backends.cuda.cudnn_sdp_enabled()
+    torch_model, _ = load_model(folder, backend="torch", device=device)
+    off = list(generate(torch_model, prompt, max_new_tokens=3, cache=False, eos_token_id=-1, warmup=False))
+    assert [s.token_id for s in off] == expected
+    assert sorted({rows for rows, _ in seen}) == [5, 6, 7] and not any(on for _, on in seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    model, _ = load_model(folder, backend="triton", device=device)
+    steps = list(generate(model, prompt, max_new_tokens=4, eos_token_id=-1, graph=False))
+    seen.clear()
     profile_run(model, [prompt], steps, cache=True, samples=2)
     prefills = [on for rows, on in seen if rows > 1]
     assert prefills and not any(prefills)  # every rebuilding prefill, with cuDNN's attention off
     assert torch.backends.cuda.cudnn_sdp_enabled()  # and back on after
-    seen.clear()
-    profile_run(model, [prompt], steps, cache=True, samples=2, backend="torch")
-    assert seen and all(on for _, on in seen)
 
 
 def test_a_step_read_as_zeros_is_timed_again_then_reported(checkpoint, device, monkeypatch):

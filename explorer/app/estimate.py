@@ -88,7 +88,7 @@ OVERLAY_S = {"cpu": 0.0, "cuda": 0.28}
 OCCUPANCY_S = {"cpu": 20.0, "cuda": 15.0}
 PROFILED = {"cpu": 0, "cuda": 6}  # steps a profiling pass after Generate times (none on CPU: its run is timed)
 # Decode steps' worth of one profiled step on a GPU, per layer: 6 ms at the GPU's reference rate (each step's two
-# runs and its PyTorch prefill, once cuDNN's attention has planned its length).
+# runs and its PyTorch prefill).
 PROFILED_STEP = 60
 
 _measured: dict[tuple, tuple[float, ...]] = {}  # (device, backend, rate_key): the last rates; a device's speed, shared

@@ -17,7 +17,6 @@ measured at, or next to, that step's position.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -202,41 +201,28 @@ def profile_run(
         prompt, steps_run = ([f[:-1] for f in fed], 2) if cache and index > 0 else (fed, 1)
         # A decode step's cache is rebuilt by the torch backend's prefill: only the step is timed, and a prefill
         # of ours at each new length would compile its kernels first (about 2 s for each new bucket of rows on
-        # an H200), a wait that no estimate could foresee.
+        # an H200), a wait that no estimate could foresee. (Its attention plans nothing per length either:
+        # reference.unplanned.)
         step_kw = dict(kw, prefill_backend="torch") if steps_run == 2 else kw
-        with _rebuilding_attention(steps_run == 2 and (backend or model.backend) != "torch"):
-            if model.device.type == "cuda":  # compile for this length first, outside the timed calls
-                list(generate(model, prompt, max_new_tokens=steps_run, **step_kw))
-            # A step that reads no device time at all was timed while other work held the GPU: try it again
-            # a few times before saying so.
-            for _ in range(_STEP_TRIES):
-                gen = generate(model, prompt, max_new_tokens=steps_run, observer=profiler, **step_kw)
-                observed = _last_step(gen, steps_run, profiler)
-                if any(r["kernel_ms"] > 0 for r in observed):
-                    break
-            else:
-                raise NoKernelTime(
-                    f"every operation of step {index} read zero device time in {_STEP_TRIES} tries: the GPU was "
-                    "busy with other work while it was profiled; run it again"
-                )
+        if model.device.type == "cuda":  # compile for this length first, outside the timed calls
+            list(generate(model, prompt, max_new_tokens=steps_run, **step_kw))
+        # A step that reads no device time at all was timed while other work held the GPU: try it again
+        # a few times before saying so.
+        for _ in range(_STEP_TRIES):
+            gen = generate(model, prompt, max_new_tokens=steps_run, observer=profiler, **step_kw)
+            observed = _last_step(gen, steps_run, profiler)
+            if any(r["kernel_ms"] > 0 for r in observed):
+                break
+        else:
+            raise NoKernelTime(
+                f"every operation of step {index} read zero device time in {_STEP_TRIES} tries: the GPU was "
+                "busy with other work while it was profiled; run it again"
+            )
         step = steps[index]
         rows += [dict(step=index, phase=step.phase, position=step.position, **r) for r in observed]
     if progress:
         progress(len(picks), len(picks), "profiled")
     return pd.DataFrame(rows)
-
-
-def _rebuilding_attention(untimed: bool):
-    """PyTorch's attention for a prefill that only rebuilds a cache (`untimed`: the step timed after it is not
-    PyTorch's): flash attention, or another backend that plans nothing per length. On Hopper PyTorch picks
-    cuDNN's, which builds a plan for each new length the first time it meets it (61 ms each on an H200, where
-    flash attention's first call at a new length took 0.2 ms), and each rebuilt step has a length of its own.
-    (The CPU has no cuDNN attention: there the choice is PyTorch's own.)"""
-    if not untimed:
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _last_step(gen, n: int, profiler: Profiler) -> list[dict]:

@@ -146,6 +146,13 @@ class Ops:
         op = Op(name, kernel, self.backend, OPERATIONS[kernel].sizes(*sizes), x.dtype, x.device, config, part)
         return self.observer(op, run)
 
+    def _unplanned(self, run):
+        """PyTorch's attention at a new length, without a plan built for it (reference.unplanned)."""
+        if self.backend != "torch":
+            return run()
+        with reference.unplanned():
+            return run()
+
     def _tuned(self, cfg, tune):
         return tune() if self.backend == "triton" and cfg == "autotune" else cfg
 
@@ -272,7 +279,7 @@ class Ops:
     def attention(self, name, q, k, v):
         cfg = self._tuned(self.tiles.attention, lambda: tuned_config(q, k, v))
         b, h, tq, d = q.shape
-        run = lambda: self.fn.attention(q, k, v, causal=True, config=cfg)
+        run = lambda: self._unplanned(lambda: self.fn.attention(q, k, v, causal=True, config=cfg))
         return self._run(name, "attention", q, (b, h, tq, k.shape[2], d), cfg, run)
 
     def decode_attention(self, name, q, k_cache, v_cache, lengths):
@@ -311,7 +318,7 @@ class Ops:
 
     def grouped_attention(self, name, q, k, v):
         b, h, tq, d = q.shape
-        run = lambda: self.fn.grouped_attention(q, k, v, causal=True)
+        run = lambda: self._unplanned(lambda: self.fn.grouped_attention(q, k, v, causal=True))
         return self._run(name, "grouped_attention", q, (b, h, k.shape[1], tq, k.shape[2], d), None, run)
 
     def grouped_decode_attention(self, name, q, k_cache, v_cache, lengths):
