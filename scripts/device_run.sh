@@ -61,7 +61,7 @@ for PART in "${@:-page}"; do
     TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MATRIX_S:-330}" python3 scripts/record_matrix.py --limit-s "${MATRIX_LIMIT_S:-270}" \
       > "$OUT/matrix.log" 2>&1; echo "exit $?" | tee -a "$LOG"
     grep -v Warn "$OUT/matrix.log" | tail -n 8 | tee -a "$LOG"
-    cp assets/recorded/matrix_h200.json "$OUT/" 2>/dev/null ;;
+    cp assets/recorded/matrix_*.json "$OUT/" 2>/dev/null ;;
   sweeps)
     say "every kernel's tile sweep"
     TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${SWEEPS_S:-240}" python3 scripts/record_sweeps.py > "$OUT/sweeps.log" 2>&1
