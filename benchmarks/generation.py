@@ -3,13 +3,14 @@ the KV cache on and off, next to transformers' own generate and a minimal PyTorc
 (benchmarks/torch_loop.py) on the same weights and GPU.
 
     python -m benchmarks.generation [--family gpt2|llama] [--new-tokens 256] [--prompt 32] [--dtype bfloat16]
-                                    [--cache on off]
+                                    [--cache on off] [--fusions overlap megakernel]
 
 Weights are random, of GPT-2 small's shape (12 layers, width 768, vocabulary 50257) or with --family llama
 SmolLM2-135M's (benchmarks.ladder.random_hf); every run is
 greedy, forced to the full length, warmed up once, then timed end to end (wall clock after a device
 synchronise). With the cache on, our decoder runs both eager (every kernel launched from Python) and
-with each decode step replayed from a CUDA graph (its capture counted in the time).
+with each decode step replayed from a CUDA graph (its capture counted in the time); its Triton backend on each
+rung `--fusions` names (the default rung alone unless asked).
 
 A second table sets the two clocks of one graph run side by side: the rate at which generate()
 delivered tokens to its caller by the wall clock (first token to last), and 1000 / the median decode
@@ -32,6 +33,7 @@ from benchmarks.torch_loop import LlamaGraphLoop, TorchGraphLoop
 from explorer.measure import metrics
 from explorer.measure.clock import timed
 from explorer.model.generate import generate
+from explorer.model.ops import DEFAULT_FUSION, FUSIONS
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
 
@@ -61,6 +63,7 @@ def main():
         default=["on", "off"],
         help="off: every token over the whole prefix",
     )
+    parser.add_argument("--fusions", nargs="+", choices=FUSIONS, default=[DEFAULT_FUSION], help="the Triton rungs")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
@@ -70,12 +73,9 @@ def main():
     prompt = torch.randint(0, hf.config.vocab_size, (args.prompt,)).tolist()
     n = args.new_tokens
 
-    def run_ours(backend, cache, graph):
-        steps = list(
-            generate(
-                ours, prompt, max_new_tokens=n, cache=cache, backend=backend, eos_token_id=-1, warmup=False, graph=graph
-            )
-        )
+    def run_ours(backend, cache, graph, fusion=None):
+        kw = dict(max_new_tokens=n, cache=cache, backend=backend, fusion=fusion, eos_token_id=-1, warmup=False)
+        steps = list(generate(ours, prompt, **kw, graph=graph))
         assert len(steps) == n and steps[-1].graph == graph
 
     def run_hf(cache):
@@ -101,10 +101,11 @@ def main():
     for cache in (c == "on" for c in args.cache):
         base = _timed(lambda c=cache: run_hf(c), args.repeats)
         rows.append(("transformers generate", cache, base, base))
-        for backend in ("triton", "torch"):
+        for backend, fusion in [*(("triton", f) for f in args.fusions), ("torch", None)]:
             for graph in (False, True) if cache else (False,):
-                name = f"ours, {backend} backend, {'CUDA graph' if graph else 'eager'}"
-                secs = _timed(lambda b=backend, c=cache, g=graph: run_ours(b, c, g), args.repeats)
+                rung = f", fusion={fusion}" if len(args.fusions) > 1 and fusion else ""
+                name = f"ours, {backend} backend{rung}, {'CUDA graph' if graph else 'eager'}"
+                secs = _timed(lambda b=backend, c=cache, g=graph, f=fusion: run_ours(b, c, g, f), args.repeats)
                 rows.append((name, cache, secs, base))
     print(f"{torch.cuda.get_device_name()} · {args.dtype} · {shape} · prompt {args.prompt} · {n} new tokens · batch 1")
     hf_cached = next((base for _, cache, base, _ in rows[1:] if cache), None)

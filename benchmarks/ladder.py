@@ -1,12 +1,14 @@
 """The fusion ladder on a GPU, next to plain PyTorch and torch.compile, all in one run.
 
-    python -m benchmarks.ladder [--family gpt2|llama] [--context 1000] [--replays 200] [--no-compile]
+    python -m benchmarks.ladder [--family gpt2|llama] [--context 1000] [--batch 1] [--rungs overlap ...]
+                                [--replays 200] [--no-compile]
 
 GPT-2 small's shape (12 layers, width 768, vocabulary 50257), or with --family llama SmolLM2-135M's (30 layers,
 width 576, 9 query heads over 3 key/value heads, SwiGLU 1536, vocabulary 49152), with random weights, bf16, batch 1, one
-decode step at `context` keys with the cache holding random keys and values. Every row is the same step
-captured in a CUDA graph and replayed; each replay is timed by CUDA events and the cache position is
-put back to `context` between replays, outside the timed span (median reported). The step streams
+decode step at `context` keys with the cache holding random keys and values. With --batch B, B sequences each at
+`context` keys; the PyTorch loop runs batch 1 only, so rows are then compared with our torch backend at batch B.
+Every row is the same step captured in a CUDA graph and replayed; each replay is timed by CUDA events and the
+cache position is put back to `context` between replays, outside the timed span (median reported). The step streams
 about 250 MB of weights, four times the H200's L2, so back-to-back replays find little in L2.
 
 Rows: our decoder on each rung of the fusion ladder (explorer.measure.ladder) and on its torch backend;
@@ -26,7 +28,7 @@ import time
 import torch
 
 from benchmarks.torch_loop import LlamaGraphLoop, TorchGraphLoop
-from explorer.measure.ladder import ladder_rows, replay_ms
+from explorer.measure.ladder import RUNGS, ladder_rows, replay_ms
 from explorer.measure.launches import device_activity
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 
@@ -68,6 +70,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", choices=["gpt2", "llama"], default="gpt2")
     parser.add_argument("--context", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=1, help="sequences a step (PyTorch's loop runs batch 1 only)")
+    parser.add_argument("--rungs", nargs="+", choices=RUNGS, default=RUNGS, help="the ladder's rungs to measure")
     parser.add_argument("--replays", type=int, default=200)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (about a minute of compiling)")
     args = parser.parse_args()
@@ -75,10 +79,12 @@ def main():
     hf, shape = random_hf(args.family)
     model = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device="cuda", dtype=torch.bfloat16)
     rows = []
-    for row in ladder_rows(model, context=args.context, replays=args.replays):
+    for row in ladder_rows(model, context=args.context, batch=args.batch, rungs=args.rungs, replays=args.replays):
         name = "ours, torch backend" if row["rung"] == "torch" else f"ours, fusion={row['rung']}"
         rows.append((name, row["step_ms"], row["kernels"], f"{row['hbm_mb']:.0f} / {row['l2_mb']:.0f}"))
         print(f"{name}: {row['step_ms']:.3f} ms", flush=True)
+    if args.batch > 1:
+        return batch_table(rows, args, shape)
     loop = (LlamaGraphLoop if args.family == "llama" else TorchGraphLoop)(hf, 1024, torch.bfloat16)
     for buf in (loop.k, loop.v):
         buf.copy_(torch.randn_like(buf))
@@ -101,6 +107,21 @@ def main():
     )
     for name, ms, kernels, mb in rows:
         print(f"| {name} | {ms:.3f} | {kernels} | {mb} | {base / ms:.2f}x |")
+
+
+def batch_table(rows, args, shape):
+    """The rows of a batch of sequences, per token and next to our torch backend at the same batch (where measured)."""
+    base = next((ms for name, ms, *_ in rows if name == "ours, torch backend"), None)
+    gpu, batch = torch.cuda.get_device_name(), args.batch
+    print(f"\n{gpu} · bf16 · {shape} · batch {batch} · decode step at context {args.context}")
+    print(f"median of {args.replays} CUDA-graph replays (CUDA events) · torch {torch.__version__}")
+    print(
+        "\n| decode step | ms | ms per token | kernels | MB HBM / SM requests (modeled) | vs our torch backend |"
+        "\n|---|---:|---:|---:|---:|---:|"
+    )
+    for name, ms, kernels, mb in rows:
+        versus = f"{base / ms:.2f}x" if base else "-"
+        print(f"| {name} | {ms:.3f} | {ms / args.batch:.4f} | {kernels} | {mb} | {versus} |")
 
 
 if __name__ == "__main__":

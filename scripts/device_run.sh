@@ -17,6 +17,8 @@
 #     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
 #     mega      the megakernel rung's variants beside the overlap rung, GPT-2 small's and SmolLM2's shapes
 #               (experiments.one_launch_sweep)
+#     megabatch the megakernel rung beside overlap and our torch backend at batch 8, both families, and whole
+#               generations of 256 tokens on both rungs (benchmarks.ladder --batch 8, benchmarks.generation)
 #     ladder    the fusion ladder alone, GPT-2 small's shape (benchmarks.ladder --no-compile)
 #     bench     the fusion ladder next to PyTorch and torch.compile, whole generations
 #     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
@@ -91,6 +93,15 @@ for PART in "${@:-page}"; do
     for FAMILY in gpt2 llama; do
       TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-200}" python3 -m experiments.one_launch_sweep --rung megakernel \
         --family $FAMILY --replays 100 2>&1 | grep -v Warn | tail -n 12 | tee -a "$LOG"
+    done ;;
+  megabatch)
+    for FAMILY in gpt2 llama; do
+      say "the megakernel rung at batch 8, $FAMILY"
+      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-150}" python3 -m benchmarks.ladder --family $FAMILY --batch 8 \
+        --rungs torch overlap megakernel --replays 100 2>&1 | grep -v Warn | tail -n 8 | tee -a "$LOG"
+      say "whole generations on the overlap and megakernel rungs, $FAMILY"
+      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-150}" python3 -m benchmarks.generation --family $FAMILY \
+        --cache on --fusions overlap megakernel --repeats 2 2>&1 | grep -v Warn | tail -n 14 | tee -a "$LOG"
     done ;;
   ladder)
     say "the ladder"
