@@ -1,6 +1,7 @@
 """The rungs that run a layer or a whole step in one launch, on a GPU, each variant one whole decode step next to
 the overlap rung: the persistent rung's launch (PDL or not), attention tiles and column tiles; the megakernel
-rung's weights requested into L2 a layer ahead or not.
+rung's weights requested into L2 a layer ahead or not, and its programs per SM (more than one weight slice in flight
+on an SM).
 
     python -m experiments.one_launch_sweep [--rung persistent|megakernel] [--family gpt2|llama] [--context 1000]
 
@@ -34,6 +35,9 @@ VARIANTS = {
     "megakernel": {
         "weights one task ahead, in registers (the default)": DS.Variant(l2_ahead=False),
         "and the next layer's requested into L2": DS.Variant(l2_ahead=True),
+        "two programs an SM, 8 warps each": DS.Variant(per_sm=2),
+        "two programs an SM, 4 warps each, half-width slices": DS.Variant(per_sm=2, warps=4),
+        "three programs an SM, 4 warps each, half-width slices": DS.Variant(per_sm=3, warps=4),
     },
 }
 VARIED = {"persistent": DL.varied, "megakernel": DS.varied}

@@ -8,7 +8,7 @@ import torch
 from explorer.model.cache import KVCache
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 from kernels import arrival, decode_step
-from kernels.config import GPUS
+from kernels.config import GPUS, device_limits
 from kernels.ops.decode_step import Shape, Step, check, counts, fits, head_needs, plan
 from tests.tolerances import assert_close
 
@@ -264,3 +264,30 @@ def test_bad_steps_are_refused_with_the_reason(device):
         decode_step(ids, parts._replace(layers=tuple(layer[:5] for layer in parts.layers)), kv)
     with pytest.raises(ValueError, match="rotary theta"):
         decode_step(ids, parts._replace(wpe=None, layers=tuple(tuple(p[:1] for p in lay) for lay in parts.layers)), kv)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES)
+def test_two_programs_an_sm_with_narrow_tasks_still_match_transformers(device, family, monkeypatch, request):
+    """Two programs an SM of 4 warps each (one_launch_sweep's variant) and tasks of 8 columns: every operation has
+    fewer tasks than programs, so the next operation's tasks run on other programs, loading their weights while this
+    one's still wait. Two steps against transformers in float64, every counter back at zero."""
+    from kernels.ops.decode_step import Variant, tiles, varied
+
+    monkeypatch.setattr(tiles, "ELEMENTS", 16 * 64)  # 8 columns of 64 inputs a task at 4 warps
+    request.addfinalizer(tiles.plan.cache_clear)
+    hf, model = _models(device, torch.float32, family, 64, 4, 2, vocab=3000)
+    prompts = [torch.randint(0, 3000, (n,)).tolist() for n in (17, 1, 5)]
+    cache = _prefilled(model, prompts, 20)
+    with varied(Variant(per_sm=2, warps=4)):
+        llama = family == "llama"
+        shape = Shape(64, 4, 2 if llama else 4, 72 if llama else 256, 3000, 2, llama)
+        assert plan(3, shape, 20, torch.float32, device).programs > device_limits(device).num_sms
+        for _ in range(2):
+            new = torch.randint(0, 3000, (len(prompts),))
+            got = _step(model, new.to(device), cache)
+            check(device)
+            prompts = [p + [int(t)] for p, t in zip(prompts, new, strict=True)]
+            want = torch.stack([hf(torch.tensor([p])).logits[0, -1] for p in prompts])
+            assert_close("linear", got, want, torch.float32)
+    assert (arrival.task_counters(device, 10) == 0).all() and (arrival.head_counters(device, 8) == 0).all()

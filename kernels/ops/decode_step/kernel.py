@@ -48,7 +48,7 @@ from ..decode_attention.kernel import attend_item, early_rows
 from ..decode_linear.items import finish, load_slice, slice_times, store_gelu, store_linear, store_swiglu
 from ..grouped_decode_attention.kernel import group_early, group_item
 from ..linear.kernel import DECODE_ROWS
-from .tiles import STAGES, WARPS, Shape, head_needs, plan
+from .tiles import STAGES, Shape, head_needs, plan
 
 NAME = "decode_step"
 LIMIT = 1 << 20  # polls before a wait gives up: under a second on a GPU, a thousand steps' worth
@@ -725,7 +725,7 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
         ),
         (rows, width, heads, shape.kv_heads, shape.ffn, n_layer, shape.vocab, float(step.eps), limit, 0 if keep else 1),
     )
-    kwargs = dict(**p.constexprs, LLAMA=shape.llama, num_warps=WARPS, num_stages=1)
+    kwargs = dict(**p.constexprs, LLAMA=shape.llama, num_warps=p.warps, num_stages=1)
     _check_resident(args, kwargs, p.programs, device)
     launch.plain(_decode_step_kernel)[(p.programs,)](*args, **kwargs)  # Stamps: handed by the launcher
     return logits

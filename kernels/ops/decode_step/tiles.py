@@ -53,9 +53,15 @@ class Shape(NamedTuple):
 
 class Variant(NamedTuple):
     """What a launch may vary, for comparing them (experiments/one_launch_sweep.py): whether each program asks L2
-    for its next layer's weight slices a layer ahead (a GPU's; the interpreter has no prefetch)."""
+    for its next layer's weight slices a layer ahead (a GPU's; the interpreter has no prefetch); programs per SM
+    and warps per program. Tasks go to programs in turn, so with more programs than an operation has tasks the
+    next operation's tasks land on other programs, which load their weight slices while this one's still wait or
+    compute: more than one slice in flight on an SM. A task holds at most ELEMENTS x warps / WARPS weight
+    elements; the column tiles are sized for one task per SM either way."""
 
     l2_ahead: bool = False
+    per_sm: int = 1
+    warps: int = WARPS
 
 
 _variant = Variant()
@@ -83,6 +89,7 @@ class Plan(NamedTuple):
     scale: float
     constexprs: dict  # TILES and ATT, the kernel's two tuples of constexprs
     attention: object  # the GPT-2 attention's TileConfig (the traffic model's), None for a Llama's
+    warps: int = WARPS
 
 
 def head_needs(shape: Shape, block_n: int) -> list[int]:
@@ -112,7 +119,8 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
     program holds in registers."""
     limits = device_limits(device)
     count = 1 if limits.is_cpu else limits.num_sms
-    elements = CPU_ELEMENTS if limits.is_cpu else ELEMENTS
+    warps = WARPS if limits.is_cpu else _variant.warps
+    elements = CPU_ELEMENTS if limits.is_cpu else ELEMENTS * warps // WARPS
     c = shape.width
     shapes = {"BN_A": (shape.qkv, c), "BN_O": (c, c), "BN_F": (shape.fc, c), "BN_P": (c, shape.ffn)}
     tiles = {name: column_tile(out_f, in_f, count, elements) for name, (out_f, in_f) in shapes.items()}
@@ -128,7 +136,7 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
         if not limits.is_cpu:
             split_k = prev_pow2(max(1, count // pairs))
             block_n = min(128, max(16, next_pow2(cdiv(max_len, split_k))))
-            split = TileConfig(block_n=block_n, split_k=split_k, num_warps=WARPS, num_stages=1)
+            split = TileConfig(block_n=block_n, split_k=split_k, num_warps=warps, num_stages=1)
         config, chunk, splits, block_d, block_s, early, _, _, _ = attention_plan(
             split, pairs, max_len, shape.head_dim, dtype, device
         )
@@ -140,9 +148,9 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
     constexprs = dict(TILES=(*order, next_pow2(c), l2_ahead), ATT=att)
     outputs = {**{n: out_f for n, (out_f, _) in shapes.items()}, "BN_H": shape.vocab}
     items = max(pairs * splits, *(cdiv(out_f, tiles[n]) for n, out_f in outputs.items()))
-    programs = 1 if limits.is_cpu else max(1, min(count, items))
+    programs = 1 if limits.is_cpu else max(1, min(count * _variant.per_sm, items))
     scale = LOG2E / math.sqrt(shape.head_dim)
-    return Plan(programs, tiles, chunk, splits, block_d, scale, constexprs, config)
+    return Plan(programs, tiles, chunk, splits, block_d, scale, constexprs, config, warps)
 
 
 def _grouped(pairs: int, count: int, max_len: int, shape: Shape, dtype, device, on_cpu: bool):
