@@ -69,10 +69,16 @@ def _step(model, ids, cache, **kw):
 @pytest.mark.parametrize("lengths,positions,width,heads,kv_heads", CASES)
 def test_two_steps_match_transformers_in_float64(device, family, lengths, positions, width, heads, kv_heads):
     hf, model = _models(device, torch.float32, family, width, heads, kv_heads)
-    prompts = [torch.randint(0, 97, (n,)).tolist() for n in lengths]
+    _two_steps_against(hf, model, [torch.randint(0, 97, (n,)).tolist() for n in lengths], positions)
+
+
+def _two_steps_against(hf, model, prompts, positions, vocab=97):
+    """Two steps over the prefilled prompts (the second reads the K and V rows the first wrote), each against
+    transformers in float64; every counter back at zero after."""
+    device = model.device
     cache = _prefilled(model, prompts, positions)
-    for _ in range(2):  # the second step reads the K and V rows the first wrote
-        new = torch.randint(0, 97, (len(prompts),))
+    for _ in range(2):
+        new = torch.randint(0, vocab, (len(prompts),))
         got = _step(model, new.to(device), cache)
         check(device)
         prompts = [p + [int(t)] for p, t in zip(prompts, new, strict=True)]
@@ -277,17 +283,8 @@ def test_two_programs_an_sm_with_narrow_tasks_still_match_transformers(device, f
     monkeypatch.setattr(tiles, "ELEMENTS", 16 * 64)  # 8 columns of 64 inputs a task at 4 warps
     request.addfinalizer(tiles.plan.cache_clear)
     hf, model = _models(device, torch.float32, family, 64, 4, 2, vocab=3000)
-    prompts = [torch.randint(0, 3000, (n,)).tolist() for n in (17, 1, 5)]
-    cache = _prefilled(model, prompts, 20)
+    llama = family == "llama"
+    shape = Shape(64, 4, 2 if llama else 4, 72 if llama else 256, 3000, 2, llama)
     with varied(Variant(per_sm=2, warps=4)):
-        llama = family == "llama"
-        shape = Shape(64, 4, 2 if llama else 4, 72 if llama else 256, 3000, 2, llama)
         assert plan(3, shape, 20, torch.float32, device).programs > device_limits(device).num_sms
-        for _ in range(2):
-            new = torch.randint(0, 3000, (len(prompts),))
-            got = _step(model, new.to(device), cache)
-            check(device)
-            prompts = [p + [int(t)] for p, t in zip(prompts, new, strict=True)]
-            want = torch.stack([hf(torch.tensor([p])).logits[0, -1] for p in prompts])
-            assert_close("linear", got, want, torch.float32)
-    assert (arrival.task_counters(device, 10) == 0).all() and (arrival.head_counters(device, 8) == 0).all()
+        _two_steps_against(hf, model, [torch.randint(0, 3000, (n,)).tolist() for n in (17, 1, 5)], 20, vocab=3000)
