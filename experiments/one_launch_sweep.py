@@ -35,9 +35,8 @@ VARIANTS = {
     "megakernel": {
         "weights one task ahead, in registers (the default)": DS.Variant(l2_ahead=False),
         "and the next layer's requested into L2": DS.Variant(l2_ahead=True),
-        "two programs an SM, 8 warps each": DS.Variant(per_sm=2),
+        # 253-255 registers a thread at 8 warps or 4: one program of 8 warps an SM, or two of 4 (sm_90, Triton 3.9)
         "two programs an SM, 4 warps each, half-width slices": DS.Variant(per_sm=2, warps=4),
-        "three programs an SM, 4 warps each, half-width slices": DS.Variant(per_sm=3, warps=4),
     },
 }
 VARIED = {"persistent": DL.varied, "megakernel": DS.varied}
