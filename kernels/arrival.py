@@ -45,7 +45,10 @@ def _zeroed(buffers: dict, device, needed: int, slots: int, kind: str) -> torch.
         device = torch.device("cuda", torch.cuda.current_device())
     buf = buffers.get(device)
     if buf is None:
-        buf = buffers[device] = torch.zeros(slots, dtype=torch.int32, device=device)
+        # A plain tensor even when first asked for inside inference mode (a model's decode is): the host zeroes
+        # it outside (decode_step.check, a test), which an inference tensor refuses.
+        with torch.inference_mode(False):
+            buf = buffers[device] = torch.zeros(slots, dtype=torch.int32, device=device)
     return buf
 
 

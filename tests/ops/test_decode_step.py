@@ -288,3 +288,16 @@ def test_two_programs_an_sm_with_narrow_tasks_still_match_transformers(device, f
     with varied(Variant(per_sm=2, warps=4)):
         assert plan(3, shape, 20, torch.float32, device).programs > device_limits(device).num_sms
         _two_steps_against(hf, model, [torch.randint(0, 3000, (n,)).tolist() for n in (17, 1, 5)], 20, vocab=3000)
+
+
+def test_counters_first_asked_for_in_inference_mode_can_be_zeroed_outside_it(device, monkeypatch):
+    """A model's decode runs in inference mode, where a new tensor is an inference tensor that refuses in-place
+    writes outside it; the counters and the status word are zeroed by the host after (check, a test's reset)."""
+    for name in ("_tasks", "_heads", "_statuses"):
+        monkeypatch.setattr(arrival, name, {})  # as on a fresh process: the first ask makes the buffer
+    with torch.inference_mode():
+        made = arrival.task_counters(device, 4), arrival.head_counters(device, 4), arrival.status_word(device)
+    for buf in made:
+        assert not buf.is_inference()
+        buf.add_(1).zero_()
+        assert not buf.any()
