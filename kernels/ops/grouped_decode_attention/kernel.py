@@ -212,11 +212,14 @@ def group_item(
         d_mask = (dims < HEAD_DIM)[None, :]
         q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
         if RELOAD:  # the newest row is the waited-for work's: loaded again after the wait, by the split holding it
+            # .cg: from L2. The early load brought the row's old line into this SM's L1, which a wait's acquire
+            # does not clear for the other threads (decode_linear.items.finish reads its partials so too).
             last = n - 1
             if (last >= lo) & (last < lo + BLOCK_N):
                 newest = (pos == last)[:, None]
-                k = tl.where(newest, tl.load(k_base + last.to(tl.int64) * skt, mask=d_mask, other=0.0), k)
-                v = tl.where(newest, tl.load(v_base + last.to(tl.int64) * svt, mask=d_mask, other=0.0), v)
+                k_new = tl.load(k_base + last.to(tl.int64) * skt, mask=d_mask, other=0.0, cache_modifier=".cg")
+                v_new = tl.load(v_base + last.to(tl.int64) * svt, mask=d_mask, other=0.0, cache_modifier=".cg")
+                k, v = tl.where(newest, k_new, k), tl.where(newest, v_new, v)
         seen = (pos < n)[None, :]
         scores = tl.where(seen, tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2, float("-inf"))
         m_i = tl.max(scores, axis=1)
