@@ -7,7 +7,7 @@ import torch
 
 from explorer.model.cache import KVCache
 from explorer.model.weights import config_from_hf, from_hf_state_dict
-from kernels import arrival, decode_step
+from kernels import arrival, config, decode_step
 from kernels.config import GPUS, device_limits
 from kernels.ops.decode_step import Shape, Step, check, counts, fits, head_needs, plan
 from tests.tolerances import assert_close
@@ -301,3 +301,25 @@ def test_counters_first_asked_for_in_inference_mode_can_be_zeroed_outside_it(dev
         assert not buf.is_inference()
         buf.add_(1).zero_()
         assert not buf.any()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_layers_scratch_region_starts_a_line_of_its_own(device, family, monkeypatch):
+    """A program may hold in its L1 a line it read in one layer's task; if that line also held the start of the next
+    layer's rows, a later task would read them there as they were before they were written (a Llama's hidden width
+    of 72 in fp16 made 432-byte layers, and one sequence's logits NaN on the GPU). Every buffer of per-layer regions
+    the launch allocates starts each region on a line, and the step is still the decode rung's."""
+    from kernels.ops.decode_step import kernel
+
+    made = []
+    monkeypatch.setattr(kernel, "new_output", lambda *a, **k: made.append(config.new_output(*a, **k)) or made[-1])
+    _, model = _models(device, torch.float16, family, 64, 4, 2)
+    prompts = [[3, 4, 5, 6, 7], [9] * 12, [1]]
+    theirs, ours = _prefilled(model, prompts, 16), _prefilled(model, prompts, 16)
+    new = torch.tensor([5, 50, 96], device=device)
+    got = _step(model, new, ours)
+    check(device)
+    regions = [t for t in made if t is not got]  # (layers [+ 1], a region's elements) each
+    assert len(regions) == 5 and all(t.shape[1] * t.element_size() % kernel.LINE == 0 for t in regions)
+    assert any(t.shape[1] > 3 * 72 for t in regions)  # the hidden rows, padded to a line
+    assert_close("attention", got, model.decode(new, theirs), torch.float16)

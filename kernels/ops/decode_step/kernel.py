@@ -75,9 +75,11 @@ def _decode_step_kernel(
     c_fc W (gate over up), mlp.c_proj W; Offsets (L, 12 or 6) the element offset of layer l's from layer 0's, in
     that order; cache = (KC, VC, Lengths, NextLengths, k_strides, v_strides), the caches (L, B, KV, T, D) and their
     five strides; partial = (Part, Counters, splits) or None with one split; attention = (keys per split, splits,
-    scale, the cache's positions, log2 of rotary's theta); scratch = (X, QKV, Attn, X1, Hid, Logits): X (L + 1, M,
-    C) the embedding's output and each layer's, the others (L, M, width) each layer's own (no address is written
-    twice in a launch: a program's L1 may still hold what it read there before), Logits (M, V); deps = (Deps,
+    scale, the cache's positions, log2 of rotary's theta); scratch = (X, QKV, Attn, X1, Hid, Logits, strides): X
+    the embedding's output and each layer's (L + 1 regions), the others each layer's own (L regions of M rows of
+    its width), strides = (X's, QKV's, Attn's and X1's, Hid's, the partials') the elements from one layer's region
+    to the next, each region on lines of its own (region_stride), Logits (M, V). No address is written twice in a
+    launch and no line holds two layers' rows: a program's L1 may still hold what it read before; deps = (Deps,
     Heads, HeadNeeds, Status): the stage counters, the (layer, key/value head) counters, each key/value head's
     count of c_attn's tiles, the status word; sizes = (M rows, C width, H heads, KV key/value heads, FF the hidden
     width, L layers, V vocabulary, eps, limit, reset: 1 to set the counters back to 0 at the end). TILES and ATT:
@@ -101,14 +103,14 @@ def _decode_step_kernel(
     Ids, Positions, Wte, Wpe, LnW, LnB, LmHead = ends
     KC, VC, Lengths, NextLengths, ks, vs = cache
     CHUNK, SPLITS, qk_scale, positions, log2_theta = attention
-    X, QKV, Attn, X1, Hid, Logits = scratch
+    X, QKV, Attn, X1, Hid, Logits, strides = scratch
+    S_X, S_QKV, S_C, S_HID, S_PART = strides
     Deps, Heads, HeadNeeds, Status = deps
     M, C, H, KV, FF, L, V, eps, limit, reset = sizes
     D = C // H
     QN = (H + 2 * KV) * D  # c_attn's columns
     FN = 2 * FF if LLAMA else FF  # c_fc's weight rows
     g = _embed(pid, P, Ids, Positions, Wte, Wpe, X, M, C, Deps, ROWS=ROWS, BN=BN_O, ADD_POSITIONS=not LLAMA)
-    rows_c = M * C
     ready = (Deps, tl.cdiv(C, BN_O))  # the counter and count the layer's first tasks wait for
     n_items = M * KV * SPLITS
     per_layer = tl.cdiv(QN, BN_A) + n_items + tl.cdiv(C, BN_O) + tl.cdiv(FN, BN_F) + tl.cdiv(C, BN_P)
@@ -127,9 +129,9 @@ def _decode_step_kernel(
         counters = Deps + 1 + layer * 4  # STAGES: attention, c_proj, c_fc and mlp.c_proj done
         layer_heads = Heads + layer * KV
         k_layer, v_layer = KC + layer * ks[0], VC + layer * vs[0]
-        x_in, x_out = X + layer * rows_c, X + (layer + 1) * rows_c
-        qkv, attn, x1 = QKV + layer * M * QN, Attn + layer * rows_c, X1 + layer * rows_c
-        hid = Hid + layer * M * FF
+        x_in, x_out = X + layer * S_X, X + (layer + 1) * S_X
+        qkv, attn, x1 = QKV + layer * S_QKV, Attn + layer * S_C, X1 + layer * S_C
+        hid = Hid + layer * S_HID
         kv = (k_layer, v_layer, Lengths, D, H * D, KV * D, (ks[1], ks[2], ks[3], ks[4]), (vs[1], vs[2], vs[3], vs[4]))
         # (a variable never holds a None here: Triton cannot carry one through the loop)
         if LLAMA:  # q's and k's columns turned by each row's position
@@ -186,7 +188,7 @@ def _decode_step_kernel(
         att_sizes = (M, H, KV, CHUNK, positions, qk_scale)
         if partial is not None:  # this layer's partials, apart from every other layer's
             Part, Counters, splits = partial
-            layer_partial = (Part + layer * (M * H * SPLITS * (ATT[2] + 2)), Counters, splits)
+            layer_partial = (Part + layer * S_PART, Counters, splits)
             _attention(pid, P, g, n_items, SPLITS, (qkv, QN, D, 1), keys, values, (attn, C, D, 1), layer_partial,
                        NextLengths, wait, att_sizes, counters, ATT=ATT, LLAMA=LLAMA)  # fmt: skip
         else:
@@ -268,7 +270,7 @@ def _decode_step_kernel(
         P,
         g,
         (LmHead, LmHead),  # no bias (BIAS False)
-        (X + L * rows_c, C, 1),
+        (X + L * S_X, C, 1),
         (LnW, LnB, eps),
         ((Logits, V), None, None, None, None),
         (M, V, C),
@@ -699,14 +701,17 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
     p = plan(rows, shape, k_cache.shape[3], like.dtype, device)
     n_layer, width, heads = shape.layers, shape.width, shape.heads
     logits = new_output(like, (rows, shape.vocab))
-    scratch = (new_output(like, (n_layer + 1, rows, width)), new_output(like, (n_layer, rows, shape.qkv)))
-    scratch += tuple(new_output(like, (n_layer, rows, w)) for w in (width, width, shape.ffn)) + (logits,)
+    s_x, s_qkv, s_hid = (region_stride(rows * w, like.element_size()) for w in (width, shape.qkv, shape.ffn))
+    scratch = (new_output(like, (n_layer + 1, s_x)), new_output(like, (n_layer, s_qkv)))
+    scratch += (new_output(like, (n_layer, s_x)), new_output(like, (n_layer, s_x)), new_output(like, (n_layer, s_hid)))
+    s_part = region_stride(rows * heads * p.splits * (p.block_d + 2), 4)
+    scratch += (logits, (s_x, s_qkv, s_x, s_hid, s_part))
     needs = head_needs(shape, p.tiles["BN_A"])
     needs[0] += head_needs_extra
     head_count = _needs(device, needs)
     partial = None
     if p.splits > 1:
-        part = new_output(like, (n_layer, rows * heads * p.splits * (p.block_d + 2)), torch.float32)
+        part = new_output(like, (n_layer, s_part), torch.float32)
         partial = (part, arrival.counters(device, rows * shape.kv_heads), p.splits)
     layer_tensors = [t for part_ in step.layers[0] for t in part_]
     ln_w = step.ln_f[0]
@@ -729,6 +734,18 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
     _check_resident(args, kwargs, p.programs, device)
     launch.plain(_decode_step_kernel)[(p.programs,)](*args, **kwargs)  # Stamps: handed by the launcher
     return logits
+
+
+LINE = 128  # bytes of an L1 line
+
+
+def region_stride(elements: int, itemsize: int) -> int:
+    """Elements from one layer's region of a scratch buffer to the next: `elements`, rounded up so that every region
+    starts a line. A program that read a line holding the end of layer l's rows (in one layer's task) would
+    otherwise find the start of layer l + 1's there as it was then, before they were written (a Llama's hidden
+    width of 72 in fp16: 432 bytes a layer)."""
+    per_line = LINE // itemsize
+    return -(-elements // per_line) * per_line
 
 
 _need_tables: dict = {}
