@@ -169,8 +169,8 @@ def _tile_after_wait(
     newest = (cols == length - 1)[:, None] & d_mask[None, :]
     k_ptrs = K + cols[:, None] * stride_kn + dims[None, :] * stride_kd
     v_ptrs = V + cols[:, None] * stride_vn + dims[None, :] * stride_vd
-    k = tl.where(newest, tl.load(k_ptrs, mask=newest, other=0.0), k)
-    v = tl.where(newest, tl.load(v_ptrs, mask=newest, other=0.0), v)
+    k = tl.where(newest, tl.load(k_ptrs, mask=newest, other=0.0, cache_modifier=".cg"), k)  # another program's
+    v = tl.where(newest, tl.load(v_ptrs, mask=newest, other=0.0, cache_modifier=".cg"), v)
     q = _query(query, b, h, dims, d_mask).to(tl.float32)
     qk = tl.sum((q * qk_scale)[None, :] * k.to(tl.float32), axis=1)
     qk = tl.where(cols < length, qk, float("-inf"))
@@ -183,7 +183,9 @@ def _tile_after_wait(
 def _query(query, b, h, dims, d_mask):
     """q's row of (sequence b, head h): query = (Q, stride_b, stride_h, stride_d)."""
     Q, stride_qb, stride_qh, stride_qd = query
-    return tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0)
+    # .cg: in the one-launch step q is another program's, written after this SM may have read a sector it shares
+    # with another head's q (a head of 24 fp16 dims is 48 bytes) for an earlier item.
+    return tl.load(Q + b * stride_qb + h * stride_qh + dims * stride_qd, mask=d_mask, other=0.0, cache_modifier=".cg")
 
 
 @triton.jit
@@ -223,9 +225,12 @@ def _decode_merge(PartO, PartM, PartL, bh, SPLITS, BLOCK_S: tl.constexpr, BLOCK_
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, BLOCK_D)
     s_mask = splits < SPLITS
-    m = tl.load(PartM + bh * SPLITS + splits, mask=s_mask, other=float("-inf"))
-    sums = tl.load(PartL + bh * SPLITS + splits, mask=s_mask, other=0.0)
-    part = tl.load(PartO + (bh * SPLITS + splits)[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0)
+    # .cg: from L2. In one launch the last split to arrive reads what other programs stored; a 32-byte sector of
+    # maxima can hold two pairs', and an SM that merged one pair may hold the sector from before the other's stores.
+    at = bh * SPLITS + splits
+    m = tl.load(PartM + at, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
+    sums = tl.load(PartL + at, mask=s_mask, other=0.0, cache_modifier=".cg")
+    part = tl.load(PartO + at[:, None] * BLOCK_D + dims[None, :], mask=s_mask[:, None], other=0.0, cache_modifier=".cg")
     return merge(m, sums, part, 0)
 
 

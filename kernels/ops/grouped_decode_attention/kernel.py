@@ -210,7 +210,9 @@ def group_item(
         k, v = rows
         pos = lo + keys_n
         d_mask = (dims < HEAD_DIM)[None, :]
-        q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
+        q = tl.load(
+            Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0, cache_modifier=".cg"
+        )
         if RELOAD:  # the newest row is the waited-for work's: loaded again after the wait, by the split holding it
             # .cg: from L2. The early load brought the row's old line into this SM's L1, which a wait's acquire
             # does not clear for the other threads (decode_linear.items.finish reads its partials so too).
@@ -227,7 +229,9 @@ def group_item(
         l_i = tl.sum(p, axis=1)
         acc = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     else:
-        q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0)
+        q = tl.load(
+            Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0, cache_modifier=".cg"
+        )
         hi = tl.minimum(lo + CHUNK, n)
         whole = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N  # tiles below this hold no key past the length
         m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)  # an empty split: max -inf, sum 0, output 0
@@ -307,9 +311,12 @@ def _merge_group(PartO, PartM, PartL, first, group, SPLITS, BLOCK_G: tl.constexp
     g, splits, dims = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_D)
     at = (first + g)[:, None] * SPLITS + splits[None, :]
     ok = (g < group)[:, None] & (splits < SPLITS)[None, :]
-    m = tl.load(PartM + at, mask=ok, other=float("-inf"))
-    sums = tl.load(PartL + at, mask=ok, other=0.0)
-    part = tl.load(PartO + at[:, :, None] * BLOCK_D + dims[None, None, :], mask=ok[:, :, None], other=0.0)
+    # .cg: from L2, as decode attention's merge reads them (a sector of maxima holds several pairs')
+    m = tl.load(PartM + at, mask=ok, other=float("-inf"), cache_modifier=".cg")
+    sums = tl.load(PartL + at, mask=ok, other=0.0, cache_modifier=".cg")
+    part = tl.load(
+        PartO + at[:, :, None] * BLOCK_D + dims[None, None, :], mask=ok[:, :, None], other=0.0, cache_modifier=".cg"
+    )
     return merge(m, sums, part, 1)
 
 
