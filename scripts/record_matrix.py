@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-RUNGS = ("torch", "none", "epilogue", "decode", "overlap", "persistent")
+RUNGS = ("torch", "none", "epilogue", "decode", "overlap", "persistent", "megakernel")
 LONG_PROMPT = 400
 SEED, HOLD_OUT_SEED = 0, 1
 
