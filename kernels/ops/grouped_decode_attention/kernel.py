@@ -206,13 +206,11 @@ def group_item(
     k_base = K + b * skb + kv * skh + dims[None, :] * skd
     v_base = V + b * svb + kv * svh + dims[None, :] * svd
     lo = split * CHUNK
+    q = tl.load(Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0, cache_modifier=".cg")
     if ONE_TILE:
         k, v = rows
         pos = lo + keys_n
         d_mask = (dims < HEAD_DIM)[None, :]
-        q = tl.load(
-            Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0, cache_modifier=".cg"
-        )
         if RELOAD:  # the newest row is the waited-for work's: loaded again after the wait, by the split holding it
             # .cg: from L2. The early load brought the row's old line into this SM's L1, which a wait's acquire
             # does not clear for the other threads (decode_linear.items.finish reads its partials so too).
@@ -229,9 +227,6 @@ def group_item(
         l_i = tl.sum(p, axis=1)
         acc = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     else:
-        q = tl.load(
-            Q + b * sqb + heads[:, None] * sqh + dims[None, :] * sqd, mask=q_mask, other=0.0, cache_modifier=".cg"
-        )
         hi = tl.minimum(lo + CHUNK, n)
         whole = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N  # tiles below this hold no key past the length
         m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)  # an empty split: max -inf, sum 0, output 0
