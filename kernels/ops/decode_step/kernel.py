@@ -77,13 +77,13 @@ def _decode_step_kernel(
     five strides; partial = (Part, Counters, splits) or None with one split; attention = (keys per split, splits,
     scale, the cache's positions, log2 of rotary's theta); scratch = (X, QKV, Attn, X1, Hid, Logits, strides): X
     the embedding's output and each layer's (L + 1 regions), the others each layer's own (L regions of M rows of
-    its width), strides = (X's, QKV's, Attn's and X1's, Hid's, the partials') the elements from one layer's region
-    to the next, each region on lines of its own (region_stride), Logits (M, V). No address is written twice in a
-    launch and no line holds two layers' rows: a program's L1 may still hold what it read before; deps = (Deps,
-    Heads, HeadNeeds, Status): the stage counters, the (layer, key/value head) counters, each key/value head's
-    count of c_attn's tiles, the status word; sizes = (M rows, C width, H heads, KV key/value heads, FF the hidden
-    width, L layers, V vocabulary, eps, limit, reset: 1 to set the counters back to 0 at the end). TILES and ATT:
-    tiles.plan's constexprs."""
+    its width), strides = (X's, Attn's and X1's too, QKV's, Hid's, the partials') the elements from one layer's
+    region to the next, each region on lines of its own (region_stride), Logits (M, V). No address is written
+    twice in a launch and no line holds two layers' rows: a program's L1 may still hold what it read before;
+    deps = (Deps, Heads, HeadNeeds, Status): the stage counters, the (layer, key/value head) counters, each key/value
+    head's count of c_attn's tiles, the status word; sizes = (M rows, C width, H heads, KV key/value heads, FF the
+    hidden width, L layers, V vocabulary, eps, limit, reset: 1 to set the counters back to 0 at the end). TILES and
+    ATT: tiles.plan's constexprs."""
     ROWS: tl.constexpr = TILES[0]
     BN_A: tl.constexpr = TILES[1]
     BN_O: tl.constexpr = TILES[2]
@@ -104,7 +104,7 @@ def _decode_step_kernel(
     KC, VC, Lengths, NextLengths, ks, vs = cache
     CHUNK, SPLITS, qk_scale, positions, log2_theta = attention
     X, QKV, Attn, X1, Hid, Logits, strides = scratch
-    S_X, S_QKV, S_C, S_HID, S_PART = strides
+    S_X, S_QKV, S_HID, S_PART = strides
     Deps, Heads, HeadNeeds, Status = deps
     M, C, H, KV, FF, L, V, eps, limit, reset = sizes
     D = C // H
@@ -130,7 +130,7 @@ def _decode_step_kernel(
         layer_heads = Heads + layer * KV
         k_layer, v_layer = KC + layer * ks[0], VC + layer * vs[0]
         x_in, x_out = X + layer * S_X, X + (layer + 1) * S_X
-        qkv, attn, x1 = QKV + layer * S_QKV, Attn + layer * S_C, X1 + layer * S_C
+        qkv, attn, x1 = QKV + layer * S_QKV, Attn + layer * S_X, X1 + layer * S_X
         hid = Hid + layer * S_HID
         kv = (k_layer, v_layer, Lengths, D, H * D, KV * D, (ks[1], ks[2], ks[3], ks[4]), (vs[1], vs[2], vs[3], vs[4]))
         # (a variable never holds a None here: Triton cannot carry one through the loop)
@@ -705,7 +705,7 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
     scratch = (new_output(like, (n_layer + 1, s_x)), new_output(like, (n_layer, s_qkv)))
     scratch += (new_output(like, (n_layer, s_x)), new_output(like, (n_layer, s_x)), new_output(like, (n_layer, s_hid)))
     s_part = region_stride(rows * heads * p.splits * (p.block_d + 2), 4)
-    scratch += (logits, (s_x, s_qkv, s_x, s_hid, s_part))
+    scratch += (logits, (s_x, s_qkv, s_hid, s_part))
     needs = head_needs(shape, p.tiles["BN_A"])
     needs[0] += head_needs_extra
     head_count = _needs(device, needs)
