@@ -30,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-RUNGS = ("torch", "none", "epilogue", "decode", "overlap", "persistent", "megakernel")
 LONG_PROMPT = 400
 SEED, HOLD_OUT_SEED = 0, 1
 
@@ -53,7 +52,7 @@ def alternative_tiles():
 def matrix() -> list:
     """Every setting of the matrix, in a fixed order."""
     from explorer.app.settings import RunSettings, defaults
-    from explorer.model.ops import DEFAULT_FUSION, Tiles
+    from explorer.model.ops import DEFAULT_FUSION, FUSIONS, Tiles
     from explorer.model.weights import BUNDLED_LLAMA, DEFAULT_MODEL
 
     cpu = defaults("cpu", {"dtype": "float32"})
@@ -62,7 +61,7 @@ def matrix() -> list:
     for model in (DEFAULT_MODEL, BUNDLED_LLAMA):
         for cache in (True, False):
             for dtype in ("float32", "float16", "bfloat16"):
-                for rung in RUNGS:
+                for rung in ("torch", *FUSIONS):  # the torch backend, then each rung of the Triton one
                     for batch in (1, 4):
                         tiles = draw.choice([Tiles(), alternative_tiles()])
                         prompt_tokens = draw.choice([0, LONG_PROMPT])
