@@ -83,8 +83,9 @@ def main():
         name = "ours, torch backend" if row["rung"] == "torch" else f"ours, fusion={row['rung']}"
         rows.append((name, row["step_ms"], row["kernels"], f"{row['hbm_mb']:.0f} / {row['l2_mb']:.0f}"))
         print(f"{name}: {row['step_ms']:.3f} ms", flush=True)
-    if args.batch > 1:
-        return batch_table(rows, args, shape)
+    if args.batch > 1:  # PyTorch's loop runs batch 1 only: against our torch backend at this batch, where measured
+        base = next((ms for name, ms, *_ in rows if name == "ours, torch backend"), None)
+        return table(rows, args, shape, base, "our torch backend")
     loop = (LlamaGraphLoop if args.family == "llama" else TorchGraphLoop)(hf, 1024, torch.bfloat16)
     for buf in (loop.k, loop.v):
         buf.copy_(torch.randn_like(buf))
@@ -99,29 +100,24 @@ def main():
         rows.append(
             (f"torch.compile(max-autotune-no-cudagraphs) in a CUDA graph ({took:.0f} s to compile)", ms, kernels, "")
         )
-    print(f"\n{torch.cuda.get_device_name()} · bf16 · {shape} · batch 1 · decode step at context {args.context}")
-    print(f"median of {args.replays} CUDA-graph replays (CUDA events) · torch {torch.__version__}")
-    print(
-        "\n| decode step | ms | kernels | MB HBM / SM requests (modeled) | vs PyTorch graph |"
-        "\n|---|---:|---:|---:|---:|"
-    )
-    for name, ms, kernels, mb in rows:
-        print(f"| {name} | {ms:.3f} | {kernels} | {mb} | {base / ms:.2f}x |")
+    table(rows, args, shape, base, "PyTorch graph")
 
 
-def batch_table(rows, args, shape):
-    """The rows of a batch of sequences, per token and next to our torch backend at the same batch (where measured)."""
-    base = next((ms for name, ms, *_ in rows if name == "ours, torch backend"), None)
-    gpu, batch = torch.cuda.get_device_name(), args.batch
-    print(f"\n{gpu} · bf16 · {shape} · batch {batch} · decode step at context {args.context}")
+def table(rows, args, shape, base, against):
+    """The rows as a table, each against `base` ms (`against` names it; None where it was not measured); at a
+    batch of more than one, each step's ms per token too."""
+    batch = args.batch
+    print(f"\n{torch.cuda.get_device_name()} · bf16 · {shape} · batch {batch} · decode step at context {args.context}")
     print(f"median of {args.replays} CUDA-graph replays (CUDA events) · torch {torch.__version__}")
+    per_token = (" ms per token |", "---:|") if batch > 1 else ("", "")
     print(
-        "\n| decode step | ms | ms per token | kernels | MB HBM / SM requests (modeled) | vs our torch backend |"
-        "\n|---|---:|---:|---:|---:|---:|"
+        f"\n| decode step | ms |{per_token[0]} kernels | MB HBM / SM requests (modeled) | vs {against} |"
+        f"\n|---|---:|{per_token[1]}---:|---:|---:|"
     )
     for name, ms, kernels, mb in rows:
+        token = f" {ms / batch:.4f} |" if batch > 1 else ""
         versus = f"{base / ms:.2f}x" if base else "-"
-        print(f"| {name} | {ms:.3f} | {ms / args.batch:.4f} | {kernels} | {mb} | {versus} |")
+        print(f"| {name} | {ms:.3f} |{token} {kernels} | {mb} | {versus} |")
 
 
 if __name__ == "__main__":
