@@ -41,6 +41,38 @@ def _record_matrix():
     return module
 
 
+def test_every_setting_of_the_matrix_is_one_the_gpu_it_is_recorded_on_accepts():
+    """A setting the app refuses is a hole in the fit. Each Triton setting's tiles (the defaults, or the
+    script's smaller ones) pass the app's own check before a run (jobs.generate.check_tiles) with the H200's
+    limits at the bundled models' shapes, and the modeled bytes of the prompt's fused launches resolve too."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from explorer.app import models
+    from explorer.app.jobs.generate import check_tiles
+    from explorer.measure.metrics import fusion_lessons
+    from explorer.model.weights import load_model
+
+    from .ops.limits import H200
+
+    loaded = {}
+    checked = 0
+    for s in _record_matrix().matrix():
+        if s.backend != "triton":
+            continue
+        model, tok = loaded.setdefault(s.model, load_model(s.model))
+        dtype = getattr(torch, s.dtype)
+        ids = models.prompt_ids(tok, s.prompt, s.prompt_tokens, model.config.n_positions)
+        on_gpu = SimpleNamespace(
+            config=model.config, device=H200, dtype=dtype, family=model.family, transformer=model.transformer
+        )
+        check_tiles(on_gpu, s.tiles, s.batch, len(ids), len(ids) + s.new_tokens)
+        fusion_lessons(model.config, len(ids), dtype.itemsize, s.tiles, dtype=dtype, device=H200)
+        checked += 1
+    assert checked == 144
+
+
 def _exact_nnls(x, y):
     """The nonnegative least-squares answer by trying every set of coefficients pinned at zero."""
     best, best_r = None, math.inf

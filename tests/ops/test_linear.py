@@ -152,6 +152,17 @@ def test_linear_l2_reads_match_a_walk_over_the_grid(rows, out, inp, cfg):
     assert t.bytes_written == rows * out * 2
 
 
+def test_a_row_tile_of_the_users_own_on_decode_rows_takes_the_one_split_path():
+    """On a GPU the default for a few rows splits K with all rows in one 16-row tile; a visitor's 32-row tile
+    with split_k left unset is not refused for it: the launch takes one split. Asking for both is refused."""
+    resolve = kernels.ops.linear.kernel.resolve_config
+    assert resolve(None, 3, 3072, 768, BF16, H200).split_k > 1
+    mine = resolve(TileConfig(block_m=32, block_n=64, block_k=32), 3, 3072, 768, BF16, H200)
+    assert (mine.block_m, mine.block_n, mine.block_k, mine.split_k) == (32, 64, 32, 1)
+    with pytest.raises(ValueError, match="block_m must be 16"):
+        resolve(TileConfig(block_m=32, split_k=2), 3, 3072, 768, BF16, H200)
+
+
 def test_linear_split_k_l2_reads_match_a_walk_over_the_grid():
     rows, out, inp, item = 3, 3072, 768, 2
     t = kernels.ops.linear.kernel.traffic(rows, out, inp, item, dtype=BF16, device=H200)

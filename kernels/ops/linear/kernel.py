@@ -17,6 +17,7 @@ write fp32 partial sums, and a small second kernel adds the partials and applies
 
 import contextlib
 import functools
+from dataclasses import replace
 
 import torch
 import triton
@@ -391,6 +392,8 @@ def resolve_config(config, rows, out_features, in_features, dtype, device, persi
     check_fields("linear", user)
     itemsize = torch.empty((), dtype=dtype).element_size()
     cfg = user.merged(default_config(rows, out_features, in_features, dtype, device, residual))
+    if user.split_k is None and user.block_m not in (None, 16):
+        cfg = replace(cfg, split_k=1)  # a row tile of the user's own: the one-split path (split-K needs block_m 16)
     need = lambda c: shared_memory(c, itemsize, device, persistent, residual)
     cfg = fit_defaults("linear", cfg, user, need, device)
     if cfg.split_k > 1 and rows > DECODE_ROWS:
