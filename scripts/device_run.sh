@@ -8,7 +8,8 @@
 #     stream    when each streamed update leaves the server (experiments/stream_check.py)
 #     record    the lessons and the CPU's default jobs recorded for visitors without a GPU
 #     lessons:A,B those lessons recorded into the shipped recording, each labelled with this run (the rest kept)
-#     matrix    Generate at the matrix of settings the GPU time model is fitted on (scripts/record_matrix.py)
+#     matrix    Generate at the matrix of settings the GPU time model is fitted on (scripts/record_matrix.py; about
+#               9 minutes: a call of its own)
 #     sweeps    every kernel's tile sweep at its default GPU shape (scripts/record_sweeps.py)
 #     tests:N   the whole test suite under pytest -n 16, N times in a row (Triton's cache kept in .triton-cache,
 #               so a later call on the same warm machine compiles nothing again); with EXPLORER_GPU_STANDS_FOR=120
@@ -60,7 +61,7 @@ for PART in "${@:-page}"; do
     cp assets/recorded/lessons_h200.json "$OUT/" 2>/dev/null ;;
   matrix)
     say "the matrix of settings for the GPU time model"
-    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MATRIX_S:-330}" python3 scripts/record_matrix.py --limit-s "${MATRIX_LIMIT_S:-270}" \
+    TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MATRIX_S:-560}" python3 scripts/record_matrix.py --limit-s "${MATRIX_LIMIT_S:-470}" \
       > "$OUT/matrix.log" 2>&1; echo "exit $?" | tee -a "$LOG"
     grep -v Warn "$OUT/matrix.log" | tail -n 8 | tee -a "$LOG"
     cp assets/recorded/matrix_*.json "$OUT/" 2>/dev/null ;;

@@ -73,6 +73,23 @@ def test_every_setting_of_the_matrix_is_one_the_gpu_it_is_recorded_on_accepts():
     assert checked == 144
 
 
+def test_of_two_runs_of_a_setting_the_faster_is_kept_and_the_slower_named():
+    rm = _record_matrix()
+
+    def run(decode_ms, tag):
+        steps = pd.DataFrame({"phase": ["prefill", *["decode"] * 5], "latency_ms": [9.0, *decode_ms]})
+        return {"steps": steps, "kernels": tag, "summary": {"step_ms_p50": float(np.median(decode_ms)), "tag": tag}}
+
+    row = {"index": 7, "key": {"settings": {}}, "cuda_graph": False, **run([3.0, 3.1, 2.9, 3.2, 3.0], "first")}
+    row["summary"]["first_run_decode_ms"] = 4.0
+    kept = rm.faster(row, run([5.0, 5.1, 4.9, 1.0, 5.2], "again"))  # one fast step does not make a faster run
+    assert kept["kernels"] == "first" and kept["summary"]["other_run_decode_ms"] == 5.0
+    kept = rm.faster(row, run([2.0, 2.1, 1.9, 9.0, 2.2], "again"))
+    assert kept["kernels"] == "again" and kept["summary"]["tag"] == "again" and kept["index"] == 7
+    assert kept["summary"]["other_run_decode_ms"] == 3.0 and kept["summary"]["first_run_decode_ms"] == 4.0
+    assert rm.faster(row, {"refused": "out of memory"}) is row
+
+
 def _exact_nnls(x, y):
     """The nonnegative least-squares answer by trying every set of coefficients pinned at zero."""
     best, best_r = None, math.inf
