@@ -1,4 +1,7 @@
-"""Where an eager decode step's host time goes, and each kernel's launch cost next to PyTorch's.
+"""Where an eager decode step's host time goes, and each kernel's launch cost next to PyTorch's: among them a
+prompt's linear (24 and 400 rows) in its two forms, the TMA form that 16-bit prefill takes on Hopper, launched
+through Triton's own path with its descriptors built per call, and the tile form, bound once (kernels.launch).
+Both pay the same few microseconds for the block that picks the form.
 
     python -m experiments.host_profile [--steps 30] [--calls]
 
@@ -45,6 +48,13 @@ def paired_us(ours, theirs, rounds=7):
     return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
 
 
+def _formed(persistent: bool, fn):
+    from kernels.ops.linear.kernel import forced_form
+
+    with forced_form(persistent):
+        return fn()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -59,7 +69,16 @@ def main():
     q = torch.randn(1, 12, 1, 64, device=dev, dtype=dt)
     kc, vc = (torch.randn(1, 12, 1024, 64, device=dev, dtype=dt) for _ in range(2))
     lens = torch.tensor([1024], device=dev, dtype=torch.int32)
-    rows = [
+    gelu = lambda a: F.gelu(F.linear(a, w, b), approximate="tanh")
+    rows = []
+    for m in (24, 400):  # a prompt's rows: the 16-bit form on Hopper (TMA descriptors per call) and the tile form
+        a = torch.randn(m, 768, device=dev, dtype=dt)
+        for persistent, form in ((True, "TMA form"), (False, "tile form")):
+            ours = lambda a=a, persistent=persistent: _formed(
+                persistent, lambda: kernels.linear(a, w, b, activation="gelu")
+            )
+            rows.append((f"linear+GELU M={m}, {form}", ours, lambda a=a: gelu(a)))
+    rows += [
         ("layer_norm 4096x768", lambda: kernels.layer_norm(big, *ln), lambda: F.layer_norm(big, (768,), *ln)),
         (
             "linear+GELU M=1 (kernels.linear)",
