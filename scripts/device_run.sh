@@ -17,7 +17,7 @@
 #     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
 #     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
 #     mega      the megakernel rung's variants beside the overlap rung, GPT-2 small's and SmolLM2's shapes
-#               (experiments.one_launch_sweep)
+#               (experiments.one_launch_sweep; MEGA_ARGS="--batch 8" at batch 8)
 #     megabatch the megakernel rung beside overlap and our torch backend at batch 8, both families, and whole
 #               generations of 256 tokens on both rungs (benchmarks.ladder --batch 8, benchmarks.generation)
 #     ladder    the fusion ladder alone, GPT-2 small's shape (benchmarks.ladder --no-compile)
@@ -94,7 +94,7 @@ for PART in "${@:-page}"; do
     say "the megakernel rung's variants beside the overlap rung"
     for FAMILY in gpt2 llama; do
       TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-200}" python3 -m experiments.one_launch_sweep --rung megakernel \
-        --family $FAMILY --replays 100 2>&1 | grep -v Warn | tail -n 12 | tee -a "$LOG"
+        --family $FAMILY --replays 100 ${MEGA_ARGS:-} 2>&1 | grep -v Warn | tail -n 12 | tee -a "$LOG"
     done ;;
   megabatch)
     for FAMILY in gpt2 llama; do

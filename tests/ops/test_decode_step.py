@@ -243,6 +243,25 @@ def test_a_gpu_launch_starts_at_most_one_program_per_sm(arch, rows, shape):
     assert p.splits * rows * shape.kv_heads <= 4 * gpu.num_sms  # attention's items: about one per program
 
 
+def test_more_attention_items_a_program_split_the_keys_further(request):
+    """GPT-2 small's shape at batch 8 on an H200: the default split gives each of the 96 (sequence, head) pairs one
+    item, fewer than the programs; asking for four a program splits the keys further, into more items than programs
+    and at most four a program. (A Llama's grouped split stops at 2 here either way: past it, grouped attention's
+    plan merges its splits apart, which one launch cannot.)"""
+    from kernels.ops.decode_step import Variant, tiles, varied
+
+    request.addfinalizer(tiles.plan.cache_clear)
+    shape = Shape(768, 12, 12, 3072, 50257, 12)
+    gpu, pairs = GPUS[90], 8 * shape.kv_heads
+    one = plan(8, shape, 1024, torch.bfloat16, gpu)
+    with varied(Variant(items=4)):
+        four = plan(8, shape, 1024, torch.bfloat16, gpu)
+        stages, _ = counts(8, shape, 1024, torch.bfloat16, gpu)
+    assert one.splits * pairs <= gpu.num_sms < four.splits * pairs <= 4 * gpu.num_sms
+    assert stages[1] == four.splits * pairs  # layer 0's attention counter counts the items of that plan
+    assert four.programs == one.programs == gpu.num_sms
+
+
 def test_more_programs_than_the_sms_hold_are_refused():
     fits(132, 1, 132)
     fits(264, 2, 132)
@@ -288,6 +307,24 @@ def test_two_programs_an_sm_with_narrow_tasks_still_match_transformers(device, f
     with varied(Variant(per_sm=2, warps=4)):
         assert plan(3, shape, 20, torch.float32, device).programs > device_limits(device).num_sms
         _two_steps_against(hf, model, [torch.randint(0, 3000, (n,)).tolist() for n in (17, 1, 5)], 20, vocab=3000)
+
+
+@pytest.mark.gpu
+def test_keys_split_for_more_items_than_programs_still_match_transformers(device, request):
+    """one_launch_sweep's variant of about four attention items a program (GPT-2's: a Llama's grouped split stays as
+    it was): a sequence's keys split further, several items on each program, the last split of each pair merging.
+    Two steps against transformers in float64."""
+    from kernels.ops.decode_step import Variant, tiles, varied
+
+    request.addfinalizer(tiles.plan.cache_clear)
+    hf, model = _models(device, torch.float32, "gpt2", 64, 4, 4, vocab=3000, positions=320)
+    shape = Shape(64, 4, 4, 256, 3000, 2)
+    before = plan(3, shape, 300, torch.float32, device)
+    with varied(Variant(items=4)):
+        p = plan(3, shape, 300, torch.float32, device)
+        assert p.splits > before.splits and p.splits * 3 * 4 > p.programs
+        prompts = [torch.randint(0, 3000, (n,)).tolist() for n in (170, 1, 250)]
+        _two_steps_against(hf, model, prompts, 300, vocab=3000)
 
 
 def test_counters_first_asked_for_in_inference_mode_can_be_zeroed_outside_it(device, monkeypatch):

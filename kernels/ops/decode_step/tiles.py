@@ -57,11 +57,15 @@ class Variant(NamedTuple):
     and warps per program. Tasks go to programs in turn, so with more programs than an operation has tasks the
     next operation's tasks land on other programs, which load their weight slices while this one's still wait or
     compute: more than one slice in flight on an SM. A task holds at most ELEMENTS x warps / WARPS weight
-    elements; the column tiles are sized for one task per SM either way."""
+    elements; the column tiles are sized for one task per SM either way. Attention's keys are split so that its
+    items number about `items` a program (rounded down to a power of two of splits): at batch 8, GPT-2's 96
+    (sequence, head) pairs take one split each on 132 SMs, each item all of a sequence's keys. A Llama's split
+    stops where grouped attention's plan would merge its splits apart (_grouped)."""
 
     l2_ahead: bool = False
     per_sm: int = 1
     warps: int = WARPS
+    items: int = 1
 
 
 _variant = Variant()
@@ -129,12 +133,14 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
     tiles["BN_H"] = column_tile(shape.vocab, c, count, elements)
     pairs = rows * shape.kv_heads
     if shape.llama:
-        att, chunk, splits, block_d = _grouped(pairs, count, max_len, shape, dtype, device, limits.is_cpu)
+        att, chunk, splits, block_d = _grouped(
+            pairs, count * _variant.items, max_len, shape, dtype, device, limits.is_cpu
+        )
         config = None
     else:
         split = None
         if not limits.is_cpu:
-            split_k = prev_pow2(max(1, count // pairs))
+            split_k = prev_pow2(max(1, count * _variant.items // pairs))
             block_n = min(128, max(16, next_pow2(cdiv(max_len, split_k))))
             split = TileConfig(block_n=block_n, split_k=split_k, num_warps=warps, num_stages=1)
         config, chunk, splits, block_d, block_s, early, _, _, _ = attention_plan(
@@ -153,11 +159,11 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
     return Plan(programs, tiles, chunk, splits, block_d, scale, constexprs, config, warps)
 
 
-def _grouped(pairs: int, count: int, max_len: int, shape: Shape, dtype, device, on_cpu: bool):
-    """Grouped decode attention's split for the launch: about one item per program, merged by the last split of
+def _grouped(pairs: int, items: int, max_len: int, shape: Shape, dtype, device, on_cpu: bool):
+    """Grouped decode attention's split for the launch: about `items` items in all, merged by the last split of
     each pair (never by a second kernel: a launch is the whole step). Returns (ATT, chunk, splits, BLOCK_D)."""
     group, d = shape.heads // shape.kv_heads, shape.head_dim
-    split_k = 1 if on_cpu else prev_pow2(max(1, count // pairs))
+    split_k = 1 if on_cpu else prev_pow2(max(1, items // pairs))
     while True:
         p = grouped_plan(pairs, max_len, device, group=group, head_dim=d, split_k=split_k)
         if not p.apart or split_k == 1:
