@@ -39,6 +39,8 @@ VARIANTS = {
         # 253-255 registers a thread at 8 warps or 4: one program of 8 warps an SM, or two of 4 (sm_90, Triton 3.9)
         "two programs an SM, 4 warps each, half-width slices": DS.Variant(per_sm=2, warps=4),
         "attention keys split for about four items a program": DS.Variant(items=4),
+        # from 5 rows on (--batch 5 or more; at fewer it is the default's kernel)
+        "the projections' rows in one tl.dot of 16": DS.Variant(dot=True),
     },
 }
 VARIED = {"persistent": DL.varied, "megakernel": DS.varied}

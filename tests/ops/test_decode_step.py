@@ -327,6 +327,23 @@ def test_keys_split_for_more_items_than_programs_still_match_transformers(device
         _two_steps_against(hf, model, prompts, 300, vocab=3000)
 
 
+@pytest.mark.parametrize("family,batch", [("gpt2", 9), ("llama", 5)])
+def test_rows_in_one_dot_still_match_transformers(device, family, batch, request):
+    """one_launch_sweep's variant that multiplies a projection's rows in one tl.dot of 16 rows (16 of them, or 8
+    and the tile's first half kept) where a part of its weight slice spans 16 or more inputs, the row loop
+    elsewhere (a Llama's 72-wide hidden layer ends in 8). Two steps against transformers in float64."""
+    from kernels.ops.decode_step import Variant, tiles, varied
+
+    request.addfinalizer(tiles.plan.cache_clear)
+    hf, model = _models(device, torch.float32, family, 64, 4, 2)
+    llama = family == "llama"
+    shape = Shape(64, 4, 2 if llama else 4, 72 if llama else 256, 97, 2, llama)
+    with varied(Variant(dot=True)):
+        assert plan(batch, shape, 24, torch.float32, device).constexprs["TILES"][-1]
+        prompts = [torch.randint(0, 97, (n,)).tolist() for n in (1, 17, 5, 9, 2, 11, 3, 7, 4)[:batch]]
+        _two_steps_against(hf, model, prompts, 24)
+
+
 def test_counters_first_asked_for_in_inference_mode_can_be_zeroed_outside_it(device, monkeypatch):
     """A model's decode runs in inference mode, where a new tensor is an inference tensor that refuses in-place
     writes outside it; the counters and the status word are zeroed by the host after (check, a test's reset)."""

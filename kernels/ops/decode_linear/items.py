@@ -3,7 +3,8 @@ kernel (kernels.ops.decode_layer.kernel), each a device function of one idea:
 
     load_slice    the loads of a (column tile, split)'s weight slice, issued before anything waits
     row_stats     the LayerNorm or RMSNorm statistics of every row (the same arithmetic as kernels.parts.stats)
-    slice_times   the rows, normalised, times the slice: the program's fp32 share of its output tile
+    slice_times   the rows, normalised, times the slice: the program's fp32 share of its output tile (a row at a
+                  time, or with DOT, the megakernel's variant, 8 or 16 rows in one tl.dot)
     finish        with several splits, the arrival of the partials (the last arriver adds them all), then the
     epilogue:     store_linear (bias, residual, and with kv rotary positions and the KV-cache write),
                   store_gelu (the same with GPT-2's GELU after the bias) and store_swiglu (silu(gate) * up), each
@@ -265,10 +266,12 @@ def slice_times(
     HEAD_K: tl.constexpr,
     TAIL_K: tl.constexpr,
     STATS_COLS: tl.constexpr,
+    DOT: tl.constexpr = False,
 ):
     """The rows of x (with norm, normalised by their statistics over the full row) times the slice w_slice =
     load_slice(...) of this split: the program's fp32 (ROWS, BLOCK_N) share of its output tile. It reads x,
-    so it comes after the wait for what earlier work writes."""
+    so it comes after the wait for what earlier work writes. DOT (ROWS 8 or 16): the rows in one tl.dot where a
+    part of the slice spans 16 or more of K (_rows_dot)."""
     w0, w1 = w_slice
     k_lo = split * K_PER_SPLIT
     k_hi = min(k_lo + K_PER_SPLIT, K)
@@ -276,8 +279,51 @@ def slice_times(
     stats = (tl.zeros((ROWS,), dtype=tl.float32), tl.zeros((ROWS,), dtype=tl.float32))
     if norm is not None:  # every program needs the statistics of the full rows, not only of its slice
         stats = row_stats(x, norm, M, K, RMS, ROWS, STATS_COLS)
-    acc = _rows_times(x, w0, ks0, ks0 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
+    if DOT and HEAD_K >= 16:
+        acc = _rows_dot(x, w0, ks0, ks0 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
+    else:
+        acc = _rows_times(x, w0, ks0, ks0 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
     if TAIL_K > 0:
         ks1 = k_lo + HEAD_K + tl.arange(0, TAIL_K)
-        acc += _rows_times(x, w1, ks1, ks1 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
+        if DOT and TAIL_K >= 16:
+            acc += _rows_dot(x, w1, ks1, ks1 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
+        else:
+            acc += _rows_times(x, w1, ks1, ks1 < k_hi, stats, norm, M, RMS, ROWS, BLOCK_N)
     return acc
+
+
+@triton.jit
+def _rows_dot(x, w, ks, k_mask, stats, norm, M, RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """_rows_times for ROWS 8 or 16 in one tl.dot: the rows as one tile of 16 (rows past M zero), normalised and
+    rounded as _rows_times rounds them, times w in x's dtype, summed in fp32 (fp32 operands at full precision).
+    One product where the row loop reduces over K once per row: compiled for sm_90, the megakernel's program at
+    8 rows spills 680 bytes a thread with the loop and 96 with the dot."""
+    X, stride_xm, stride_xk = x
+    R: tl.constexpr = 16
+    rows = tl.arange(0, R)
+    a = tl.load(
+        X + rows[:, None] * stride_xm + ks[None, :] * stride_xk, mask=(rows < M)[:, None] & k_mask[None, :], other=0.0
+    ).to(tl.float32)
+    if norm is not None:
+        LnW, LnB, _ = norm
+        mean, rstd = stats  # (ROWS,) each: spread to the tile's 16 rows
+        own = rows[:, None] == tl.arange(0, ROWS)[None, :]
+        rstd16 = tl.sum(tl.where(own, rstd[None, :], 0.0), axis=1)
+        lw = tl.load(LnW + ks, mask=k_mask, other=0.0).to(tl.float32)
+        if RMS:  # RMSNorm takes no mean out and adds no bias
+            a = normalized(a, rstd16[:, None], lw[None, :], None)
+        else:
+            mean16 = tl.sum(tl.where(own, mean[None, :], 0.0), axis=1)
+            lb = tl.load(LnB + ks, mask=k_mask, other=0.0).to(tl.float32)
+            a = normalized(a - mean16[:, None], rstd16[:, None], lw[None, :], lb[None, :])
+        a = tl.where(k_mask[None, :], a, 0.0)
+    a = a.to(X.dtype.element_ty)
+    if X.dtype.element_ty == tl.float32:
+        prod = tl.dot(a, w.to(tl.float32), input_precision="ieee")
+    else:
+        prod = tl.dot(a, w.to(X.dtype.element_ty), out_dtype=tl.float32)
+    if ROWS == R:
+        out = prod
+    else:  # the tile's first ROWS rows
+        out, _ = tl.split(tl.permute(tl.reshape(prod, (2, ROWS, BLOCK_N)), (1, 2, 0)))
+    return out

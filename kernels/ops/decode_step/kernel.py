@@ -96,6 +96,7 @@ def _decode_step_kernel(
     TAIL_F: tl.constexpr = TILES[9]
     STATS_COLS: tl.constexpr = TILES[10]
     L2_AHEAD: tl.constexpr = TILES[11]
+    DOT: tl.constexpr = TILES[12]
     PARTS: tl.constexpr = 6 if LLAMA else 12
     stamps.begin(Stamps)
     pid = tl.program_id(0)
@@ -153,6 +154,7 @@ def _decode_step_kernel(
                 RMS=True,
                 SWIGLU=False,
                 ROWS=ROWS,
+                DOT=DOT,
                 BN=BN_A,
                 HEAD_K=HEAD_C,
                 TAIL_K=TAIL_C,
@@ -177,6 +179,7 @@ def _decode_step_kernel(
                 RMS=False,
                 SWIGLU=False,
                 ROWS=ROWS,
+                DOT=DOT,
                 BN=BN_A,
                 HEAD_K=HEAD_C,
                 TAIL_K=TAIL_C,
@@ -213,6 +216,7 @@ def _decode_step_kernel(
             RMS=LLAMA,
             SWIGLU=False,
             ROWS=ROWS,
+            DOT=DOT,
             BN=BN_O,
             HEAD_K=HEAD_C,
             TAIL_K=TAIL_C,
@@ -236,6 +240,7 @@ def _decode_step_kernel(
             RMS=LLAMA,
             SWIGLU=LLAMA,
             ROWS=ROWS,
+            DOT=DOT,
             BN=BN_F,
             HEAD_K=HEAD_C,
             TAIL_K=TAIL_C,
@@ -259,6 +264,7 @@ def _decode_step_kernel(
             RMS=LLAMA,
             SWIGLU=False,
             ROWS=ROWS,
+            DOT=DOT,
             BN=BN_P,
             HEAD_K=HEAD_F,
             TAIL_K=TAIL_F,
@@ -283,6 +289,7 @@ def _decode_step_kernel(
         RMS=LLAMA,
         SWIGLU=False,
         ROWS=ROWS,
+        DOT=DOT,
         BN=BN_H,
         HEAD_K=HEAD_C,
         TAIL_K=TAIL_C,
@@ -506,6 +513,7 @@ def _projection(
     HEAD_K: tl.constexpr,
     TAIL_K: tl.constexpr,
     STATS_COLS: tl.constexpr,
+    DOT: tl.constexpr,
 ):
     """A projection's tasks from task g on, those of program pid: the column tiles of linear = (W (N, K), bias; read
     only with BIAS), each one's weight slice loaded before it waits for ready = (counter, count), what its input's tasks
@@ -540,6 +548,7 @@ def _projection(
             HEAD_K=HEAD_K,
             TAIL_K=TAIL_K,
             STATS_COLS=STATS_COLS,
+            DOT=DOT,
         )
         rows = tl.arange(0, ROWS).to(tl.int64)
         cols = tl.cast(t, tl.int64) * BN + tl.arange(0, BN)

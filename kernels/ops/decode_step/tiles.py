@@ -60,12 +60,14 @@ class Variant(NamedTuple):
     elements; the column tiles are sized for one task per SM either way. Attention's keys are split so that its
     items number about `items` a program (rounded down to a power of two of splits): at batch 8, GPT-2's 96
     (sequence, head) pairs take one split each on 132 SMs, each item all of a sequence's keys. A Llama's split
-    stops where grouped attention's plan would merge its splits apart (_grouped)."""
+    stops where grouped attention's plan would merge its splits apart (_grouped). With `dot`, from 5 rows on the
+    projections multiply all rows in one tl.dot of 16 rows (decode_linear.items._rows_dot), not a row at a time."""
 
     l2_ahead: bool = False
     per_sm: int = 1
     warps: int = WARPS
     items: int = 1
+    dot: bool = False
 
 
 _variant = Variant()
@@ -151,7 +153,8 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
     l2_ahead = _variant.l2_ahead and not limits.is_cpu
     t = tiles
     order = (next_pow2(rows), t["BN_A"], t["BN_O"], t["BN_F"], t["BN_P"], t["BN_H"], head_c, tail_c, head_f, tail_f)
-    constexprs = dict(TILES=(*order, next_pow2(c), l2_ahead), ATT=att)
+    dot = _variant.dot and next_pow2(rows) >= 8
+    constexprs = dict(TILES=(*order, next_pow2(c), l2_ahead, dot), ATT=att)
     outputs = {**{n: out_f for n, (out_f, _) in shapes.items()}, "BN_H": shape.vocab}
     items = max(pairs * splits, *(cdiv(out_f, tiles[n]) for n, out_f in outputs.items()))
     programs = 1 if limits.is_cpu else max(1, min(count * _variant.per_sm, items))
