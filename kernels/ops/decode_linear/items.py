@@ -296,8 +296,8 @@ def slice_times(
 def _rows_dot(x, w, ks, k_mask, stats, norm, M, RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     """_rows_times for ROWS 8 or 16 in one tl.dot: the rows as one tile of 16 (rows past M zero), normalised and
     rounded as _rows_times rounds them, times w in x's dtype, summed in fp32 (fp32 operands at full precision).
-    One product where the row loop reduces over K once per row: compiled for sm_90, the megakernel's program at
-    8 rows spills 680 bytes a thread with the loop and 96 with the dot."""
+    One product where the row loop reduces over K once per row, and fewer registers spilled in the megakernel's
+    program (benchmarks/RESULTS.md)."""
     X, stride_xm, stride_xk = x
     R: tl.constexpr = 16
     rows = tl.arange(0, R)
