@@ -344,6 +344,23 @@ def test_rows_in_one_dot_still_match_transformers(device, family, batch, request
         _two_steps_against(hf, model, prompts, 24)
 
 
+@pytest.mark.parametrize("family,positions", [("gpt2", 64), ("llama", 200)])
+def test_keys_split_and_merged_in_one_launch_match_transformers(device, family, positions, request):
+    """Attention's keys split (about 64 items a program asked for: in the interpreter's one program too), each pair's
+    last split merging the others' partials inside the launch, as a GPU's launch does at batch 1. Two steps against
+    transformers in float64, every counter back at zero."""
+    from kernels.ops.decode_step import Variant, tiles, varied
+
+    request.addfinalizer(tiles.plan.cache_clear)
+    hf, model = _models(device, torch.float32, family, 64, 4, 2, positions=positions)
+    llama = family == "llama"
+    shape = Shape(64, 4, 2 if llama else 4, 72 if llama else 256, 97, 2, llama)
+    with varied(Variant(items=64)):
+        assert plan(3, shape, positions, torch.float32, device).splits > 1
+        prompts = [torch.randint(0, 97, (n,)).tolist() for n in (positions - 3, 1, positions // 2)]
+        _two_steps_against(hf, model, prompts, positions)
+
+
 def test_counters_first_asked_for_in_inference_mode_can_be_zeroed_outside_it(device, monkeypatch):
     """A model's decode runs in inference mode, where a new tensor is an inference tensor that refuses in-place
     writes outside it; the counters and the status word are zeroed by the host after (check, a test's reset)."""

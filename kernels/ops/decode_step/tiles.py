@@ -60,8 +60,10 @@ class Variant(NamedTuple):
     elements; the column tiles are sized for one task per SM either way. Attention's keys are split so that its
     items number about `items` a program (rounded down to a power of two of splits): at batch 8, GPT-2's 96
     (sequence, head) pairs take one split each on 132 SMs, each item all of a sequence's keys. A Llama's split
-    stops where grouped attention's plan would merge its splits apart (_grouped). With `dot`, from 5 rows on the
-    projections multiply all rows in one tl.dot of 16 rows (decode_linear.items._rows_dot), not a row at a time."""
+    stops where grouped attention's plan would merge its splits apart (_grouped). In the interpreter's one program
+    `items` above 1 splits the keys too, so that the merges a GPU's launch makes run there as well. With `dot`,
+    from 5 rows on the projections multiply all rows in one tl.dot of 16 rows (decode_linear.items._rows_dot), not
+    a row at a time."""
 
     l2_ahead: bool = False
     per_sm: int = 1
@@ -134,14 +136,13 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
         tiles["BN_F"] = max(tiles["BN_F"], 16)
     tiles["BN_H"] = column_tile(shape.vocab, c, count, elements)
     pairs = rows * shape.kv_heads
+    whole = limits.is_cpu and _variant.items == 1  # the interpreter's one program takes a pair's keys at once
     if shape.llama:
-        att, chunk, splits, block_d = _grouped(
-            pairs, count * _variant.items, max_len, shape, dtype, device, limits.is_cpu
-        )
+        att, chunk, splits, block_d = _grouped(pairs, count * _variant.items, max_len, shape, dtype, device, whole)
         config = None
     else:
         split = None
-        if not limits.is_cpu:
+        if not whole:
             split_k = prev_pow2(max(1, count * _variant.items // pairs))
             block_n = min(128, max(16, next_pow2(cdiv(max_len, split_k))))
             split = TileConfig(block_n=block_n, split_k=split_k, num_warps=warps, num_stages=1)
@@ -162,11 +163,12 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
     return Plan(programs, tiles, chunk, splits, block_d, scale, constexprs, config, warps)
 
 
-def _grouped(pairs: int, items: int, max_len: int, shape: Shape, dtype, device, on_cpu: bool):
+def _grouped(pairs: int, items: int, max_len: int, shape: Shape, dtype, device, whole: bool):
     """Grouped decode attention's split for the launch: about `items` items in all, merged by the last split of
-    each pair (never by a second kernel: a launch is the whole step). Returns (ATT, chunk, splits, BLOCK_D)."""
+    each pair (never by a second kernel: a launch is the whole step); one split with `whole`. Returns (ATT, chunk,
+    splits, BLOCK_D)."""
     group, d = shape.heads // shape.kv_heads, shape.head_dim
-    split_k = 1 if on_cpu else prev_pow2(max(1, items // pairs))
+    split_k = 1 if whole else prev_pow2(max(1, items // pairs))
     while True:
         p = grouped_plan(pairs, max_len, device, group=group, head_dim=d, split_k=split_k)
         if not p.apart or split_k == 1:
