@@ -260,6 +260,8 @@ def test_more_attention_items_a_program_split_the_keys_further(request):
     assert one.splits * pairs <= gpu.num_sms < four.splits * pairs <= 4 * gpu.num_sms
     assert stages[1] == four.splits * pairs  # layer 0's attention counter counts the items of that plan
     assert four.programs == one.programs == gpu.num_sms
+    with varied(Variant(items=64)):  # more splits than attention allows (256): as many as it allows, no refusal
+        assert plan(3, Shape(64, 4, 4, 256, 97, 2), 64, torch.float32, gpu).splits > 1
 
 
 def test_more_programs_than_the_sms_hold_are_refused():

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...config import SECTOR, TileConfig, Traffic, cdiv, device_limits, next_pow2, prev_pow2
+from ...config import BOUNDS, SECTOR, TileConfig, Traffic, cdiv, device_limits, next_pow2, prev_pow2
 from ..attention.kernel import LOG2E
 from ..decode_attention.kernel import launch_plan as attention_plan
 from ..decode_layer.kernel import column_tile
@@ -143,7 +143,8 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
     else:
         split = None
         if not whole:
-            split_k = prev_pow2(max(1, count * _variant.items // pairs))
+            most = BOUNDS["decode_attention"]["split_k"][1]  # attention_plan takes no more, whatever the keys
+            split_k = min(most, prev_pow2(max(1, count * _variant.items // pairs)))
             block_n = min(128, max(16, next_pow2(cdiv(max_len, split_k))))
             split = TileConfig(block_n=block_n, split_k=split_k, num_warps=warps, num_stages=1)
         config, chunk, splits, block_d, block_s, early, _, _, _ = attention_plan(
