@@ -9,7 +9,7 @@ from explorer.model.cache import KVCache
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 from kernels import arrival, config, decode_step
 from kernels.config import GPUS, device_limits
-from kernels.ops.decode_step import Shape, Step, check, counts, fits, head_needs, plan
+from kernels.ops.decode_step import Shape, Step, check, counts, fits, head_needs, plan, shape_of
 from tests.tolerances import assert_close
 
 FAMILIES = ["gpt2", "llama"]
@@ -45,6 +45,12 @@ def _models(device, dtype, family, width, heads, kv_heads, layers=2, vocab=97, p
                 p.data.uniform_(0.5, 1.5)
     ours = from_hf_state_dict(config_from_hf(hf.config), hf.state_dict(), device=device, dtype=dtype)
     return hf.double(), ours.with_fusion("decode")
+
+
+def _shape(model) -> Shape:
+    """The launch's Shape of one of _models' models, read as the launch reads it (decode_step.shape_of)."""
+    cache = KVCache.for_model(model, 1, 1)
+    return shape_of(model.step_parts(), (cache.k, cache.v))
 
 
 def _prefilled(model, prompts, positions):
@@ -304,8 +310,7 @@ def test_two_programs_an_sm_with_narrow_tasks_still_match_transformers(device, f
     monkeypatch.setattr(tiles, "ELEMENTS", 16 * 64)  # 8 columns of 64 inputs a task at 4 warps
     request.addfinalizer(tiles.plan.cache_clear)
     hf, model = _models(device, torch.float32, family, 64, 4, 2, vocab=3000)
-    llama = family == "llama"
-    shape = Shape(64, 4, 2 if llama else 4, 72 if llama else 256, 3000, 2, llama)
+    shape = _shape(model)
     with varied(Variant(per_sm=2, warps=4)):
         assert plan(3, shape, 20, torch.float32, device).programs > device_limits(device).num_sms
         _two_steps_against(hf, model, [torch.randint(0, 3000, (n,)).tolist() for n in (17, 1, 5)], 20, vocab=3000)
@@ -320,7 +325,7 @@ def test_keys_split_for_more_items_than_programs_still_match_transformers(device
 
     request.addfinalizer(tiles.plan.cache_clear)
     hf, model = _models(device, torch.float32, "gpt2", 64, 4, 4, vocab=3000, positions=320)
-    shape = Shape(64, 4, 4, 256, 3000, 2)
+    shape = _shape(model)
     before = plan(3, shape, 300, torch.float32, device)
     with varied(Variant(items=4)):
         p = plan(3, shape, 300, torch.float32, device)
@@ -338,8 +343,7 @@ def test_rows_in_one_dot_still_match_transformers(device, family, batch, request
 
     request.addfinalizer(tiles.plan.cache_clear)
     hf, model = _models(device, torch.float32, family, 64, 4, 2)
-    llama = family == "llama"
-    shape = Shape(64, 4, 2 if llama else 4, 72 if llama else 256, 97, 2, llama)
+    shape = _shape(model)
     with varied(Variant(dot=True)):
         assert plan(batch, shape, 24, torch.float32, device).constexprs["TILES"][-1]
         prompts = [torch.randint(0, 97, (n,)).tolist() for n in (1, 17, 5, 9, 2, 11, 3, 7, 4)[:batch]]
@@ -355,8 +359,7 @@ def test_keys_split_and_merged_in_one_launch_match_transformers(device, family, 
 
     request.addfinalizer(tiles.plan.cache_clear)
     hf, model = _models(device, torch.float32, family, 64, 4, 2, positions=positions)
-    llama = family == "llama"
-    shape = Shape(64, 4, 2 if llama else 4, 72 if llama else 256, 97, 2, llama)
+    shape = _shape(model)
     with varied(Variant(items=64)):
         assert plan(3, shape, positions, torch.float32, device).splits > 1
         prompts = [torch.randint(0, 97, (n,)).tolist() for n in (positions - 3, 1, positions // 2)]
