@@ -24,6 +24,7 @@ import kernels
 from explorer.measure.ladder import random_cache, reset
 from explorer.model.weights import config_from_hf, from_hf_state_dict
 from kernels import launch
+from kernels.ops.linear.kernel import forced_form
 
 
 def host_us(fn, n=400, wait=True):
@@ -49,8 +50,6 @@ def paired_us(ours, theirs, rounds=7):
 
 
 def _formed(persistent: bool, fn):
-    from kernels.ops.linear.kernel import forced_form
-
     with forced_form(persistent):
         return fn()
 
