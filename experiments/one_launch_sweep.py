@@ -4,7 +4,7 @@ rung's weights requested into L2 a layer ahead or not, its programs per SM (more
 an SM) and its attention split (more items than programs).
 
     python -m experiments.one_launch_sweep [--rung persistent|megakernel] [--family gpt2|llama] [--context 1000]
-        [--batch 1]
+        [--batch 1] [--only WORDS]
 
 GPT-2 small's shape (or SmolLM2-135M's), random weights, bf16, `--batch` sequences (1), one decode step at `context`
 keys, replayed from a CUDA graph (explorer.measure.ladder.rung_row: median of CUDA-event-timed replays). PDL does
@@ -41,6 +41,9 @@ VARIANTS = {
         "attention keys split for about four items a program": DS.Variant(items=4),
         # from 5 rows on (--batch 5 or more; at fewer it is the default's kernel)
         "the projections' rows in one tl.dot of 16": DS.Variant(dot=True),
+        # at batch 8 (sm_90, Triton 3.6) a quarter of the weights a task spills 384 bytes a thread at GPT-2's shape
+        # against the default's 1040 (SmolLM2's 808 against 704)
+        "a quarter of the weights a task, narrower column tiles": DS.Variant(narrow=4),
     },
 }
 VARIED = {"persistent": DL.varied, "megakernel": DS.varied}
@@ -79,6 +82,7 @@ def main():
     parser.add_argument("--context", type=int, default=1000)
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--batch", type=int, default=1, help="sequences a step (1 to 16)")
+    parser.add_argument("--only", help="comma-separated words: only the variants whose names hold one of them")
     args = parser.parse_args()
     from benchmarks.ladder import random_hf
 
@@ -96,7 +100,10 @@ def main():
     )
     print("|---|---:|---:|---:|---|---:|")
     first = None
+    words = args.only.split(",") if args.only else None
     for name, variant in VARIANTS[args.rung].items():
+        if words and not any(w in name for w in words):
+            continue
         try:
             with VARIED[args.rung](variant):
                 r = rung_row(model, args.rung, context=args.context, batch=b, replays=args.replays)

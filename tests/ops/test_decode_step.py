@@ -270,6 +270,28 @@ def test_more_attention_items_a_program_split_the_keys_further(request):
         assert plan(3, Shape(64, 4, 4, 256, 97, 2), 64, torch.float32, gpu).splits > 1
 
 
+@pytest.mark.parametrize("shape", [Shape(768, 12, 12, 3072, 50257, 12), Shape(576, 9, 3, 1536, 49152, 30, llama=True)])
+def test_narrow_tasks_hold_fewer_weights_in_more_tasks(shape, request):
+    """one_launch_sweep's variant of a quarter of the weights a task, at batch 8 on an H200: every projection's
+    tiles at most as wide as the default's and none holding more than its share (or 8 columns, the narrowest),
+    and the stage counters count the extra tasks."""
+    from kernels.ops.decode_step import Variant, tiles, varied
+
+    request.addfinalizer(tiles.plan.cache_clear)
+    gpu = GPUS[90]
+    wide = plan(8, shape, 1024, torch.bfloat16, gpu)
+    with varied(Variant(narrow=4)):
+        narrow = plan(8, shape, 1024, torch.bfloat16, gpu)
+        stages, _ = counts(8, shape, 1024, torch.bfloat16, gpu)
+    inputs = {"BN_A": shape.width, "BN_O": shape.width, "BN_F": shape.width, "BN_P": shape.ffn, "BN_H": shape.width}
+    for name, k in inputs.items():
+        assert narrow.tiles[name] <= wide.tiles[name]
+        assert narrow.tiles[name] * k <= tiles.ELEMENTS // 4 or narrow.tiles[name] <= (16 if shape.llama else 8)
+    assert narrow.tiles["BN_H"] < wide.tiles["BN_H"]  # the LM head's, in both families
+    assert stages[2] == -(-shape.width // narrow.tiles["BN_O"])  # layer 0's c_proj tasks
+    assert narrow.programs == wide.programs == gpu.num_sms
+
+
 def test_more_programs_than_the_sms_hold_are_refused():
     fits(132, 1, 132)
     fits(264, 2, 132)

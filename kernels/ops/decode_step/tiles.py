@@ -63,13 +63,15 @@ class Variant(NamedTuple):
     stops where grouped attention's plan would merge its splits apart (_grouped). In the interpreter's one program
     `items` above 1 splits the keys too, so that the merges a GPU's launch makes run there as well. With `dot`,
     from 5 rows on the projections multiply all rows in one tl.dot of 16 rows (decode_linear.items._rows_dot), not
-    a row at a time."""
+    a row at a time. With `narrow` above 1, a task holds at most 1/narrow of those weight elements: narrower column
+    tiles (8 at the least), more tasks an operation, each with fewer registers for its slice."""
 
     l2_ahead: bool = False
     per_sm: int = 1
     warps: int = WARPS
     items: int = 1
     dot: bool = False
+    narrow: int = 1
 
 
 _variant = Variant()
@@ -128,7 +130,7 @@ def plan(rows: int, shape: Shape, max_len: int, dtype, device) -> Plan:
     limits = device_limits(device)
     count = 1 if limits.is_cpu else limits.num_sms
     warps = WARPS if limits.is_cpu else _variant.warps
-    elements = CPU_ELEMENTS if limits.is_cpu else ELEMENTS * warps // WARPS
+    elements = CPU_ELEMENTS if limits.is_cpu else ELEMENTS * warps // WARPS // _variant.narrow
     c = shape.width
     shapes = {"BN_A": (shape.qkv, c), "BN_O": (c, c), "BN_F": (shape.fc, c), "BN_P": (c, shape.ffn)}
     tiles = {name: column_tile(out_f, in_f, count, elements) for name, (out_f, in_f) in shapes.items()}
