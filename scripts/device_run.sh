@@ -25,6 +25,7 @@
 #     ops       every operation's kernels next to PyTorch (python -m benchmarks.operations)
 #     ncu       the traffic models against the hardware counters (python -m kernels.ncu_check under ncu)
 #     host      each launch's host time next to PyTorch's, and an eager decode step's (experiments.host_profile)
+#     eager     eager steps' device and host time, run against run, and where the host's goes (experiments.eager_steps)
 #     grouped   grouped decode attention's tile plan against its neighbours, B=8 and B=1 (experiments.grouped_plan)
 # The page and the recording each start from an empty Triton cache: their first runs compile, as on a new machine.
 set -u
@@ -120,6 +121,9 @@ for PART in "${@:-page}"; do
     say "host time per launch"
     timeout "${HOST_S:-200}" python3 -m experiments.host_profile --steps 30 2>&1 | grep -E "^\| |bound per signature|eager decode step" | tee -a "$LOG"
     ;;
+  eager)
+    say "eager steps, device and host time"
+    timeout "${EAGER_S:-240}" python3 -m experiments.eager_steps 2>&1 | grep -v Warn | tail -n 120 | tee -a "$LOG" ;;
   grouped)
     say "grouped decode attention's variants, 4096 keys"
     timeout 300 python3 -m experiments.grouped_plan 8x4096 1x4096 2>&1 | grep -v Warn | tail -n 30 | tee -a "$LOG" ;;
