@@ -87,6 +87,13 @@ def test_of_two_runs_of_a_setting_the_faster_is_kept_and_the_slower_named():
     kept = rm.faster(row, run([2.0, 2.1, 1.9, 9.0, 2.2], "again"))
     assert kept["kernels"] == "again" and kept["summary"]["tag"] == "again" and kept["index"] == 7
     assert kept["summary"]["other_run_decode_ms"] == 3.0 and kept["summary"]["first_run_decode_ms"] == 4.0
+    assert kept["summary"]["runs"] == 2
+    third = rm.faster(kept, run([2.5, 2.6, 2.4, 2.5, 2.5], "third"))  # slower than the kept, faster than the first
+    assert third["kernels"] == "again" and third["summary"]["runs"] == 3
+    assert third["summary"]["other_run_decode_ms"] == 3.0  # the slowest of the runs not kept
+    fourth = rm.faster(third, run([1.5, 1.6, 1.4, 1.5, 1.5], "fourth"))
+    assert fourth["kernels"] == "fourth" and fourth["summary"]["other_run_decode_ms"] == 3.0
+    assert fourth["summary"]["runs"] == 4 and fourth["summary"]["first_run_decode_ms"] == 4.0
     assert rm.faster(row, {"refused": "out of memory"}) is row
 
 
