@@ -23,7 +23,6 @@ from explorer.measure.clock import Clock
 from explorer.model.generate import generate
 from explorer.model.weights import BUNDLED_LLAMA, load_model
 
-DEVICE = "cuda"
 SETTINGS = {
     # name: (model, dtype, backend, fusion, cache, batch)
     "GPT-2 fp32 overlap, cache on, graph off": (None, torch.float32, "triton", "overlap", True, 1),
@@ -74,22 +73,26 @@ def main():
     models = {}
     for path, dtype, *_ in SETTINGS.values():
         if (path, dtype) not in models:
-            models[(path, dtype)] = load_model(path, device=DEVICE, dtype=dtype)[0]
+            models[(path, dtype)] = load_model(path, device="cuda", dtype=dtype)[0]
     for name in SETTINGS:  # compile and warm everything first
         one_run(models, name, args.tokens)
     runs = {name: [] for name in SETTINGS}
     for _ in range(args.rounds):  # in turn, so that a slow spell of the host falls on every setting
         for name in SETTINGS:
             runs[name].append(one_run(models, name, args.tokens))
-    print("| setting | launches | decode step: device ms per run | host ms to issue it | µs a launch (device) |")
-    print("|---|---:|---|---|---:|")
+    print(
+        "| setting | launches | decode step: device ms per run | host ms to issue it | µs a launch (device) "
+        "| prefill: device / host ms (median run) |"
+    )
+    print("|---|---:|---|---|---:|---|")
     for name, got in runs.items():
         dev = [r["device_ms"] for r in got]
         host = [r["host_ms"] for r in got]
         per = 1e3 * statistics.median(dev) / got[0]["launches"]
+        prefill = [statistics.median(r[k] for r in got) for k in ("prefill_device_ms", "prefill_host_ms")]
         print(
             f"| {name} | {got[0]['launches']:.0f} | {' '.join(f'{d:.2f}' for d in dev)} | "
-            f"{' '.join(f'{h:.2f}' for h in host)} | {per:.0f} |"
+            f"{' '.join(f'{h:.2f}' for h in host)} | {per:.0f} | {prefill[0]:.2f} / {prefill[1]:.2f} |"
         )
     for name in SETTINGS:
         p = cProfile.Profile()
@@ -99,7 +102,7 @@ def main():
         pstats.Stats(p, stream=out).sort_stats("tottime").print_stats(12)
         print(f"\n### {name}: one decode step under cProfile ({time.perf_counter() - t:.2f} s the run)\n")
         print("\n".join(line for line in out.getvalue().splitlines() if line.strip()))
-    print(f"\n{torch.cuda.get_device_name() if DEVICE == 'cuda' else 'CPU'} · torch {torch.__version__}")
+    print(f"\n{torch.cuda.get_device_name()} · torch {torch.__version__}")
 
 
 if __name__ == "__main__":
