@@ -23,25 +23,32 @@ from explorer.measure.clock import Clock
 from explorer.model.generate import generate
 from explorer.model.weights import BUNDLED_LLAMA, load_model
 
+SAMPLED = dict(temperature=0.8, top_p=0.9, repetition_penalty=1.3)  # the page's sampling, as the matrix draws it
+F32, F16, BF16, LLAMA = torch.float32, torch.float16, torch.bfloat16, BUNDLED_LLAMA
 SETTINGS = {
-    # name: (model, dtype, backend, fusion, cache, batch)
-    "GPT-2 fp32 overlap, cache on, graph off": (None, torch.float32, "triton", "overlap", True, 1),
-    "GPT-2 fp32 overlap, cache off": (None, torch.float32, "triton", "overlap", False, 1),
-    "GPT-2 fp32 torch backend, cache off": (None, torch.float32, "torch", "epilogue", False, 1),
-    "Llama bf16 persistent, cache off, batch 4": (BUNDLED_LLAMA, torch.bfloat16, "triton", "persistent", False, 4),
-    "Llama bf16 overlap, cache on, graph off, batch 4": (BUNDLED_LLAMA, torch.bfloat16, "triton", "overlap", True, 4),
+    # name: (model, dtype, backend, fusion, cache, graph, batch, sampling)
+    "GPT-2 fp32 overlap, cache on, graph off": (None, F32, "triton", "overlap", True, False, 1, {}),
+    "GPT-2 fp32 overlap, cache off": (None, F32, "triton", "overlap", False, False, 1, {}),
+    "GPT-2 fp32 torch backend, cache off": (None, F32, "torch", "epilogue", False, False, 1, {}),
+    "Llama bf16 persistent, cache off, batch 4": (LLAMA, BF16, "triton", "persistent", False, False, 4, {}),
+    "Llama bf16 overlap, cache on, graph off, batch 4": (LLAMA, BF16, "triton", "overlap", True, False, 4, {}),
+    # the matrix's furthest decode step (2.03x) and prefill (2.12x, a graph's run), each sampled, and the first
+    # greedy beside it
+    "Llama fp16 decode rung, cache off, sampled": (LLAMA, F16, "triton", "decode", False, False, 1, SAMPLED),
+    "Llama fp16 decode rung, cache off, greedy": (LLAMA, F16, "triton", "decode", False, False, 1, {}),
+    "GPT-2 fp16 overlap, graph, batch 4, sampled": (None, F16, "triton", "overlap", True, True, 4, SAMPLED),
 }
 
 
 def one_run(models, name: str, tokens: int, profile: cProfile.Profile | None = None) -> dict:
     """One Generate of a setting: its decode steps' median device and host times and launches, and its prefill's."""
-    path, dtype, backend, fusion, cache, batch = SETTINGS[name]
+    path, dtype, backend, fusion, cache, graph, batch, sampling = SETTINGS[name]
     model = models[(path, dtype)]
     ids = [[(7 * i + b) % 4000 + 10 for i in range(400)] for b in range(batch)]
     clock = Clock(model.device, backend)
     steps = generate(
-        model, ids, max_new_tokens=tokens, cache=cache, backend=backend, fusion=fusion, graph=False, clock=clock,
-        eos_token_id=-1,
+        model, ids, max_new_tokens=tokens, cache=cache, backend=backend, fusion=fusion, graph=graph, clock=clock,
+        eos_token_id=-1, **sampling,
     )  # fmt: skip
     device, host, launches = [], [], []
     middle = tokens // 2

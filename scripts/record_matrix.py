@@ -16,11 +16,13 @@ process runs every setting twice more, alone on the GPU, and keeps the second ru
 events around each (each decode step one graph replay where the graph is on) and its kernels' modeled bytes and
 FLOPs. The first run pays what a process pays once per setting (PyTorch's choice of kernels for a shape it has
 not seen, the allocator's first blocks); its median decode step is kept beside, as first_run_decode_ms. While
-time is left, every setting is then timed once more and the eager ones (the cache off, or the graph unticked) up
-to EAGER_AGAIN times more, the fastest run kept (other_run_decode_ms the slowest other's median, runs how many were
-timed): an eager step is the host's launches, and on the H200 the second of two consecutive runs of an eager
+time is left, every setting is then timed up to AGAIN times more, and each phase kept from its fastest run: the
+decode steps of the run with the fastest median, the prefill of the run with the fastest prefill
+(other_run_decode_ms and other_run_prefill_ms the slowest of the others, runs how many were timed). An eager step
+is the host's launches, and every prefill is eager: on the H200 the second of two consecutive runs of an eager
 setting took 0.47-1.65x the first's time (the middle 80% of 76 settings 0.58-1.05x), of a replayed graph 0.70-1.03x
-(24 settings). A setting the app refuses (tiles that cannot fit, say) is kept with the reason.
+(24 settings), and four of the six steps furthest from the time model were prefills, each one step of one run. A
+setting the app refuses (tiles that cannot fit, say) is kept with the reason.
 """
 
 import argparse
@@ -32,10 +34,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 LONG_PROMPT = 400
-EAGER_AGAIN = 2  # the passes after the second that time the eager settings alone
+AGAIN = 3  # the passes after the second that time every setting once more, while time is left
 SEED, HOLD_OUT_SEED = 0, 1
 
 
@@ -121,23 +125,37 @@ def decode_ms(run: dict) -> float:
     return float(run["steps"].query("phase == 'decode'").latency_ms.median())
 
 
+def prefill_ms(run: dict) -> float:
+    """A run's prefill, ms."""
+    return float(run["steps"].query("phase == 'prefill'").latency_ms.sum())
+
+
 def faster(row: dict, again: dict) -> dict:
     """`row` (a recorded setting) with the steps, kernels and summary of whichever of its run and `again` has the
-    faster median decode step; beside them the slowest median of the runs not kept (other_run_decode_ms) and how
-    many runs were timed (runs)."""
+    faster median decode step, and the prefill of whichever has the faster prefill (a prefill is one step, as
+    easily caught by a slow spell of the host as a run's median is not); beside them the slowest median decode
+    step and the slowest prefill of the runs not kept (other_run_decode_ms, other_run_prefill_ms) and how many runs
+    were timed (runs)."""
     if "steps" not in again:
         return row
     kept, other = (again, row) if decode_ms(again) < decode_ms(row) else (row, again)
     slowest = max(decode_ms(other), row["summary"].get("other_run_decode_ms", 0.0))
-    summary = dict(kept["summary"], other_run_decode_ms=slowest, runs=row["summary"].get("runs", 1) + 1)
+    fast, slow = (again, row) if prefill_ms(again) < prefill_ms(row) else (row, again)
+    slowest_prefill = max(prefill_ms(slow), row["summary"].get("other_run_prefill_ms", 0.0))
+    steps = kept["steps"]
+    if fast is not kept:  # the decode steps of one run, the prefill of the other (the same setting's kernels)
+        steps = pd.concat([fast["steps"].query("phase == 'prefill'"), steps.query("phase != 'prefill'")])
+        steps = steps.sort_values("step", kind="stable") if "step" in steps else steps
+        steps = steps.reset_index(drop=True)
+    summary = dict(
+        kept["summary"],
+        other_run_decode_ms=slowest,
+        other_run_prefill_ms=slowest_prefill,
+        runs=row["summary"].get("runs", 1) + 1,
+    )
     if "first_run_decode_ms" in row["summary"]:
         summary["first_run_decode_ms"] = row["summary"]["first_run_decode_ms"]
-    return {**row, "steps": kept["steps"], "kernels": kept["kernels"], "summary": summary}
-
-
-def eager(s) -> bool:
-    """Whether a setting's decode steps are launched one kernel at a time (no graph replays them)."""
-    return not s.cache or not s.cuda_graph
+    return {**row, "steps": steps, "kernels": kept["kernels"], "summary": summary}
 
 
 def order(n: int) -> list[int]:
@@ -201,15 +219,14 @@ def main():
         rows[i] = {"index": i, "key": key, "cuda_graph": s.cuda_graph, **got}
         what = got.get("refused") or f"{got['steps'].latency_ms.median():.3f} ms median step"
         print(f"{i:3d} {s.model} {s.dtype} {s.backend}/{s.fusion} cache={s.cache} batch={s.batch}: {what}", flush=True)
-    # More timed runs, in the same order, while time is left: every setting once more, then the eager ones alone. A
-    # run the host interrupted (an eager step is the host's launches) comes out slower, never faster, so the
-    # fastest is kept.
-    again = [0] * (1 + EAGER_AGAIN)
-    for n in range(1 + EAGER_AGAIN):
+    # More timed runs, in the same order, while time is left. A run the host interrupted (an eager step is the
+    # host's launches, and every prefill is eager) comes out slower, never faster, so the fastest is kept.
+    again = [0] * AGAIN
+    for n in range(AGAIN):
         for i in order(len(settings)):
             if time.perf_counter() - t0 > args.limit_s:
                 break
-            if "steps" in rows.get(i, {}) and (n == 0 or eager(settings[i])):
+            if "steps" in rows.get(i, {}):
                 rows[i] = faster(rows[i], run_one(settings[i]))
                 again[n] += 1
     print(f"settings timed again, pass by pass: {again}", flush=True)

@@ -76,8 +76,10 @@ def test_every_setting_of_the_matrix_is_one_the_gpu_it_is_recorded_on_accepts():
 def test_of_two_runs_of_a_setting_the_faster_is_kept_and_the_slower_named():
     rm = _record_matrix()
 
-    def run(decode_ms, tag):
-        steps = pd.DataFrame({"phase": ["prefill", *["decode"] * 5], "latency_ms": [9.0, *decode_ms]})
+    def run(decode_ms, tag, prefill_ms=9.0):
+        steps = pd.DataFrame(
+            {"step": range(6), "phase": ["prefill", *["decode"] * 5], "latency_ms": [prefill_ms, *decode_ms]}
+        )
         return {"steps": steps, "kernels": tag, "summary": {"step_ms_p50": float(np.median(decode_ms)), "tag": tag}}
 
     row = {"index": 7, "key": {"settings": {}}, "cuda_graph": False, **run([3.0, 3.1, 2.9, 3.2, 3.0], "first")}
@@ -95,6 +97,14 @@ def test_of_two_runs_of_a_setting_the_faster_is_kept_and_the_slower_named():
     assert fourth["kernels"] == "fourth" and fourth["summary"]["other_run_decode_ms"] == 3.0
     assert fourth["summary"]["runs"] == 4 and fourth["summary"]["first_run_decode_ms"] == 4.0
     assert rm.faster(row, {"refused": "out of memory"}) is row
+    # each phase from the run that was faster at it: the decode steps of one, the prefill of another
+    mixed = rm.faster(fourth, run([3.0, 3.0, 3.0, 3.0, 3.0], "fifth", prefill_ms=6.0))
+    assert mixed["kernels"] == "fourth" and mixed["steps"].latency_ms.tolist() == [6.0, 1.5, 1.6, 1.4, 1.5, 1.5]
+    assert mixed["steps"].step.tolist() == list(range(6)) and mixed["summary"]["other_run_prefill_ms"] == 9.0
+    assert mixed["summary"]["other_run_decode_ms"] == 3.0 and mixed["summary"]["runs"] == 5
+    slow = rm.faster(mixed, run([1.0, 1.0, 1.0, 1.0, 1.0], "sixth", prefill_ms=12.0))
+    assert slow["kernels"] == "sixth" and slow["steps"].latency_ms.tolist() == [6.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert slow["summary"]["other_run_prefill_ms"] == 12.0
 
 
 def _exact_nnls(x, y):
