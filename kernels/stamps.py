@@ -28,6 +28,12 @@ def _clock(like):
 
 
 @triton.jit
+def now():
+    """The global timer (ns), as an int64 scalar: for stamps a kernel keeps of its own (a GPU's only)."""
+    return _clock(tl.program_id(0))
+
+
+@triton.jit
 def begin(Stamps):
     """A program's start and its SM, where Stamps is given."""
     if Stamps is not None:

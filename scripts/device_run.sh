@@ -16,6 +16,7 @@
 #               (or 80) set, the GPU stands for that one. Failures by name in the log, each run's junit XML in $OUT
 #     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
 #     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
+#     megaprof  where the megakernel rung's step spends its time, operation by operation (experiments.mega_profile)
 #     mega      the megakernel rung's variants beside the overlap rung, GPT-2 small's and SmolLM2's shapes
 #               (experiments.one_launch_sweep; MEGA_ARGS="--batch 8" at batch 8)
 #     megabatch the megakernel rung beside overlap and our torch backend at batch 8, both families, and whole
@@ -96,6 +97,12 @@ for PART in "${@:-page}"; do
     for FAMILY in gpt2 llama; do
       TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-200}" python3 -m experiments.one_launch_sweep --rung megakernel \
         --family $FAMILY --replays 100 ${MEGA_ARGS:-} 2>&1 | grep -v Warn | tail -n 12 | tee -a "$LOG"
+    done ;;
+  megaprof)
+    for FAMILY in gpt2 llama; do
+      say "the megakernel rung's step by operation, $FAMILY"
+      TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-150}" python3 -m experiments.mega_profile --family $FAMILY \
+        ${MEGAPROF_ARGS:-} 2>&1 | grep -v Warn | tail -n 16 | tee -a "$LOG"
     done ;;
   megabatch)
     for FAMILY in gpt2 llama; do

@@ -319,6 +319,64 @@ def test_bad_steps_are_refused_with_the_reason(device):
         decode_step(ids, parts._replace(layers=tuple(layer[:5] for layer in parts.layers)), kv)
     with pytest.raises(ValueError, match="rotary theta"):
         decode_step(ids, parts._replace(wpe=None, layers=tuple(tuple(p[:1] for p in lay) for lay in parts.layers)), kv)
+    if device.type == "cpu":
+        with pytest.raises(ValueError, match="global timer: there is none in the interpreter"):
+            decode_step(ids, parts, kv, trace=torch.zeros(1000, dtype=torch.int64))
+    else:
+        with pytest.raises(ValueError, match="3 stamps for each of the step's"):
+            decode_step(ids, parts, kv, trace=torch.zeros(3, dtype=torch.int64, device=device))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("lengths,positions,width,heads,kv_heads", CASES)
+def test_the_task_list_counts_what_the_counters_count(family, lengths, positions, width, heads, kv_heads):
+    """tiles.tasks (the trace's numbering) against tiles.counts (what the counters hold after a step, checked on the
+    kernel above): every operation but c_attn arrives at a stage counter, c_attn's tiles at the heads'."""
+    from kernels.ops.decode_step import tasks
+
+    kv = kv_heads if family == "llama" else heads
+    shape = Shape(width, heads, kv, 72 if family == "llama" else 4 * width, 97, 3, llama=family == "llama")
+    runs = tasks(len(lengths), shape, positions, torch.float32, "cpu")
+    stages, _ = counts(len(lengths), shape, positions, torch.float32, "cpu")
+    assert [name for name, _, _ in runs[1:6]] == ["c_attn", "attention", "c_proj", "c_fc", "mlp.c_proj"]
+    assert [layer for _, layer, _ in runs] == [-1, *(layer for layer in range(3) for _ in range(5)), -1]
+    assert [n for name, _, n in runs[:-1] if name != "c_attn"] == stages[:-1]
+    assert runs[-1][0] == "lm_head" and all(n >= 1 for _, _, n in runs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_traced_step_stamps_every_task_in_order_and_computes_the_same(device, family):
+    """A trace changes no result, and every task stamps its start, its inputs ready and its arrival in that order,
+    each program's tasks one after another; a task of an operation that waits for the whole operation before it finds
+    its inputs no sooner than the last of those arrived (within the stamps' own order: the arrival's stamp follows
+    its atomic)."""
+    from kernels.ops.decode_step import tasks
+
+    _, model = _models(device, torch.bfloat16, family, 64, 4, 2, layers=3)
+    prompts = [[3, 4, 5, 6, 7], [9] * 12]
+    new = torch.tensor([5, 50], device=device)
+    want = _step(model, new, _prefilled(model, prompts, 16))
+    cache = _prefilled(model, prompts, 16)
+    shape = shape_of(model.step_parts(), (cache.k, cache.v))
+    runs = tasks(2, shape, 16, torch.bfloat16, device)
+    trace = torch.zeros(3 * sum(n for _, _, n in runs), dtype=torch.int64, device=device)
+    got = _step(model, new, cache, trace=trace)
+    check(device)
+    assert torch.equal(got, want)
+    at = trace.view(-1, 3).cpu()
+    assert (at > 0).all() and (at[:, 1] >= at[:, 0]).all() and (at[:, 2] >= at[:, 1]).all()
+    programs = plan(2, shape, 16, torch.bfloat16, device).programs
+    for p in range(programs):
+        mine = at[p::programs]
+        assert (mine[1:, 0] >= mine[:-1, 2]).all()
+    slack_ns = 2000  # a waiter may see the count before the last arriver has read the timer after its atomic
+    g, before = 0, None
+    for name, _, n in runs:
+        if before is not None and name != "attention":  # attention waits for its own head's tiles only
+            assert at[g : g + n, 1].min() >= before - slack_ns, name
+        before = at[g : g + n, 2].max()
+        g += n
 
 
 @pytest.mark.gpu

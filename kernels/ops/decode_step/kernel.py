@@ -48,7 +48,7 @@ from ..decode_attention.kernel import attend_item, early_rows
 from ..decode_linear.items import finish, load_slice, slice_times, store_gelu, store_linear, store_swiglu
 from ..grouped_decode_attention.kernel import group_early, group_item
 from ..linear.kernel import DECODE_ROWS
-from .tiles import STAGES, Shape, head_needs, plan
+from .tiles import STAGES, Shape, head_needs, plan, tasks
 
 NAME = "decode_step"
 LIMIT = 1 << 20  # polls before a wait gives up: under a second on a GPU, a thousand steps' worth
@@ -67,6 +67,7 @@ def _decode_step_kernel(
     TILES: tl.constexpr,
     ATT: tl.constexpr,
     LLAMA: tl.constexpr,
+    Trace,
     Stamps,
 ):
     """ends = (Ids, Positions, Wte, Wpe, LnW, LnB, LmHead): the embedding's inputs, the last norm and the LM head
@@ -83,7 +84,8 @@ def _decode_step_kernel(
     deps = (Deps, Heads, HeadNeeds, Status): the stage counters, the (layer, key/value head) counters, each key/value
     head's count of c_attn's tiles, the status word; sizes = (M rows, C width, H heads, KV key/value heads, FF the
     hidden width, L layers, V vocabulary, eps, limit, reset: 1 to set the counters back to 0 at the end). TILES and
-    ATT: tiles.plan's constexprs."""
+    ATT: tiles.plan's constexprs. Trace: None, or (tasks, 3) int64 that each task stamps on the global timer (ns)
+    as it starts, once its inputs are ready and once it has arrived (tiles.tasks lists them in order)."""
     ROWS: tl.constexpr = TILES[0]
     BN_A: tl.constexpr = TILES[1]
     BN_O: tl.constexpr = TILES[2]
@@ -111,7 +113,7 @@ def _decode_step_kernel(
     D = C // H
     QN = (H + 2 * KV) * D  # c_attn's columns
     FN = 2 * FF if LLAMA else FF  # c_fc's weight rows
-    g = _embed(pid, P, Ids, Positions, Wte, Wpe, X, M, C, Deps, ROWS=ROWS, BN=BN_O, ADD_POSITIONS=not LLAMA)
+    g = _embed(pid, P, Ids, Positions, Wte, Wpe, X, M, C, Deps, Trace, ROWS=ROWS, BN=BN_O, ADD_POSITIONS=not LLAMA)
     ready = (Deps, tl.cdiv(C, BN_O))  # the counter and count the layer's first tasks wait for
     n_items = M * KV * SPLITS
     per_layer = tl.cdiv(QN, BN_A) + n_items + tl.cdiv(C, BN_O) + tl.cdiv(FN, BN_F) + tl.cdiv(C, BN_P)
@@ -148,6 +150,7 @@ def _decode_step_kernel(
                 ready,
                 (Status, layer * 8 + 1, limit),
                 (layer_heads, H * D, KV * D, (H // KV) * D, D),
+                Trace,
                 EPILOGUE=store_linear,
                 ARRIVE=_arrive_heads,
                 BIAS=False,
@@ -173,6 +176,7 @@ def _decode_step_kernel(
                 ready,
                 (Status, layer * 8 + 1, limit),
                 (layer_heads, H * D, KV * D, (H // KV) * D, D),
+                Trace,
                 EPILOGUE=store_linear,
                 ARRIVE=_arrive_heads,
                 BIAS=True,
@@ -193,10 +197,10 @@ def _decode_step_kernel(
             Part, Counters, splits = partial
             layer_partial = (Part + layer * S_PART, Counters, splits)
             _attention(pid, P, g, n_items, SPLITS, (qkv, QN, D, 1), keys, values, (attn, C, D, 1), layer_partial,
-                       NextLengths, wait, att_sizes, counters, ATT=ATT, LLAMA=LLAMA)  # fmt: skip
+                       NextLengths, wait, att_sizes, counters, Trace, ATT=ATT, LLAMA=LLAMA)  # fmt: skip
         else:
             _attention(pid, P, g, n_items, SPLITS, (qkv, QN, D, 1), keys, values, (attn, C, D, 1), None,
-                       NextLengths, wait, att_sizes, counters, ATT=ATT, LLAMA=LLAMA)  # fmt: skip
+                       NextLengths, wait, att_sizes, counters, Trace, ATT=ATT, LLAMA=LLAMA)  # fmt: skip
         g += n_items
         g = _projection(
             pid,
@@ -210,6 +214,7 @@ def _decode_step_kernel(
             (counters, n_items),
             (Status, layer * 8 + 3, limit),
             (counters + 1, 0, 0, 0, 0),
+            Trace,
             EPILOGUE=store_linear,
             ARRIVE=_arrive_count,
             BIAS=not LLAMA,
@@ -234,6 +239,7 @@ def _decode_step_kernel(
             (counters + 1, tl.cdiv(C, BN_O)),
             (Status, layer * 8 + 4, limit),
             (counters + 2, 0, 0, 0, 0),
+            Trace,
             EPILOGUE=store_swiglu if LLAMA else store_gelu,
             ARRIVE=_arrive_count,
             BIAS=not LLAMA,
@@ -258,6 +264,7 @@ def _decode_step_kernel(
             (counters + 2, tl.cdiv(FN, BN_F)),
             (Status, layer * 8 + 5, limit),
             (counters + 3, 0, 0, 0, 0),
+            Trace,
             EPILOGUE=store_linear,
             ARRIVE=_arrive_count,
             BIAS=not LLAMA,
@@ -283,6 +290,7 @@ def _decode_step_kernel(
         ready,
         (Status, L * 8 + 6, limit),
         (Deps, 0, 0, 0, 0),
+        Trace,
         EPILOGUE=store_linear,
         ARRIVE=_arrive_none,
         BIAS=False,
@@ -331,23 +339,26 @@ def _layer_weights(layers, layer, eps, LLAMA: tl.constexpr, PARTS: tl.constexpr)
 
 
 @triton.jit
-def _attention(pid, P, g, n_items, SPLITS, query, keys, values, out, partial, NextLengths, wait, sizes, done,
+def _attention(pid, P, g, n_items, SPLITS, query, keys, values, out, partial, NextLengths, wait, sizes, done, Trace,
                ATT: tl.constexpr, LLAMA: tl.constexpr):  # fmt: skip
     """This program's attention items of a layer, those from task g on, each arriving at done when it is done."""
     for item in range(_first(pid, P, g), n_items, P):
+        _mark(Trace, g + item, 0)
         pair, split = tl.cast(item // SPLITS, tl.int64), item % SPLITS
-        _attend(pair, split, query, keys, values, out, partial, NextLengths, wait, sizes, ATT=ATT, LLAMA=LLAMA)
+        _attend(pair, split, query, keys, values, out, partial, NextLengths, wait, sizes, (Trace, g + item), ATT=ATT,
+                LLAMA=LLAMA)  # fmt: skip
         barrier.arrive(done, 0)
+        _mark(Trace, g + item, 2)
 
 
 @triton.jit
-def _attend(pair, split, query, keys, values, out, partial, NextLengths, wait, sizes, ATT: tl.constexpr,
+def _attend(pair, split, query, keys, values, out, partial, NextLengths, wait, sizes, trace, ATT: tl.constexpr,
             LLAMA: tl.constexpr):  # fmt: skip
     """One attention item, split `split` of (sequence, key/value head) pair `pair`: what it reads before its wait
     (the lengths, the cache rows of earlier steps), the wait for the c_attn tiles of its head (wait = (the layer's
     head counters, each head's count, Status, code, limit)), then decode attention's item (GPT-2) or grouped
     decode attention's (a Llama: the group's query heads over one key/value head). sizes = (M, H, KV, keys per
-    split, the cache's positions, the scores' scale)."""
+    split, the cache's positions, the scores' scale); trace = (Trace, the task's index)."""
     BLOCK_N: tl.constexpr = ATT[0]
     BLOCK_S: tl.constexpr = ATT[1]
     BLOCK_D: tl.constexpr = ATT[2]
@@ -372,6 +383,7 @@ def _attend(pair, split, query, keys, values, out, partial, NextLengths, wait, s
             ONE_TILE=EARLY,
         )
         barrier.wait_count(Heads + g, tl.load(HeadNeeds + g), Status, code, limit)
+        _mark(trace[0], trace[1], 1)
         if partial is not None:
             Part, Counters, splits = partial
             _group(pair, split, M * KV, query, keys, values, out, early, (Part, splits), Counters, KV, H // KV, CHUNK,
@@ -382,6 +394,7 @@ def _attend(pair, split, query, keys, values, out, partial, NextLengths, wait, s
     else:
         early = early_rows(keys, values, NextLengths, pair, split, H, CHUNK, HEAD_DIM, BLOCK_N, BLOCK_D, PREFETCH=EARLY)
         barrier.wait_count(Heads + g, tl.load(HeadNeeds + g), Status, code, limit)
+        _mark(trace[0], trace[1], 1)
         attend_item(
             pair,
             split,
@@ -470,7 +483,20 @@ def _first(pid, P, g):
 
 @triton.jit
 def _embed(
-    pid, P, Ids, Positions, Wte, Wpe, X, M, C, Deps, ROWS: tl.constexpr, BN: tl.constexpr, ADD_POSITIONS: tl.constexpr
+    pid,
+    P,
+    Ids,
+    Positions,
+    Wte,
+    Wpe,
+    X,
+    M,
+    C,
+    Deps,
+    Trace,
+    ROWS: tl.constexpr,
+    BN: tl.constexpr,
+    ADD_POSITIONS: tl.constexpr,
 ):
     """The embedding's tasks: column tiles of x = wte[ids] (+ wpe[positions] with ADD_POSITIONS, as
     kernels.elementwise.embedding adds them); each arrives at Deps[0]. Returns the next task's index."""
@@ -480,6 +506,8 @@ def _embed(
     pos = tl.load(Positions + rows, mask=row_mask, other=0).to(tl.int64)
     n = tl.cdiv(C, BN)
     for t in range(_first(pid, P, 0), n, P):
+        _mark(Trace, t, 0)
+        _mark(Trace, t, 1)  # nothing to wait for
         cols = t * BN + tl.arange(0, BN)
         mask = row_mask[:, None] & (cols < C)[None, :]
         x = tl.load(Wte + ids[:, None] * C + cols[None, :], mask=mask, other=0.0)
@@ -487,6 +515,7 @@ def _embed(
             x += tl.load(Wpe + pos[:, None] * C + cols[None, :], mask=mask, other=0.0)
         tl.store(X + rows[:, None] * C + cols[None, :], x, mask=mask)
         barrier.arrive(Deps, 0)
+        _mark(Trace, t, 2)
     return n
 
 
@@ -503,6 +532,7 @@ def _projection(
     ready,
     fault,
     done,
+    Trace,
     EPILOGUE: tl.constexpr,
     ARRIVE: tl.constexpr,
     BIAS: tl.constexpr,
@@ -529,11 +559,13 @@ def _projection(
     n = tl.cdiv(N, BN)
     first = _first(pid, P, g)
     for t in range(first, n, P):
+        _mark(Trace, g + t, 0)
         w_slice = load_slice(
             t, 0, (W, K, 1), N, K, K, rope=rope, BLOCK_N=BN, HEAD_K=HEAD_K, TAIL_K=TAIL_K, SWIGLU=SWIGLU
         )
         if t == first:  # the input is whole once: later tiles of this program find the count met
             barrier.wait_count(Counter, count, Status, code, limit)
+        _mark(Trace, g + t, 1)
         acc = slice_times(
             w_slice,
             0,
@@ -567,7 +599,15 @@ def _projection(
             BLOCK_N=BN,
         )
         ARRIVE(done, t, BN)
+        _mark(Trace, g + t, 2)
     return g + n
+
+
+@triton.jit
+def _mark(Trace, task, at: tl.constexpr):
+    """With a Trace, stamp entry `at` of task `task` (0 started, 1 its inputs ready, 2 arrived) on the global timer."""
+    if Trace is not None:
+        tl.store(Trace + tl.cast(task, tl.int64) * 3 + at, stamps.now())
 
 
 @triton.jit
@@ -693,14 +733,16 @@ def shape_of(step: Step, kv) -> Shape:
     )
 
 
-def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: int = 0, keep: bool = False):
+def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: int = 0, keep: bool = False, trace=None):
     """One decode step in one launch: ids (B,) the new tokens, step the model's parameters, kv = (k_cache, v_cache,
     lengths, next_lengths) with caches (L, B, KV, T_max, D): each token goes in at position lengths[b] and attends
     over next_lengths[b] = lengths[b] + 1 keys. Returns the logits (B, vocab).
 
     limit: polls before a wait gives up; head_needs_extra: added to head 0's count; keep: leave the counters as
     the step ends (tiles.counts), for a test to read (the last three for tests alone: a kept count hangs the next
-    step until its bound). Inside kernels.launch.stamping() every program stamps its start, end and SM."""
+    step until its bound). Inside kernels.launch.stamping() every program stamps its start, end and SM. trace: a
+    (tasks, 3) int64 tensor on the GPU (tiles.tasks counts them) in which every task stamps when it started, when
+    its inputs were ready and when it arrived, on the global timer (experiments/mega_profile.py)."""
     rows = _check(ids, step, kv)
     k_cache, v_cache, lengths, next_lengths = kv
     ids = ids.contiguous()  # a column of a batch of prompts is a strided view
@@ -708,6 +750,8 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
     like = step.wte
     device = like.device
     p = plan(rows, shape, k_cache.shape[3], like.dtype, device)
+    if trace is not None:
+        _check_trace(trace, sum(n for _, _, n in tasks(rows, shape, k_cache.shape[3], like.dtype, device)), device)
     n_layer, width, heads = shape.layers, shape.width, shape.heads
     logits = new_output(like, (rows, shape.vocab))
     s_x, s_qkv, s_hid = (region_stride(rows * w, like.element_size()) for w in (width, shape.qkv, shape.ffn))
@@ -740,8 +784,8 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
         (rows, width, heads, shape.kv_heads, shape.ffn, n_layer, shape.vocab, float(step.eps), limit, 0 if keep else 1),
     )
     kwargs = dict(**p.constexprs, LLAMA=shape.llama, num_warps=p.warps, num_stages=1)
-    _check_resident(args, kwargs, p.programs, device)
-    launch.plain(_decode_step_kernel)[(p.programs,)](*args, **kwargs)  # Stamps: handed by the launcher
+    _check_resident(args, kwargs, p.programs, device, traced=trace is not None)
+    launch.plain(_decode_step_kernel)[(p.programs,)](*args, Trace=trace, **kwargs)  # Stamps: handed by the launcher
     return logits
 
 
@@ -782,19 +826,29 @@ def fits(programs: int, resident: int, sms: int) -> None:
 _resident_checked: set = set()
 
 
-def _check_resident(args: tuple, kwargs: dict, programs: int, device) -> None:
+def _check_resident(args: tuple, kwargs: dict, programs: int, device, traced: bool = False) -> None:
     """On a GPU, once per specialisation: compile the launch (without running it) and hold its programs to the
     count the driver says one SM holds of it (kernels.occupancy.driver_resident)."""
     if device.type != "cuda":
         return
-    key = (device, programs, tuple(sorted(kwargs.items())))
+    key = (device, programs, traced, tuple(sorted(kwargs.items())))
     if key in _resident_checked:
         return
     from ...occupancy import driver_resident
 
-    compiled = _decode_step_kernel.warmup(*args, grid=(programs,), Stamps=None, **kwargs)
+    trace = torch.empty(1, dtype=torch.int64, device=device) if traced else None  # compiled alike whatever its size
+    compiled = _decode_step_kernel.warmup(*args, grid=(programs,), Trace=trace, Stamps=None, **kwargs)
     fits(programs, driver_resident(compiled), device_limits(device).num_sms)
     _resident_checked.add(key)
+
+
+def _check_trace(trace, count: int, device) -> None:
+    if device.type != "cuda":
+        raise ValueError(f"{NAME}: a trace reads the GPU's global timer: there is none in the interpreter")
+    if not isinstance(trace, torch.Tensor) or trace.dtype != torch.int64 or trace.device != device:
+        raise ValueError(f"{NAME}: trace must be an int64 tensor on {device}")
+    if not trace.is_contiguous() or trace.numel() < 3 * count:
+        raise ValueError(f"{NAME}: trace must be contiguous and hold 3 stamps for each of the step's {count} tasks")
 
 
 def _check(ids, step: Step, kv) -> int:

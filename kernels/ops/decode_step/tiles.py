@@ -188,11 +188,26 @@ def counts(rows: int, shape: Shape, max_len: int, dtype, device) -> tuple[list[i
     the embedding's tasks; per layer attention's items, then c_proj's, c_fc's and mlp.c_proj's tasks; the
     programs at the end; and each (layer, key/value head)'s runs of c_attn tiles."""
     p = plan(rows, shape, max_len, dtype, device)
-    t = p.tiles
-    c = shape.width
-    per_layer = [rows * shape.kv_heads * p.splits, cdiv(c, t["BN_O"]), cdiv(shape.fc, t["BN_F"]), cdiv(c, t["BN_P"])]
-    stages = [cdiv(c, t["BN_O"]), *per_layer * shape.layers, p.programs]
-    return stages, head_needs(shape, t["BN_A"]) * shape.layers
+    runs = tasks(rows, shape, max_len, dtype, device)
+    stages = [n for name, _, n in runs[:-1] if name != "c_attn"] + [p.programs]  # c_attn's arrive at the heads'
+    return stages, head_needs(shape, p.tiles["BN_A"]) * shape.layers
+
+
+def tasks(rows: int, shape: Shape, max_len: int, dtype, device) -> list[tuple[str, int, int]]:
+    """The step's task list as runs of one operation: (operation, layer (-1 outside the layers), tasks), in the
+    order the launch numbers them (task g runs on program g mod programs)."""
+    p = plan(rows, shape, max_len, dtype, device)
+    t, c = p.tiles, shape.width
+    out = [("embedding", -1, cdiv(c, t["BN_O"]))]
+    for layer in range(shape.layers):
+        out += [
+            ("c_attn", layer, cdiv(shape.qkv, t["BN_A"])),
+            ("attention", layer, rows * shape.kv_heads * p.splits),
+            ("c_proj", layer, cdiv(c, t["BN_O"])),
+            ("c_fc", layer, cdiv(shape.fc, t["BN_F"])),
+            ("mlp.c_proj", layer, cdiv(c, t["BN_P"])),
+        ]
+    return out + [("lm_head", -1, cdiv(shape.vocab, t["BN_H"]))]
 
 
 def traffic(lengths, shape: Shape, max_len: int, itemsize: int, *, dtype=torch.float16, device="cpu") -> Traffic:
