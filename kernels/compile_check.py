@@ -146,7 +146,8 @@ def build(fn, args: tuple, kwargs: dict, arch: int):
 def compile_for(arch: int, dtypes, stamped: bool = False):
     """Yield (dtype, name, shared bytes used, estimate, PTX) for every recorded launch, compiled for arch; raises
     if a kernel fails to build. Runs where the CPU stands for that GPU (config.STANDS_FOR). stamped: each kernel's
-    variant that writes its programs' times and SMs (kernels.stamps), handed a buffer as stamping() hands it."""
+    variant that writes its programs' times and SMs (kernels.stamps), handed a buffer as stamping() hands it (and
+    the megakernel's trace, as its tasks' stamps)."""
     import torch
 
     from .config import device_limits
@@ -160,6 +161,8 @@ def compile_for(arch: int, dtypes, stamped: bool = False):
         for name, fn, args, kwargs, grid in launches(dtype):
             if stamped and "Stamps" in fn.arg_names:
                 kwargs = kwargs | {"Stamps": torch.zeros(1024, dtype=torch.int64)}
+                if "Trace" in fn.arg_names:  # the megakernel's tasks stamp themselves as well while stamping
+                    kwargs["Trace"] = torch.zeros(1024, dtype=torch.int64)
             k = build(fn, args, kwargs, arch)
             held = _all_resident(fn, args, kwargs, grid, k, arch)
             name = f"{name} ({fn.__name__})"

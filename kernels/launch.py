@@ -275,6 +275,20 @@ class Stamping:
     def __init__(self, buffer: Tensor):
         self.buffer, self.used, self.launches = buffer, 0, []
         self.operations = [""]  # the operation launching now, where a caller keeps it up to date
+        # (the launch they belong to, their first slot, what the kernel says they are): a kernel whose tasks stamp
+        # themselves as well (the megakernel rung's, kernels.ops.decode_step's trace), each task one slot
+        self.tasks: list[tuple[int, int, object]] = []
+
+    def task_slots(self, count: int, what) -> Tensor:
+        """`count` slots for the tasks of the launch made next, `what` kept beside them (its task list)."""
+        from .stamps import SLOT
+
+        if (self.used + count) * SLOT > self.buffer.numel():
+            raise ValueError(f"stamping: {count} tasks do not fit the buffer after {self.used} others")
+        self.tasks.append((len(self.launches), self.used, what))
+        at = self.buffer[self.used * SLOT : (self.used + count) * SLOT]
+        self.used += count
+        return at
 
     def slot(self, fn, grid) -> Tensor:
         from .stamps import SLOT
@@ -293,6 +307,12 @@ class Stamping:
 
 
 _stamping: Stamping | None = None
+
+
+def task_stamps(count: int, what) -> Tensor | None:
+    """While stamping, the buffer's slots for `count` tasks of the launch made next (three int64s each: kernels.stamps'
+    SLOT), with `what` kept beside them; else None."""
+    return None if _stamping is None else _stamping.task_slots(count, what)
 
 
 def _stamps(fn, grid) -> Tensor | None:

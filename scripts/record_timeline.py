@@ -5,9 +5,10 @@ GPU, for visitors without one (explorer.measure.timeline; the kernels' stamps, k
 
 Each step is a decode step in bfloat16 at `context` tokens of cache, batch 1, replayed from a CUDA graph (as
 the app runs it on a GPU) and launched eagerly from the host, the rung's kernels each writing their programs'
-start, end and SM; beside it the step's time with and without the stamps (CUDA events, median of 20) and the
-checks a timeline must pass (every program of every grid stamped, the span inside the step). The file holds
-every program's interval.
+start, end and SM (and at the megakernel rung every task its start, its inputs ready and its end); beside it the
+step's time with and without the stamps (CUDA events, median of 20) and the checks a timeline must pass (every
+program of every grid stamped, the span inside the step, every task inside its program). The file holds every
+program's interval and every task's.
 """
 
 import argparse
@@ -61,6 +62,7 @@ def main():
                     stamped_ms=got["stamped_ms"],
                     problems=got["problems"],
                     programs=frame.to_dict(orient="list"),
+                    **({"tasks": got["tasks"].to_dict(orient="list")} if len(got["tasks"]) else {}),
                 )
             )
     meta = recordings.stamp("python scripts/record_timeline.py")

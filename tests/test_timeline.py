@@ -102,6 +102,58 @@ def test_the_chart_draws_each_kernel_on_its_sms_and_says_the_idle_share():
     assert f"2 launches in 1.0 us, SMs idle {idle:.0%} of it" in fig.layout.title.text
 
 
+# a megakernel-like launch after LAUNCHES: 2 programs (slots 4-5), then its 5 tasks' stamps (slots 6-10)
+STEP = ("_decode_step_kernel", (2, 1, 1), 4, "step")
+RUNS = [("embedding", -1, 2), ("c_attn", 0, 3)]
+TASKS = [(2, 6, (RUNS, 2))]
+
+
+def _step_buffer(task_stamps):
+    values = buffer([(1000, 1400, 3), (1100, 1300, 7), (1500, 2000, 3), (1500, 1900, 0), (2000, 3000, 5)])
+    values = np.concatenate([values, buffer([(2000, 2900, 6)])])
+    return np.concatenate([values, np.array(task_stamps, dtype=np.int64).reshape(-1)])
+
+
+GOOD = [(2000, 2000, 2100), (2000, 2000, 2200), (2100, 2400, 2600), (2200, 2500, 2700), (2600, 2800, 2900)]
+
+
+def test_the_megakernels_tasks_read_back_on_their_programs_sms_from_the_step_origin():
+    values = _step_buffer(GOOD)
+    frame = timeline.intervals([*LAUNCHES, STEP], values)
+    tasks = timeline.task_intervals(TASKS, values, frame)
+    assert list(tasks.operation) == ["embedding"] * 2 + ["c_attn"] * 3 and list(tasks.layer) == [-1, -1, 0, 0, 0]
+    assert list(tasks.program) == [0, 1, 0, 1, 0] and list(tasks.sm) == [5, 6, 5, 6, 5]  # task g on program g mod 2
+    assert list(tasks.start_ns) == [1000, 1000, 1100, 1200, 1600]
+    assert list(tasks.ready_ns) == [1000, 1000, 1400, 1500, 1800]
+    assert list(tasks.end_ns) == [1100, 1200, 1600, 1700, 1900] and tasks.stamped.all()
+    assert timeline.check(frame, [*LAUNCHES, STEP], window_ns=2000, tasks=tasks) == []
+
+
+def test_the_checks_name_a_task_unstamped_or_outside_its_program():
+    bad = [*GOOD[:3], (0, 0, 0), (2600, 2800, 3100)]  # task 3 never stamped; task 4 ends after its program (3000)
+    values = _step_buffer(bad)
+    frame = timeline.intervals([*LAUNCHES, STEP], values)
+    tasks = timeline.task_intervals(TASKS, values, frame)
+    assert timeline.check(frame, [*LAUNCHES, STEP], window_ns=2000, tasks=tasks) == [
+        "1 tasks without a start, a ready and an end in that order",
+        "2 tasks outside the interval of the program that ran them",
+    ]
+
+
+def test_the_chart_draws_the_megakernels_tasks_waiting_in_grey_and_working_by_operation():
+    values = _step_buffer(GOOD)
+    frame = timeline.intervals([*LAUNCHES, STEP], values)
+    tasks = timeline.task_intervals(TASKS, values, frame)
+    fig = timeline_figure(frame, sms=8, tasks=tasks)
+    assert [t.name for t in fig.data] == ["layer_norm", "decode_merge", "waiting", "embedding", "c_attn"]
+    waiting, c_attn = fig.data[2], fig.data[4]
+    assert list(waiting.x[6:9]) == [1.1, 1.4, None] and list(waiting.y[6:9]) == [5, 5, None]
+    assert "c_attn (layer 0), task 2 on program 0, SM 5: waiting 0.30 us for every task of" in waiting.text[6]
+    assert list(c_attn.x[:3]) == [1.4, 1.6, None]
+    waited = (0 + 0 + 300 + 300 + 200) / (1000 + 900)  # the tasks' waits over the step launch's program time
+    assert f"the megakernel's tasks waiting {waited:.0%} of its programs' time" in fig.layout.title.text
+
+
 def test_stamping_is_refused_where_there_are_no_sms_and_no_launch_is_stamped_outside_it():
     with pytest.raises(ValueError, match="the interpreter has no global timer and no SMs"):
         with launch.stamping(torch.zeros(30, dtype=torch.int64)):
@@ -129,8 +181,19 @@ def test_a_stamped_decode_step_stamps_every_program_once(name, fusion, graph, gp
     assert got["stamped_ms"] > 0 and got["step_ms"] > 0
     if graph:
         assert got["stamped_ms"] <= 1.5 * got["step_ms"] + 0.02, (got["stamped_ms"], got["step_ms"])
-    frame = got["frame"]
+    frame, tasks = got["frame"], got["tasks"]
     assert set(frame.sm) <= set(range(got["sms"]))
+    if fusion == "megakernel":  # every task of the step stamped itself, inside its program (check() above)
+        from explorer.model.cache import KVCache
+        from kernels.ops.decode_step import plan, shape_of
+        from kernels.ops.decode_step import tasks as task_list
+
+        cache = KVCache.for_model(model, 1, 102)  # as record() makes it: context + 2 positions
+        shape = shape_of(model.step_parts(), (cache.k, cache.v))
+        assert len(tasks) == sum(n for _, _, n in task_list(1, shape, 102, torch.bfloat16, model.device))
+        assert tasks.program.max() < plan(1, shape, 102, torch.bfloat16, model.device).programs
+    else:
+        assert tasks.empty
     for _, launch_rows in frame.groupby("launch"):
         assert timeline.most_at_once(launch_rows) <= 32  # the most programs an SM of these GPUs holds
 

@@ -12,11 +12,27 @@ from .plots import layout
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac"]
 
 
-def timeline_figure(frame, sms: int, note: str = "") -> go.Figure:
+# What each of the megakernel's operations waits for before its tasks can start (kernels.ops.decode_step)
+WAITS_FOR = {
+    "embedding": "nothing",
+    "c_attn": "every task of the operation before (a norm needs whole rows)",
+    "attention": "the c_attn tiles of its own key/value head",
+    "c_proj": "every attention item of the layer",
+    "c_fc": "every c_proj task (a norm needs whole rows)",
+    "mlp.c_proj": "every c_fc task (all of its input's columns)",
+    "lm_head": "the last layer's mlp.c_proj tasks (a norm needs whole rows)",
+}
+WAITING = "#c7c7c7"
+
+
+def timeline_figure(frame, sms: int, note: str = "", tasks=None) -> go.Figure:
     """SMs (y) against microseconds from the step's first program (x); one trace per kernel, its programs as
-    line segments (one WebGL trace draws thousands)."""
+    line segments (one WebGL trace draws thousands). Where a launch's tasks stamped themselves (tasks: the
+    megakernel's, explorer.measure.timeline.task_intervals), its programs are drawn as their tasks instead: each
+    task's wait in grey, its work coloured by operation, so a bar that looks busy says what it waited for."""
     fig = go.Figure()
-    for i, (kernel, on) in enumerate(frame.groupby("kernel", sort=False)):
+    traced = set(tasks.launch) if tasks is not None and len(tasks) else set()
+    for i, (kernel, on) in enumerate(frame[~frame.launch.isin(traced)].groupby("kernel", sort=False)):
         xs, ys, hover = [], [], []
         for r in on.itertuples(index=False):
             a, b = r.start_ns / 1e3, r.end_ns / 1e3
@@ -24,21 +40,58 @@ def timeline_figure(frame, sms: int, note: str = "") -> go.Figure:
             xs += [a, b, None]
             ys += [r.sm, r.sm, None]
             hover += [text, text, None]
-        fig.add_trace(
-            go.Scattergl(
-                x=xs,
-                y=ys,
-                mode="lines",
-                line=dict(width=4, color=PALETTE[i % len(PALETTE)]),
-                name=kernel,
-                text=hover,
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )
+        fig.add_trace(_segments(xs, ys, hover, kernel, PALETTE[i % len(PALETTE)]))
+    waiting = _tasks(fig, tasks, frame) if traced else None
     idle = idle_share(frame, sms)
     launches = frame.launch.nunique() if len(frame) else 0
     span = (frame.end_ns.max() - frame.start_ns.min()) / 1e3 if len(frame) else 0.0
     title = f"One decode step on {sms} SMs: {launches} launches in {span:.1f} us, SMs idle {idle:.0%} of it"
+    if waiting is not None:
+        title += f"; the megakernel's tasks waiting {waiting:.0%} of its programs' time"
     layout(fig, title, "microseconds from the step's first program", "SM", note, plot_px=360, width=900)
     fig.update_yaxes(range=[-1, sms])
     return fig
+
+
+def _tasks(fig: go.Figure, tasks, frame) -> float:
+    """Each task as two segments on its SM: its wait (start to ready) in grey, its work (ready to end) in its
+    operation's colour. Returns the waits' share of the traced launches' program time."""
+    xs, ys, hover = [], [], []
+    for t in tasks.itertuples(index=False):
+        a, b = t.start_ns / 1e3, t.ready_ns / 1e3
+        text = (
+            f"{_name(t)}, task {t.task} on program {t.program}, SM {t.sm}: waiting {b - a:.2f} us for "
+            f"{WAITS_FOR.get(t.operation, 'the tasks before it')}"
+        )
+        xs += [a, b, None]
+        ys += [t.sm, t.sm, None]
+        hover += [text, text, None]
+    fig.add_trace(_segments(xs, ys, hover, "waiting", WAITING))
+    for i, (operation, on) in enumerate(tasks.groupby("operation", sort=False)):
+        xs, ys, hover = [], [], []
+        for t in on.itertuples(index=False):
+            a, b = t.ready_ns / 1e3, t.end_ns / 1e3
+            text = f"{_name(t)}, task {t.task} on program {t.program}, SM {t.sm}: working {a:.2f}-{b:.2f} us"
+            xs += [a, b, None]
+            ys += [t.sm, t.sm, None]
+            hover += [text, text, None]
+        fig.add_trace(_segments(xs, ys, hover, operation, PALETTE[(i + 1) % len(PALETTE)]))
+    programs = frame[frame.launch.isin(set(tasks.launch))]
+    held = float((programs.end_ns - programs.start_ns).sum())
+    return float((tasks.ready_ns - tasks.start_ns).sum()) / held if held > 0 else 0.0
+
+
+def _name(t) -> str:
+    return t.operation if t.layer < 0 else f"{t.operation} (layer {t.layer})"
+
+
+def _segments(xs, ys, hover, name: str, color: str) -> go.Scattergl:
+    return go.Scattergl(
+        x=xs,
+        y=ys,
+        mode="lines",
+        line=dict(width=4, color=color),
+        name=name,
+        text=hover,
+        hovertemplate="%{text}<extra></extra>",
+    )

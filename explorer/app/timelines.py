@@ -17,7 +17,7 @@ FORMAT = 1
 @dataclass
 class Timelines:
     meta: dict
-    steps: list[dict]  # model, fusion, graph, context, dtype, sms, step_ms, stamped_ms, problems, programs
+    steps: list[dict]  # model, fusion, graph, context, dtype, sms, step_ms, stamped_ms, problems, programs[, tasks]
 
     def find(self, model: str, fusion: str) -> dict | None:
         """The recorded step of `model` at `fusion`: its graph replay where there is one, else its eager step."""
@@ -52,9 +52,14 @@ def figure(model: str, fusion: str, folder=None):
         models = sorted({s["model"] for s in rec.steps})
         return None, f"A timeline is recorded for {', '.join(models)} at each Triton rung: pick one of them."
     how = "replayed from a CUDA graph" if step.get("graph") else "launched eagerly, each kernel from the host"
+    tasks = pd.DataFrame(step["tasks"]) if step.get("tasks") else None
+    stamped = "every program stamping its start, end and SM"
+    if tasks is not None:
+        stamped += ", every task of the megakernel its start, its inputs ready and its end"
     note = (
         f"{rec.meta['gpu']}, recorded {str(rec.meta['date'])[:10]}: {step['model']} at the {step['fusion']} rung, "
         f"{step['dtype']}, batch 1, {step['context']} tokens of cache, {how}; the step took {step['step_ms']:.3f} ms "
-        f"({step['stamped_ms']:.3f} ms with every program stamping its start, end and SM). Hover a bar: its program."
+        f"({step['stamped_ms']:.3f} ms with {stamped}). Hover a bar: its "
+        + ("task, and what it waits for." if tasks is not None else "program.")
     )
-    return timeline_figure(pd.DataFrame(step["programs"]), step["sms"], note), None
+    return timeline_figure(pd.DataFrame(step["programs"]), step["sms"], note, tasks), None

@@ -2,6 +2,7 @@
 the stamps the kernels write when asked (kernels.stamps, kernels.launch.stamping), on a GPU only.
 
     intervals(launches, values)   the stamping buffer read back, one row per program
+    task_intervals(tasks, ...)    the megakernel's tasks read back from the same buffer, one row per task
     idle_share(frame, sms)        SM-time inside no program over the step's window, as a fraction
     most_at_once(frame)           the most programs one SM ran at the same time
     running(frame)                programs and busy SMs over the step, at even instants
@@ -33,18 +34,59 @@ def intervals(launches: list[tuple], values: np.ndarray) -> pd.DataFrame:
             rows.append((i, operation, kernel.strip("_").removesuffix("_kernel"), p, int(sm), int(start), int(end)))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["stamped"] = (frame.start_ns > 0) & (frame.end_ns >= frame.start_ns)
-    if frame.stamped.any():
-        origin = frame.start_ns[frame.stamped].min()
-        frame["start_ns"] -= origin
-        frame["end_ns"] -= origin
+    origin = int(frame.start_ns[frame.stamped].min()) if frame.stamped.any() else 0
+    frame["start_ns"] -= origin
+    frame["end_ns"] -= origin
+    frame.attrs["origin_ns"] = origin
     return frame
 
 
-def check(frame: pd.DataFrame, launches: list[tuple], window_ns: float | None = None) -> list[str]:
+TASK_COLUMNS = ["launch", "task", "operation", "layer", "program", "sm", "start_ns", "ready_ns", "end_ns"]
+
+
+def task_intervals(tasks: list[tuple], values: np.ndarray, frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per task of each launch whose tasks stamped themselves: tasks as kernels.launch.Stamping keeps them
+    ((launch, first slot, (task list, programs)), the task list as kernels.ops.decode_step.tasks gives it), values
+    the stamping buffer, frame the launches' programs (intervals()), whose origin the times share. Task g ran on
+    program g mod programs; its three stamps are its start, its inputs ready (its wait met) and its arrival."""
+    rows = []
+    origin = frame.attrs.get("origin_ns", 0)
+    for launch, first, (runs, programs) in tasks:
+        on = frame[frame.launch == launch].set_index("program").sm
+        total = sum(n for _, _, n in runs)
+        block = values[first * SLOT : (first + total) * SLOT].reshape(total, SLOT)
+        g = 0
+        for operation, layer, n in runs:
+            for task in range(g, g + n):
+                start, ready, end = (int(v) for v in block[task, :3])
+                rows.append((launch, task, operation, layer, task % programs, int(on.get(task % programs, -1)),
+                             start, ready, end))  # fmt: skip
+            g += n
+    out = pd.DataFrame(rows, columns=TASK_COLUMNS)
+    out["stamped"] = (out.start_ns > 0) & (out.ready_ns >= out.start_ns) & (out.end_ns >= out.ready_ns)
+    for column in ("start_ns", "ready_ns", "end_ns"):
+        out[column] -= origin
+    return out
+
+
+def check(
+    frame: pd.DataFrame, launches: list[tuple], window_ns: float | None = None, tasks: pd.DataFrame | None = None
+) -> list[str]:
     """What is wrong with a timeline, if anything: a program that wrote no stamp or ended before it started, a
     launch with another count of programs than its grid, a span from first start to last end longer than the
-    step's window_ns (CUDA events around it)."""
+    step's window_ns (CUDA events around it); a task without its three stamps in order, or outside its program."""
     problems = []
+    if tasks is not None and len(tasks):
+        if (~tasks.stamped).any():
+            problems.append(f"{int((~tasks.stamped).sum())} tasks without a start, a ready and an end in that order")
+        ran = frame.set_index(["launch", "program"])
+        inside = [
+            ran.start_ns.get((t.launch, t.program), np.inf) <= t.start_ns and t.end_ns <= ran.end_ns.get(
+                (t.launch, t.program), -np.inf)
+            for t in tasks.itertuples(index=False)
+        ]  # fmt: skip
+        if not all(inside):
+            problems.append(f"{inside.count(False)} tasks outside the interval of the program that ran them")
     for i, (kernel, dims, _, _) in enumerate(launches):
         got = int((frame.launch == i).sum())
         if got != dims[0] * dims[1] * dims[2]:
@@ -108,11 +150,11 @@ def running(frame: pd.DataFrame, points: int = 400) -> pd.DataFrame:
 
 def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: bool = False, tiles=None) -> dict:
     """One decode step of `model` (a GPU model at its rung, at `tiles`: explorer.model.ops.Tiles, None for the
-    defaults) at `context` tokens, stamped: {"frame": intervals,
-    "launches", "problems": check(), "step_ms": the median step without stamps, "stamped_ms": with them, "sms",
-    "graph"}. Eager: each launch from the host; graph: a CUDA-graph replay of the step (kernels.launch.stamping
-    around the capture bakes each launch's slice of the buffer into the graph). Both variants run before any
-    timing, so nothing compiles while timed."""
+    defaults) at `context` tokens, stamped: {"frame": intervals, "tasks": task_intervals (empty but at the
+    megakernel rung), "launches", "problems": check(), "step_ms": the median step without stamps, "stamped_ms": with
+    them, "sms", "graph"}. Eager: each launch from the host; graph: a CUDA-graph replay of the step
+    (kernels.launch.stamping around the capture bakes each launch's slice of the buffer into the graph). Both
+    variants run before any timing, so nothing compiles while timed."""
     import torch
 
     from kernels import launch
@@ -138,7 +180,7 @@ def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: boo
         with launch.stamping(buffer) as s:
             s.operations = operation
             out = model.decode(token, cache, tiles=tiles, observer=observe)
-        return out, s.launches
+        return out, (s.launches, s.tasks)
 
     if graph:
         cache.set_lengths([context] * batch)
@@ -151,6 +193,7 @@ def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: boo
         warm, captured = s.launches[:half], s.launches[half:]
         if [w[:2] for w in warm] != [c[:2] for c in captured]:
             raise RuntimeError("the captured step launched other kernels than its warm-up: its stamps cannot be read")
+        captured = (captured, [(at - half, first, what) for at, first, what in s.tasks if at >= half])
 
     def step(stamped: bool):
         cache.set_lengths([context] * batch)  # the same position every time
@@ -178,16 +221,19 @@ def record(model, *, context: int, batch: int = 1, repeats: int = 20, graph: boo
     buffer.zero_()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
-    launches = step(True)
+    launches, kept = step(True)
     end.record()
     torch.cuda.synchronize()
-    frame = intervals(launches, buffer.cpu().numpy())
+    values = buffer.cpu().numpy()
+    frame = intervals(launches, values)
+    tasks = task_intervals(kept, values, frame)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     window = begin.elapsed_time(end) * 1e6
     return dict(
         frame=frame,
+        tasks=tasks,
         launches=launches,
-        problems=check(frame, launches, window),
+        problems=check(frame, launches, window, tasks),
         step_ms=plain_ms,
         stamped_ms=stamped_ms,
         sms=sms,

@@ -740,9 +740,10 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
 
     limit: polls before a wait gives up; head_needs_extra: added to head 0's count; keep: leave the counters as
     the step ends (tiles.counts), for a test to read (the last three for tests alone: a kept count hangs the next
-    step until its bound). Inside kernels.launch.stamping() every program stamps its start, end and SM. trace: a
-    (tasks, 3) int64 tensor on the GPU (tiles.tasks counts them) in which every task stamps when it started, when
-    its inputs were ready and when it arrived, on the global timer (experiments/mega_profile.py)."""
+    step until its bound). trace: a (tasks, 3) int64 tensor on the GPU (tiles.tasks counts them) in which every
+    task stamps when it started, when its inputs were ready and when it arrived, on the global timer. Inside
+    kernels.launch.stamping() every program stamps its start, end and SM, and (with no trace given) every task its
+    three in the stamping buffer, its task list kept beside (explorer.measure.timeline)."""
     rows = _check(ids, step, kv)
     k_cache, v_cache, lengths, next_lengths = kv
     ids = ids.contiguous()  # a column of a batch of prompts is a strided view
@@ -750,8 +751,11 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
     like = step.wte
     device = like.device
     p = plan(rows, shape, k_cache.shape[3], like.dtype, device)
+    runs = tasks(rows, shape, k_cache.shape[3], like.dtype, device)
+    if trace is None:  # inside kernels.launch.stamping() the tasks stamp themselves as well
+        trace = launch.task_stamps(sum(n for _, _, n in runs), (runs, p.programs))
     if trace is not None:
-        _check_trace(trace, sum(n for _, _, n in tasks(rows, shape, k_cache.shape[3], like.dtype, device)), device)
+        _check_trace(trace, sum(n for _, _, n in runs), device)
     n_layer, width, heads = shape.layers, shape.width, shape.heads
     logits = new_output(like, (rows, shape.vocab))
     s_x, s_qkv, s_hid = (region_stride(rows * w, like.element_size()) for w in (width, shape.qkv, shape.ffn))
