@@ -33,14 +33,8 @@ def timeline_figure(frame, sms: int, note: str = "", tasks=None) -> go.Figure:
     fig = go.Figure()
     traced = set(tasks.launch) if tasks is not None and len(tasks) else set()
     for i, (kernel, on) in enumerate(frame[~frame.launch.isin(traced)].groupby("kernel", sort=False)):
-        xs, ys, hover = [], [], []
-        for r in on.itertuples(index=False):
-            a, b = r.start_ns / 1e3, r.end_ns / 1e3
-            text = f"{r.operation or kernel}: program {r.program} on SM {r.sm}, {a:.2f}-{b:.2f} us"
-            xs += [a, b, None]
-            ys += [r.sm, r.sm, None]
-            hover += [text, text, None]
-        fig.add_trace(_segments(xs, ys, hover, kernel, PALETTE[i % len(PALETTE)]))
+        text = lambda r, a, b, k=kernel: f"{r.operation or k}: program {r.program} on SM {r.sm}, {a:.2f}-{b:.2f} us"
+        fig.add_trace(_segments(on, "start_ns", "end_ns", text, kernel, PALETTE[i % len(PALETTE)]))
     waiting = _tasks(fig, tasks, frame) if traced else None
     idle = idle_share(frame, sms)
     launches = frame.launch.nunique() if len(frame) else 0
@@ -56,26 +50,19 @@ def timeline_figure(frame, sms: int, note: str = "", tasks=None) -> go.Figure:
 def _tasks(fig: go.Figure, tasks, frame) -> float:
     """Each task as two segments on its SM: its wait (start to ready) in grey, its work (ready to end) in its
     operation's colour. Returns the waits' share of the traced launches' program time."""
-    xs, ys, hover = [], [], []
-    for t in tasks.itertuples(index=False):
-        a, b = t.start_ns / 1e3, t.ready_ns / 1e3
-        text = (
+
+    def waits(t, a, b):
+        return (
             f"{_name(t)}, task {t.task} on program {t.program}, SM {t.sm}: waiting {b - a:.2f} us for "
             f"{WAITS_FOR.get(t.operation, 'the tasks before it')}"
         )
-        xs += [a, b, None]
-        ys += [t.sm, t.sm, None]
-        hover += [text, text, None]
-    fig.add_trace(_segments(xs, ys, hover, "waiting", WAITING))
+
+    def works(t, a, b):
+        return f"{_name(t)}, task {t.task} on program {t.program}, SM {t.sm}: working {a:.2f}-{b:.2f} us"
+
+    fig.add_trace(_segments(tasks, "start_ns", "ready_ns", waits, "waiting", WAITING))
     for i, (operation, on) in enumerate(tasks.groupby("operation", sort=False)):
-        xs, ys, hover = [], [], []
-        for t in on.itertuples(index=False):
-            a, b = t.ready_ns / 1e3, t.end_ns / 1e3
-            text = f"{_name(t)}, task {t.task} on program {t.program}, SM {t.sm}: working {a:.2f}-{b:.2f} us"
-            xs += [a, b, None]
-            ys += [t.sm, t.sm, None]
-            hover += [text, text, None]
-        fig.add_trace(_segments(xs, ys, hover, operation, PALETTE[(i + 1) % len(PALETTE)]))
+        fig.add_trace(_segments(on, "ready_ns", "end_ns", works, operation, PALETTE[(i + 1) % len(PALETTE)]))
     programs = frame[frame.launch.isin(set(tasks.launch))]
     held = float((programs.end_ns - programs.start_ns).sum())
     return float((tasks.ready_ns - tasks.start_ns).sum()) / held if held > 0 else 0.0
@@ -85,7 +72,16 @@ def _name(t) -> str:
     return t.operation if t.layer < 0 else f"{t.operation} (layer {t.layer})"
 
 
-def _segments(xs, ys, hover, name: str, color: str) -> go.Scattergl:
+def _segments(rows, start: str, end: str, text, name: str, color: str) -> go.Scattergl:
+    """One trace: each row a line segment from its `start` to its `end` column (ns, drawn in us) on its SM,
+    hovering text(row, a, b)."""
+    xs, ys, hover = [], [], []
+    for r in rows.itertuples(index=False):
+        a, b = getattr(r, start) / 1e3, getattr(r, end) / 1e3
+        label = text(r, a, b)
+        xs += [a, b, None]
+        ys += [r.sm, r.sm, None]
+        hover += [label, label, None]
     return go.Scattergl(
         x=xs,
         y=ys,
