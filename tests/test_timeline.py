@@ -151,7 +151,7 @@ def test_the_chart_draws_the_megakernels_tasks_waiting_in_grey_and_working_by_op
     assert "c_attn (layer 0), task 2 on program 0, SM 5: waiting 0.30 us for every task of" in waiting.text[6]
     assert list(c_attn.x[:3]) == [1.4, 1.6, None]
     waited = (0 + 0 + 300 + 300 + 200) / (1000 + 900)  # the tasks' waits over the step launch's program time
-    assert f"the megakernel's tasks waiting {waited:.0%} of its programs' time" in fig.layout.title.text
+    assert f"; tasks waiting {waited:.0%} of their programs' time" in fig.layout.title.text
 
 
 def test_stamping_is_refused_where_there_are_no_sms_and_no_launch_is_stamped_outside_it():

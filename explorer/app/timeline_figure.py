@@ -41,7 +41,7 @@ def timeline_figure(frame, sms: int, note: str = "", tasks=None) -> go.Figure:
     span = (frame.end_ns.max() - frame.start_ns.min()) / 1e3 if len(frame) else 0.0
     title = f"One decode step on {sms} SMs: {launches} launches in {span:.1f} us, SMs idle {idle:.0%} of it"
     if waiting is not None:
-        title += f"; the megakernel's tasks waiting {waiting:.0%} of its programs' time"
+        title += f"; tasks waiting {waiting:.0%} of their programs' time"
     layout(fig, title, "microseconds from the step's first program", "SM", note, plot_px=360, width=900)
     fig.update_yaxes(range=[-1, sms])
     return fig
