@@ -309,6 +309,11 @@ class Stamping:
 _stamping: Stamping | None = None
 
 
+def stamping_on() -> bool:
+    """Whether launches are being stamped (inside stamping())."""
+    return _stamping is not None
+
+
 def task_stamps(count: int, what) -> Tensor | None:
     """While stamping, the buffer's slots for `count` tasks of the launch made next (three int64s each: kernels.stamps'
     SLOT), with `what` kept beside them; else None."""

@@ -145,8 +145,7 @@ def faster(row: dict, again: dict) -> dict:
     steps = kept["steps"]
     if fast is not kept:  # the decode steps of one run, the prefill of the other (the same setting's kernels)
         steps = pd.concat([fast["steps"].query("phase == 'prefill'"), steps.query("phase != 'prefill'")])
-        steps = steps.sort_values("step", kind="stable") if "step" in steps else steps
-        steps = steps.reset_index(drop=True)
+        steps = steps.sort_values("step", kind="stable").reset_index(drop=True)
     summary = dict(
         kept["summary"],
         other_run_decode_ms=slowest,

@@ -35,7 +35,7 @@ def timeline_figure(frame, sms: int, note: str = "", tasks=None) -> go.Figure:
     for i, (kernel, on) in enumerate(frame[~frame.launch.isin(traced)].groupby("kernel", sort=False)):
         text = lambda r, a, b, k=kernel: f"{r.operation or k}: program {r.program} on SM {r.sm}, {a:.2f}-{b:.2f} us"
         fig.add_trace(_segments(on, "start_ns", "end_ns", text, kernel, PALETTE[i % len(PALETTE)]))
-    waiting = _tasks(fig, tasks, frame) if traced else None
+    waiting = _tasks(fig, tasks, frame[frame.launch.isin(traced)]) if traced else None
     idle = idle_share(frame, sms)
     launches = frame.launch.nunique() if len(frame) else 0
     span = (frame.end_ns.max() - frame.start_ns.min()) / 1e3 if len(frame) else 0.0
@@ -47,9 +47,9 @@ def timeline_figure(frame, sms: int, note: str = "", tasks=None) -> go.Figure:
     return fig
 
 
-def _tasks(fig: go.Figure, tasks, frame) -> float:
+def _tasks(fig: go.Figure, tasks, programs) -> float:
     """Each task as two segments on its SM: its wait (start to ready) in grey, its work (ready to end) in its
-    operation's colour. Returns the waits' share of the traced launches' program time."""
+    operation's colour. Returns the waits' share of the time of `programs`, the traced launches' programs."""
 
     def waits(t, a, b):
         return (
@@ -63,7 +63,6 @@ def _tasks(fig: go.Figure, tasks, frame) -> float:
     fig.add_trace(_segments(tasks, "start_ns", "ready_ns", waits, "waiting", WAITING))
     for i, (operation, on) in enumerate(tasks.groupby("operation", sort=False)):
         fig.add_trace(_segments(on, "ready_ns", "end_ns", works, operation, PALETTE[(i + 1) % len(PALETTE)]))
-    programs = frame[frame.launch.isin(set(tasks.launch))]
     held = float((programs.end_ns - programs.start_ns).sum())
     return float((tasks.ready_ns - tasks.start_ns).sum()) / held if held > 0 else 0.0
 

@@ -79,14 +79,11 @@ def check(
     if tasks is not None and len(tasks):
         if (~tasks.stamped).any():
             problems.append(f"{int((~tasks.stamped).sum())} tasks without a start, a ready and an end in that order")
-        ran = frame.set_index(["launch", "program"])
-        inside = [
-            ran.start_ns.get((t.launch, t.program), np.inf) <= t.start_ns and t.end_ns <= ran.end_ns.get(
-                (t.launch, t.program), -np.inf)
-            for t in tasks.itertuples(index=False)
-        ]  # fmt: skip
-        if not all(inside):
-            problems.append(f"{inside.count(False)} tasks outside the interval of the program that ran them")
+        ran = frame[["launch", "program", "start_ns", "end_ns"]]
+        on = tasks.merge(ran, on=["launch", "program"], how="left", suffixes=("", "_program"))
+        outside = ~((on.start_ns_program <= on.start_ns) & (on.end_ns <= on.end_ns_program))  # no program: outside
+        if outside.any():
+            problems.append(f"{int(outside.sum())} tasks outside the interval of the program that ran them")
     for i, (kernel, dims, _, _) in enumerate(launches):
         got = int((frame.launch == i).sum())
         if got != dims[0] * dims[1] * dims[2]:

@@ -751,11 +751,12 @@ def decode_step(ids, step: Step, kv, *, limit: int = LIMIT, head_needs_extra: in
     like = step.wte
     device = like.device
     p = plan(rows, shape, k_cache.shape[3], like.dtype, device)
-    runs = tasks(rows, shape, k_cache.shape[3], like.dtype, device)
-    if trace is None:  # inside kernels.launch.stamping() the tasks stamp themselves as well
-        trace = launch.task_stamps(sum(n for _, _, n in runs), (runs, p.programs))
-    if trace is not None:
-        _check_trace(trace, sum(n for _, _, n in runs), device)
+    if trace is not None or launch.stamping_on():  # inside kernels.launch.stamping() the tasks stamp themselves too
+        runs = tasks(rows, shape, k_cache.shape[3], like.dtype, device)
+        count = sum(n for _, _, n in runs)
+        if trace is None:
+            trace = launch.task_stamps(count, (runs, p.programs))
+        _check_trace(trace, count, device)
     n_layer, width, heads = shape.layers, shape.width, shape.heads
     logits = new_output(like, (rows, shape.vocab))
     s_x, s_qkv, s_hid = (region_stride(rows * w, like.element_size()) for w in (width, shape.qkv, shape.ffn))
