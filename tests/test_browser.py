@@ -108,8 +108,7 @@ def test_the_text_streams_token_by_token_and_stop_stops_it(browser, url):
     page.get_by_role("button", name="Generate", exact=True).click()
     page.wait_for_function("() => window.textChanges.length >= 3", timeout=240_000)
     page.get_by_role("button", name="Stop", exact=True).click()
-    _stopped(page, 60)
-    made = int(re.search(r"after (\d+) of 60", page.inner_text("#generate-status"))[1])
+    made = _stopped(page, 60)
     assert made < 60, "the run went on to its end"
     # Once the page says it stopped, its text stays as it is: no token made before the Stop lands after it.
     # (Checked by the text, not by a clock: on a busy machine a step in flight can take seconds.)
@@ -176,15 +175,17 @@ def test_stop_says_so_and_the_sweep_table_starts_with_its_own_columns(browser, u
     page.screenshot(path=str(ARTIFACTS / "stopped-and-sweep.png"), full_page=True)
 
 
-def _stopped(page, tokens: int) -> None:
+def _stopped(page, tokens: int) -> int:
     """After Stop: the summary's row and the status line say the visitor stopped the run, and how far it got
-    (on failure, what they said instead)."""
+    (on failure, what they said instead). Returns the tokens the status line says were made."""
+    said = re.compile(rf"Stopped by you after (\d+) of {tokens} tokens\.")
     try:
         page.get_by_role("cell", name="by you, before the end").wait_for(timeout=30_000)
-        page.get_by_text(re.compile(rf"Stopped by you after \d+ of {tokens} tokens\.")).wait_for(timeout=10_000)
+        page.get_by_text(said).wait_for(timeout=10_000)
     except Exception as e:
         status, summary = page.inner_text("#generate-status"), page.inner_text("#summary")
         pytest.fail(f"{type(e).__name__} after Stop; the status said {status!r}, the summary {summary!r}")
+    return int(said.search(page.inner_text("#generate-status"))[1])
 
 
 def _lesson_done(page, name: str, timeout_ms: int = 180_000):
