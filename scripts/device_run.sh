@@ -130,7 +130,9 @@ for PART in "${@:-page}"; do
     ;;
   eager)
     say "eager steps, device and host time"
-    timeout "${EAGER_S:-240}" python3 -m experiments.eager_steps 2>&1 | grep -v Warn | tail -n 120 | tee -a "$LOG" ;;
+    timeout "${EAGER_S:-240}" python3 -m experiments.eager_steps ${EAGER_ARGS:-} > "$OUT/eager.log" 2>&1; echo "exit $?" | tee -a "$LOG"
+    # the table of runs first (the cProfile listings after it stay in eager.log)
+    grep -v Warn "$OUT/eager.log" | grep -E "^\|" | tee -a "$LOG" ;;
   grouped)
     say "grouped decode attention's variants, 4096 keys"
     timeout 300 python3 -m experiments.grouped_plan 8x4096 1x4096 2>&1 | grep -v Warn | tail -n 30 | tee -a "$LOG" ;;
