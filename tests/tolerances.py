@@ -38,6 +38,15 @@ def float16_here(device: torch.device, dtype: torch.dtype, shape_is_marked: bool
         pytest.skip("float16 in the interpreter on this test's marked shapes only; every shape on a GPU")
 
 
+def in_turn_here(device: torch.device, turn: int, choice: int, choices: int) -> None:
+    """The interpreter's time: on CPU, a test that crosses each case with `choices` options (an epilogue, a split
+    and a form, say) runs every case with one of them, the option numbered `turn` modulo `choices` (`turn`
+    counts the cases, `choice` numbers this test's option), so that each option still meets many cases and
+    every case runs; a GPU runs every case with every option."""
+    if device.type == "cpu" and choice != turn % choices:
+        pytest.skip("one option of this crossing per case in the interpreter, in turn; every option on a GPU")
+
+
 def tolerance(kernel: str, dtype: torch.dtype) -> tuple[float, float]:
     return LOOSER.get((kernel, dtype), TOLERANCES[dtype])
 

@@ -11,7 +11,7 @@ import kernels.ops.decode_linear.kernel as fused
 from kernels import TileConfig, arrival, decode_linear, kv_write, layer_norm, linear, reference
 from kernels.config import SECTOR, DeviceLimits, cdiv, sectors
 from kernels.ops.decode_linear.kernel import traffic
-from tests.tolerances import DTYPES, assert_close, f64, float16_here
+from tests.tolerances import DTYPES, assert_close, f64, float16_here, in_turn_here
 
 # The decoder's uses, by flag combination. The attention's and the MLP's c_proj share one (bias and the
 # residual; they differ only in shape, covered by SHAPES), so four entries stand for five layers.
@@ -82,6 +82,9 @@ def _counters_are_zero(device):
 @pytest.mark.parametrize("form", FORMS)
 def test_decode_linear_matches_float64_reference(device, dtype, rows, k, n, use, split_k, form):
     float16_here(device, dtype, (rows, k, n) in ((1, 17, 1), (3, 88, 264), (16, 300, 40)))
+    # each use meets every split and form over the shapes, and every shape runs with every use
+    turn = SHAPES.index((rows, k, n)) + list(USES.values()).index(use)
+    in_turn_here(device, turn, SPLITS.index(split_k) * len(FORMS) + FORMS.index(form), len(SPLITS) * len(FORMS))
     x, w, b, r, norm = _inputs(device, dtype, rows, k, n, use)
     cfg = _config(k, split_k, form, n, device)
     y = decode_linear(x, w, b, activation=use["activation"], residual=r, norm=norm, config=cfg, pdl=True)
@@ -90,12 +93,18 @@ def test_decode_linear_matches_float64_reference(device, dtype, rows, k, n, use,
     assert _counters_are_zero(device)
 
 
+UNFUSED_SHAPES = [(3, 200, 100), (16, 17, 51)]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,k,n", [(3, 200, 100), (16, 17, 51)])
+@pytest.mark.parametrize("rows,k,n", UNFUSED_SHAPES)
 @pytest.mark.parametrize("use", USES.values(), ids=USES.keys())
 @pytest.mark.parametrize("split_k", SPLITS)
 @pytest.mark.parametrize("form", FORMS)
 def test_decode_linear_equals_the_unfused_launches(device, dtype, rows, k, n, use, split_k, form):
+    # both forms of every case; each use meets both splits over the two shapes
+    turn = UNFUSED_SHAPES.index((rows, k, n)) + list(USES.values()).index(use)
+    in_turn_here(device, turn, SPLITS.index(split_k), len(SPLITS))
     x, w, b, r, norm = _inputs(device, dtype, rows, k, n, use)
     y = decode_linear(
         x, w, b, activation=use["activation"], residual=r, norm=norm, config=_config(k, split_k, form, n, device)

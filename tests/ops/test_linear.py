@@ -5,7 +5,7 @@ import kernels.ops.linear.kernel
 from kernels import TileConfig, linear, reference
 from kernels.config import cdiv
 from tests.ops.limits import BF16, H200
-from tests.tolerances import DTYPES, assert_close, f64, float16_here
+from tests.tolerances import DTYPES, assert_close, f64, float16_here, in_turn_here
 
 # (rows, in_features, out_features): decode rows 1 and 5, the 16-row boundary, prefill rows 17, 127, 1000,
 # and widths 768, 96, 200 and 264, none a power of two.
@@ -58,6 +58,9 @@ def test_linear_matches_reference(device, dtype, rows, k, n, epi, cfg):
     if rows == 1000 and cfg is not None and cfg.block_m == 16 and device.type == "cpu":
         pytest.skip("1000 rows in 16x16 tiles take minutes in the interpreter; covered by smaller rows")
     float16_here(device, dtype, rows in (1, 16, 17))  # a decode row, the 16-row boundary, a prefill past it
+    # each tile config meets every epilogue over the shapes, and every shape runs with every config
+    turn = SHAPES.index((rows, k, n)) + CONFIGS.index(cfg)
+    in_turn_here(device, turn, EPILOGUES.index(epi), len(EPILOGUES))
     _check(device, dtype, rows, k, n, epi, cfg)
 
 
