@@ -96,7 +96,9 @@ def estimate(
     compilation (each lesson compiles kernels of its own: the cache-off runs' lengths, the ladder's rungs, the
     tile sweep's configs). Where the recording names the kernel specializations its first run compiled (in a
     process fresh from the worker's warm-up, whichever lessons ran before), only those not yet in `compiled`
-    (the worker's, kernels.compiled) count: each by the seconds its compilation and first launch took there (a
+    (the worker's, kernels.compiled) count, until the lesson has run in this server (then its kernels are
+    compiled, whatever their names: a recording made before a kernel's specialisation changed names keys
+    today's code never compiles): each by the seconds its compilation and first launch took there (a
     launcher of a signature the warm-up did not meet is built then), or, in a recording that did not time them,
     an equal share of the first run's extra seconds. Otherwise all, until the lesson has run in this server.
     size_: "cpu" | "gpu" (this device's by default); folder: where the recordings are (recordings.FOLDER by
@@ -113,7 +115,7 @@ def estimate(
     own, *built = compiles(name, size_)
     fresh = bool(cost.missing("cuda", [own]))  # the lesson has not run in this server
     unbuilt = bool(cost.missing("cuda", built))  # nor another lesson on its model
-    if r and r.kernels:
+    if r and r.kernels and fresh:
         missing = [k for k in r.kernels if k not in compiled]
         if r.compile_s:
             compiling = sum(r.compile_s.get(k, 0.0) for k in missing)
