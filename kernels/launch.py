@@ -27,6 +27,7 @@ import triton
 from torch import Tensor
 from triton import knobs
 from triton.runtime.driver import driver
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 RUNNER_CALL = "self.run(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata, launch_metadata,"
 MAX_BOUND = 4096  # signatures kept per kernel; a long-running app with ever new shapes starts over past this
@@ -74,17 +75,51 @@ def _enabled(interpreted: bool, runner_matches) -> bool:
 ENABLED = _enabled(os.environ.get("TRITON_INTERPRET") == "1", _runner_matches)
 
 
-def _bind(args) -> tuple[tuple, list]:
+def _bind(args, free=frozenset()) -> tuple[tuple, list]:
     """What the compiled kernel depends on, argument by argument, and the arguments as its launcher takes them.
 
     The launcher is handed each tensor's address instead of the tensor: it would otherwise ask the tensor for
     it again and the driver whether it is a device pointer, per tensor and per launch. Whether the tensor is
-    on a GPU is part of the key instead, so a CPU tensor misses and takes the JITFunction's checked path."""
-    return _binder_for(args)(*args)
+    on a GPU is part of the key instead, so a CPU tensor misses and takes the JITFunction's checked path.
+
+    A tensor descriptor (the TMA forms' operands, built anew on every call) is keyed by what the kernel is
+    compiled for, its tensor's dtype and its block shape and padding, and handed on as it is: the launcher
+    encodes it for the TMA unit on every launch, as it does on the JITFunction's path. An integer in a position
+    of `free` (the kernel's do_not_specialize parameters, lengths that change every step) is keyed by its type
+    alone, i32 or wider, as Triton keys it there, so a new length reuses the bound launch."""
+    return _binder_for(args, free)(*args)
 
 
-def _binder_for(args):
-    return _binder(tuple(["t" if isinstance(a, Tensor) else "u" if isinstance(a, tuple) else "o" for a in args]))
+def _kind(a, i: int, free) -> str:
+    if isinstance(a, Tensor):
+        return "t"
+    if isinstance(a, tuple):
+        return "u"
+    if isinstance(a, TensorDescriptor):
+        return "d"
+    if i in free and isinstance(a, int):
+        return "n"
+    return "o"
+
+
+def _binder_for(args, free=frozenset()):
+    return _binder(tuple(_kind(a, i, free) for i, a in enumerate(args)))
+
+
+def _free(fn) -> frozenset:
+    """The positions of fn's do_not_specialize parameters (none for the interpreter's functions, which keep no
+    such list and are never bound)."""
+    return frozenset(i for i, p in enumerate(getattr(fn, "params", ())) if p.do_not_specialize)
+
+
+def _int_type(a) -> str:
+    """The type Triton gives an integer argument it does not specialise on (a bool, a 32-bit value, or wider);
+    TypeError for anything else, so that a call with another pattern of arguments takes another binder."""
+    if type(a) is bool:
+        return "i1"
+    if type(a) is not int:
+        raise TypeError("not an integer")
+    return "i32" if -(2**31) <= a < 2**31 else "u64" if 2**63 <= a < 2**64 else "i64"
 
 
 def _bind_tuple(group: tuple) -> tuple[tuple, tuple]:
@@ -110,21 +145,29 @@ _binders: dict = {}
 
 
 def _binder(kinds: tuple):
-    """_bind for arguments of these kinds, "t" a tensor, "u" a tuple and "o" anything else, as straight-line
-    code written once per such pattern: on every launch, no loop and no test of what each argument is. It
-    raises AttributeError for a None where it takes a tensor, TypeError for another number of arguments."""
+    """_bind for arguments of these kinds, "t" a tensor, "u" a tuple, "d" a tensor descriptor, "n" an integer
+    the kernel does not specialise on and "o" anything else, as straight-line code written once per such
+    pattern: on every launch, no loop and no test of what each argument is. It raises AttributeError for a None
+    where it takes a tensor or a descriptor, TypeError for another number of arguments or a non-integer where
+    it takes an integer."""
     bind = _binders.get(kinds)
     if bind is None:
         lines = [f"    p{i} = a{i}.data_ptr()\n" for i, k in enumerate(kinds) if k == "t"]
         lines += [f"    k{i}, p{i} = _bind_tuple(a{i})\n" for i, k in enumerate(kinds) if k == "u"]
         key = [
-            {"t": f"(a{i}.dtype, a{i}.is_cuda, p{i} & 15 == 0)", "u": f"k{i}", "o": f"a{i}"}[k]
+            {
+                "t": f"(a{i}.dtype, a{i}.is_cuda, p{i} & 15 == 0)",
+                "u": f"k{i}",
+                "d": f"(a{i}.base.dtype, a{i}.base.is_cuda, tuple(a{i}.block_shape), a{i}.padding)",
+                "n": f"_int_type(a{i})",
+                "o": f"a{i}",
+            }[k]
             for i, k in enumerate(kinds)
         ]
-        at = [f"a{i}" if k == "o" else f"p{i}" for i, k in enumerate(kinds)]
+        at = [f"p{i}" if k in "tu" else f"a{i}" for i, k in enumerate(kinds)]
         params = ", ".join(f"a{i}" for i in range(len(kinds)))
         source = f"def bind({params}):\n{''.join(lines)}    return ({', '.join(key)},), [{', '.join(at)}]\n"
-        namespace: dict = {"_bind_tuple": _bind_tuple}
+        namespace: dict = {"_bind_tuple": _bind_tuple, "_int_type": _int_type}
         exec(source, namespace)  # noqa: S102 (the source is built above from indices alone)
         bind = _binders[kinds] = namespace["bind"]
     return bind
@@ -180,6 +223,8 @@ class _Fast:
     def __init__(self, fn):
         self.fn, self.bound, self.bind = fn, {}, _unbound
         self.stamped = STAMPS in getattr(fn, "arg_names", ())
+        # the positions of the parameters the kernel is not specialised on (lengths): keyed by type, not value
+        self.free = _free(fn)
         # Why a bound launch was refused, if one was: the arguments as bound (tuples of addresses, say) are not
         # what this Triton's launcher takes. The kernel then launches through the JITFunction from there on.
         self.refused: str | None = None
@@ -204,7 +249,7 @@ class _Fast:
         except (AttributeError, TypeError):
             hit = None
         if hit is None:  # another pattern of tensors, or a signature not bound yet
-            self.bind = _binder_for(args)
+            self.bind = _binder_for(args, self.free)
             spec, at = self.bind(*args)
             key = (device, spec, *kwargs.items())
             hit = self.bound.get(key)
@@ -254,10 +299,13 @@ class _Fast:
 
 
 def _first_tensor(args) -> Tensor | None:
-    """The first tensor among args, tuples searched in order: the one whose device the launch goes to."""
+    """The first tensor among args, tuples and descriptors' tensors searched in order: the one whose device the
+    launch goes to."""
     for a in args:
         if isinstance(a, Tensor):
             return a
+        if isinstance(a, TensorDescriptor):
+            return a.base
         if isinstance(a, tuple) and (found := _first_tensor(a)) is not None:
             return found
     return None
@@ -354,8 +402,8 @@ def recording():
 
 
 class _Plain:
-    """A launch through the JITFunction each time (for arguments rebuilt per call, such as tensor
-    descriptors, that a kept binding could never match), recorded like the others inside recording()."""
+    """A launch through the JITFunction each time (for a kernel launched once a step, where a kept binding buys
+    little), recorded like the others inside recording()."""
 
     def __init__(self, fn):
         self.fn = fn

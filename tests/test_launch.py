@@ -107,6 +107,48 @@ def test_a_runner_that_does_not_match_is_said_once_in_a_warning(caplog):
         assert not caplog.records  # a matching runner and the interpreter: nothing to say
 
 
+def test_a_tensor_descriptor_is_keyed_by_dtype_block_and_padding_and_handed_on_as_it_is():
+    """The TMA forms' operands: built anew on every call, the same kernel serves any descriptor of the same dtype,
+    block and padding (its shape and strides are the launcher's to encode), and the launcher gets the descriptor."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    a, b = torch.zeros(64, 32, dtype=torch.float16), torch.zeros(17, 32, dtype=torch.float16)
+    d = TensorDescriptor.from_tensor(a, [16, 32])
+    key, at = launch._bind((d, None, 17))
+    assert at[0] is d and at[1:] == [None, 17]
+    assert launch._bind((TensorDescriptor.from_tensor(b, [16, 32]), None, 17))[0] == key  # another shape
+    assert launch._bind((TensorDescriptor.from_tensor(a, [32, 32]), None, 17))[0] != key  # another block
+    assert launch._bind((TensorDescriptor.from_tensor(a.float(), [16, 32]), None, 17))[0] != key
+    assert launch._bind((TensorDescriptor.from_tensor(a, [16, 32], padding="nan"), None, 17))[0] != key
+    assert launch._first_tensor((None, d, b)) is a  # the launch goes where the descriptor's tensor is
+
+
+def test_an_integer_the_kernel_is_not_specialised_on_is_keyed_by_its_type_alone():
+    """A length in a do_not_specialize position (a new one every step with the cache off) reuses the bound launch;
+    elsewhere every value is its own key; a 64-bit value or a bool is another type, as it is to Triton."""
+    t = torch.zeros(64, dtype=torch.float16)
+    free = frozenset({1})
+    key, at = launch._bind((t, 17, 768), free)
+    assert at == [t.data_ptr(), 17, 768]
+    assert launch._bind((t, 400, 768), free)[0] == key and launch._bind((t, 1, 768), free)[0] == key
+    assert launch._bind((t, 17, 769), free)[0] != key  # not free: its value is part of the key
+    assert launch._bind((t, 2**40, 768), free)[0] != key and launch._bind((t, True, 768), free)[0] != key
+    assert launch._bind((t, 17, 768))[0] != launch._bind((t, 18, 768))[0]  # no free positions: by value
+    with pytest.raises(TypeError):  # another pattern of arguments: the caller takes another binder
+        launch._binder_for((t, 17, 768), free)(t, 1.5, 768)
+
+
+def test_the_free_positions_are_the_kernels_do_not_specialize_parameters():
+    """Read from the compiled form of a kernel (in the interpreter a kernel keeps no such list, and is never bound)."""
+
+    def kernel(X, M, N, K: triton.language.constexpr):
+        pass
+
+    assert launch._free(triton.runtime.jit.JITFunction(kernel, do_not_specialize=("M",))) == {1}
+    assert launch._free(triton.runtime.jit.JITFunction(kernel, do_not_specialize=(1, 2))) == {1, 2}
+    assert launch._free(triton.runtime.jit.JITFunction(kernel)) == set()
+
+
 def test_the_interpreter_takes_the_jit_functions_path():
     if torch.cuda.is_available():
         pytest.skip("CPU behaviour")
@@ -145,3 +187,24 @@ def test_bound_launches_call_a_set_hook_with_the_tensors(device):
         chain.remove(hook)
     assert seen and "decode" in seen[0]
     assert_close("linear", y, reference.linear(x.float(), w.float()), torch.float16)
+
+
+@pytest.mark.gpu
+def test_the_persistent_linear_is_bound_and_a_new_row_count_reuses_its_launch(device):
+    """The 16-bit prefill's TMA form (Hopper): its descriptors bound by dtype and block and its rows free, so a
+    prompt one token longer launches the kernel already bound, and every result is the reference's."""
+    from kernels import linear
+    from kernels.ops.linear.kernel import _linear_persistent_kernel, persistent_form
+
+    if not persistent_form(64, torch.bfloat16, device):
+        pytest.skip("no TMA form on this GPU")
+    w = torch.randn(96, 64, device=device, dtype=torch.bfloat16) / 8
+    bound = launch.fast(_linear_persistent_kernel)
+    for rows in (40, 40, 41, 57):
+        x = torch.randn(rows, 64, device=device, dtype=torch.bfloat16)
+        y = linear(x, w)
+        assert_close("linear", y, reference.linear(x.float(), w.float()), torch.bfloat16)
+        if rows == 40:
+            kept = len(bound.bound)
+    assert len(bound.bound) == kept and kept >= 1  # 41 and 57 rows: the same bound launch
+    assert bound.refused is None

@@ -534,9 +534,10 @@ def _launch_persistent(x2, weight, b, r2, y, cfg, flags, precision):
     xd = TensorDescriptor.from_tensor(x2, [cfg.block_m, cfg.block_k])
     wd = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
     yd = TensorDescriptor.from_tensor(y, [cfg.block_m, cfg.block_n])
-    # Launched through the JITFunction: descriptors are rebuilt per call, and this form is for inputs
-    # large enough that the kernel, not its launch, is what takes the time.
-    launch.plain(_linear_persistent_kernel)[(programs,)](
+    # Bound as the other kernels are (kernels.launch keys a descriptor by its dtype and block): through the
+    # JITFunction each launch cost the host about 58 µs more, which an eager 16-bit step with the cache off pays
+    # on most of its launches.
+    launch.fast(_linear_persistent_kernel)[(programs,)](
         xd,
         wd,
         yd,
