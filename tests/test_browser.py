@@ -214,10 +214,11 @@ def _measured_and_labelled(page, text: str):
 
 
 # The lessons clicked in turn below. Every lesson's page is drawn the same way (its explanation and its chart), and
-# each one's run and text are tested at the handler (test_lessons); here, one of each kind of chart: the bandwidth
-# curve, a tile heatmap, the ladder's bars and the two blocks side by side. The KV-cache lesson runs by its link and
-# after the decode-step one (test_the_rough_edges_a_newcomer_found).
-CLICKED = ("memory", "tiling", "fusion", "blocks")
+# each one's run and text are tested at the handler (test_lessons); here, the kinds of chart no other browser test
+# draws: a tile heatmap and the two blocks side by side. The memory lesson's bandwidth curve is drawn in talk mode,
+# the ladder's bars on the Compare tab, and the KV-cache lesson runs by its link and after the decode-step one
+# (test_the_rough_edges_a_newcomer_found).
+CLICKED = ("tiling", "blocks")
 
 
 def test_lessons_in_a_browser(browser, url):
@@ -346,6 +347,9 @@ def test_talk_mode_fits_generate_and_a_lesson_on_one_projector_screen(browser, u
     page = browser.new_page(viewport=TALK)
     page.goto(url + "?talk=1", wait_until="load")
     page.wait_for_function("() => document.body.classList.contains('talk')", timeout=30_000)
+    tokens = page.get_by_label("number input for new tokens")
+    tokens.fill("4")
+    tokens.press("Enter")
     page.get_by_role("button", name="Generate", exact=True).click()
     page.get_by_text(re.compile(r"Done: \d+ of \d+ tokens")).wait_for(timeout=240_000)
     page.wait_for_selector("#latency-plot .js-plotly-plot .main-svg", timeout=60_000)

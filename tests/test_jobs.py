@@ -3,6 +3,8 @@ process: what each yields and in what order, when it stops, and what a handler r
 
 import asyncio
 import dataclasses
+import json
+import re
 import time
 
 import gradio as gr
@@ -312,14 +314,27 @@ def test_on_cpu_compare_and_the_ladder_show_the_gpus_time_first():
     assert panels == ["NVIDIA H200, modeled", "this CPU (interpreter)"], panels
 
 
-def test_on_cpu_the_recorded_compare_runs_every_run_beside_its_gpu_note():
-    """The default Compare, whose H200 recording carries a note on the cache: the note is not a reason to stop."""
+def test_on_cpu_the_recorded_compare_runs_every_run_beside_its_gpu_note(monkeypatch):
+    """The default Compare's H200 recording carries a note on the cache: the note is not a reason to stop (it once
+    took the stop reason's name, and the default Compare ended after its first run). A Compare of 2 new tokens is
+    shown beside that recording here, each of its runs checked to carry the note."""
+    from explorer.app import counterpart
+
     d = settings.defaults("cpu", {"dtype": "float32"})
-    s = settings.RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype="float32")
+    default = settings.RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype="float32")
     lengths = settings.check("lengths", d["lengths"])
-    statuses = [u["status"] for u in jobs.JOBS["compare"]({"settings": s, "lengths": lengths}, NEVER) if "status" in u]
+    recorded = counterpart.for_compare(default, lengths, None)
+    note = counterpart.cache_note(recorded.tables["compare"], recorded.gpu)
+    assert recorded.recorded and note
+    monkeypatch.setattr(counterpart, "for_compare", lambda *args, **kwargs: recorded)
+    s = settings.RunSettings(prompt=d["prompt"], new_tokens=2, dtype="float32")
+    updates = [u for u in jobs.JOBS["compare"]({"settings": s, "lengths": lengths}, NEVER) if "status" in u]
+    statuses = [u["status"] for u in updates]
     runs = len(statuses)
     assert runs > 1 and statuses[-1] == f"all {runs} runs", statuses
+    for u in updates:  # the note under the chart's title, wrapped into lines of small type
+        title = json.loads(u["plot"])["layout"]["title"]["text"]
+        assert note in " ".join(re.findall(r"<sup>(.*?)</sup>", title)), title
 
 
 @pytest.mark.parametrize("timeout_api", [True, False], ids=["asyncio.timeout", "without it (Python 3.10)"])
