@@ -21,8 +21,9 @@ CSS = """
 #summary table td:not(:first-child), #summary table th:not(:first-child) {min-width: 8em}
 """
 # Talk mode (/?talk=1), for a 1280x720 projector read from the back of a room: larger type, no introduction, and
-# on each tab what is being explained in one screen. Generate: the status, the latency chart under it, the text and
-# the summary side by side under that, the controls in a column of their own on the right that scrolls by itself.
+# on each tab what is being explained in one screen. Generate: the status, the latency chart under it (drawn at 85%:
+# a run beside a modeled GPU has a note of three lines over the chart, which at full size pushed the summary past
+# the screen's bottom), the text and the summary side by side under that, the controls in a column of their own on the right that scrolls by itself.
 # A lesson: its chart (drawn at three quarters) and its explanation side by side under the picker, the introduction
 # left out (the explanation opens with the lesson's title), the recorded GPU run below. The summary's opening
 # sentence is left out too: its table's columns name the GPU and this CPU.
@@ -36,7 +37,7 @@ body.talk #controls {order: 2; flex: 0 0 320px !important; min-width: 320px !imp
 body.talk #outputs {order: 1; display: grid !important; grid-template-columns: 1fr 1fr; align-content: start}
 body.talk #outputs > * {grid-column: 1 / 3}
 body.talk #outputs > #generate-status {grid-row: 1; min-height: 0}
-body.talk #outputs > #latency-plot {grid-row: 2}
+body.talk #outputs > #latency-plot {grid-row: 2; zoom: 0.85}
 body.talk #outputs > .form:has(#out) {grid-column: 1 / 2; grid-row: 3}
 body.talk #outputs > #summary {grid-column: 2 / 3; grid-row: 3; max-height: 170px; overflow-y: auto; font-size: 15px}
 body.talk #out textarea {height: 110px !important; font-size: 18px}
