@@ -6,7 +6,7 @@ from kernels import TileConfig, arrival, decode_attention, reference
 from kernels.config import SECTOR, DeviceLimits, cdiv
 from kernels.ops.decode_attention.kernel import decode_split, launch_plan, resolve_decode_config
 from tests.ops.limits import BF16, H200
-from tests.tolerances import DTYPES, assert_close, f64
+from tests.tolerances import DTYPES, assert_close, f64, in_turn_here
 
 CONFIGS = [
     None,
@@ -110,6 +110,9 @@ def test_one_launch_equals_two_launches_and_leaves_the_counters_at_zero(
     (in the interpreter; on a GPU the merge kernel's 4 warps and this kernel's num_warps may order the sums
     differently, see test_one_launch_replays_in_a_cuda_graph). Sequences of length 0 get zeros."""
     assert len(lengths) == batch
+    # two of the four split counts per shape in the interpreter, in turn ({1, 4} or {2, 8}); all four on a GPU
+    shape = ONE_LAUNCH_SHAPES.index((batch, heads, max_len, lengths, head_dim, block_n))
+    in_turn_here(device, shape, [1, 2, 4, 8].index(split_k) % 2, 2)
     q, k, v, lens = _cache(device, dtype, batch, heads, max_len, head_dim, lengths)
     cfg = TileConfig(block_n=block_n, split_k=split_k, num_warps=4)  # the merge kernel's warps (see above)
     two = decode_attention(q, k, v, lens, config=cfg)

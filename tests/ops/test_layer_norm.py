@@ -4,7 +4,7 @@ import torch
 import kernels.ops.layer_norm.kernel as layer_norm_mod
 from kernels import TileConfig, layer_norm, reference
 from tests.ops.limits import H200
-from tests.tolerances import DTYPES, assert_close, f64
+from tests.tolerances import DTYPES, assert_close, f64, in_turn_here
 
 # (rows, width): sequence lengths 1, 17, 127, 1000 across GPT-2's width and two that are not powers of two.
 SHAPES = [(1, 768), (17, 96), (127, 200), (1000, 768), (5, 1)]
@@ -26,6 +26,8 @@ def test_layer_norm_matches_reference(device, dtype, rows, width, cfg, with_resi
         pytest.skip(
             "1000 rows in one- and two-row programs are slow in the interpreter; smaller rows cover those tiles"
         )
+    # with and without the residual in turn over the shapes: every config meets both
+    in_turn_here(device, SHAPES.index((rows, width)) + CONFIGS.index(cfg), int(with_residual), 2)
     x = torch.randn(rows, width, device=device, dtype=dtype) * 3 + 1
     w = torch.randn(width, device=device, dtype=dtype)
     b = torch.randn(width, device=device, dtype=dtype)

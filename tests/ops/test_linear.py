@@ -64,24 +64,35 @@ def test_linear_matches_reference(device, dtype, rows, k, n, epi, cfg):
     _check(device, dtype, rows, k, n, epi, cfg)
 
 
+SPLIT_SHAPES = [(1, 200, 96), (3, 768, 200), (16, 96, 768)]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,k,n", [(1, 200, 96), (3, 768, 200), (16, 96, 768)])
+@pytest.mark.parametrize("rows,k,n", SPLIT_SHAPES)
 @pytest.mark.parametrize("epi", EPILOGUES[1:3], ids=["gelu", "residual"])
 @pytest.mark.parametrize("cfg", SPLIT_CONFIGS, ids=str)
 def test_linear_split_k_decode_path(device, dtype, rows, k, n, epi, cfg):
+    # each split meets both epilogues over the shapes
+    turn = SPLIT_SHAPES.index((rows, k, n)) + SPLIT_CONFIGS.index(cfg)
+    in_turn_here(device, turn, EPILOGUES[1:3].index(epi), 2)
     _check(device, dtype, rows, k, n, epi, cfg)
 
 
 # The persistent form (tensor descriptors, one program per SM walking the tiles): on Hopper it is the default
 # for 16-bit inputs; here it is switched on wherever the layout allows, so the interpreter runs it too. With 4
 # programs on CPU and 17..300 rows, each program walks several tiles, edges included.
+PERSISTENT_SHAPES = [(17, 768, 96), (127, 200, 264), (300, 96, 200)]
+PERSISTENT_CONFIGS = [None, TileConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_stages=2)]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,k,n", [(17, 768, 96), (127, 200, 264), (300, 96, 200)])
+@pytest.mark.parametrize("rows,k,n", PERSISTENT_SHAPES)
 @pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()))
-@pytest.mark.parametrize(
-    "cfg", [None, TileConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_stages=2)], ids=str
-)
+@pytest.mark.parametrize("cfg", PERSISTENT_CONFIGS, ids=str)
 def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg):
+    # one epilogue per case, in turn over the shapes, configs and dtypes: each config meets three or four of them
+    turn = PERSISTENT_SHAPES.index((rows, k, n)) + 3 * PERSISTENT_CONFIGS.index(cfg) + DTYPES.index(dtype)
+    in_turn_here(device, turn, EPILOGUES.index(epi), len(EPILOGUES))
     module = kernels.ops.linear.kernel
     with module.forced_form(persistent=True), module.forms_taken() as taken:
         _check(device, dtype, rows, k, n, epi, cfg)

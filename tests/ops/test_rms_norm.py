@@ -6,7 +6,7 @@ import torch
 from kernels import TileConfig, reference, rms_norm
 from kernels.ops.layer_norm import traffic
 from kernels.ops.rms_norm import kernel as rms
-from tests.tolerances import DTYPES, assert_close, f64
+from tests.tolerances import DTYPES, assert_close, f64, in_turn_here
 
 # (rows, width): sequence lengths 1, 17, 127, 1000 across SmolLM2's width (576, not a power of two) and others.
 SHAPES = [(1, 576), (17, 96), (127, 200), (1000, 576), (5, 1)]
@@ -20,6 +20,8 @@ CONFIGS = [None, TileConfig(block_m=1, num_warps=1), TileConfig(block_m=16, num_
 def test_rms_norm_matches_reference(device, dtype, rows, width, cfg, with_residual):
     if rows == 1000 and cfg is not None and cfg.block_m == 1 and device.type == "cpu":
         pytest.skip("1000 programs of one row are slow in the interpreter; the default tiles cover 1000 rows")
+    # with and without the residual in turn over the shapes: every config meets both
+    in_turn_here(device, SHAPES.index((rows, width)) + CONFIGS.index(cfg), int(with_residual), 2)
     x = torch.randn(rows, width, device=device, dtype=dtype) * 3 + 1
     w = torch.randn(width, device=device, dtype=dtype)
     if not with_residual:
