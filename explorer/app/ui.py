@@ -23,7 +23,8 @@ CSS = """
 # Talk mode (/?talk=1), for a 1280x720 projector read from the back of a room: larger type, no introduction, and
 # on each tab what is being explained in one screen. Generate: the status, the latency chart under it (drawn at 85%:
 # a run beside a modeled GPU has a note of three lines over the chart, which at full size pushed the summary past
-# the screen's bottom), the text and the summary side by side under that, the controls in a column of their own on the right that scrolls by itself.
+# the screen's bottom), the text and the summary side by side under that, the controls in a column of their own
+# on the right that scrolls by itself.
 # A lesson: its chart (drawn at three quarters) and its explanation side by side under the picker, the introduction
 # left out (the explanation opens with the lesson's title), the recorded GPU run below. The summary's opening
 # sentence is left out too: its table's columns name the GPU and this CPU.
