@@ -314,6 +314,7 @@ def test_on_cpu_compare_and_the_ladder_show_the_gpus_time_first():
     assert panels == ["NVIDIA H200, modeled", "this CPU (interpreter)"], panels
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a visitor without a GPU sees")
 def test_on_cpu_the_recorded_compare_runs_every_run_beside_its_gpu_note(monkeypatch):
     """The default Compare's H200 recording carries a note on the cache: the note is not a reason to stop (it once
     took the stop reason's name, and the default Compare ended after its first run). A Compare of 2 new tokens is

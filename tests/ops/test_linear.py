@@ -92,7 +92,7 @@ PERSISTENT_CONFIGS = [None, TileConfig(block_m=16, block_n=32, block_k=16, group
 def test_linear_persistent_form(device, dtype, rows, k, n, epi, cfg):
     # one epilogue per case, in turn over the shapes, configs and dtypes: each config meets three or four of them
     turn = PERSISTENT_SHAPES.index((rows, k, n)) + len(PERSISTENT_SHAPES) * PERSISTENT_CONFIGS.index(cfg)
-    turn += DTYPES.index(dtype)
+    turn += (torch.float32, torch.float16, torch.bfloat16).index(dtype)
     in_turn_here(device, turn, EPILOGUES.index(epi), len(EPILOGUES))
     module = kernels.ops.linear.kernel
     with module.forced_form(persistent=True), module.forms_taken() as taken:
