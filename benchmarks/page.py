@@ -150,6 +150,7 @@ def through_server(port: int, gpt2: str, smollm2: str, device: str, only: str = 
         generate = dict(prompt="def fibonacci(n):", cache=True)
         tokens = (64, 256) if gpu else (8, 16)
         sweep = dict(kernel="layer_norm", shape="M=4096,C=768" if gpu else "M=64,C=256", x="block_m", y="num_warps")
+        first_sweep = tab_sweep(device)  # a visitor's first sweep: the tab's kernel, shape and axes
         jobs = [
             ("Generate, first after start (default controls)", "/generate", dict(generate), 0),
             ("Generate, warm (default controls)", "/generate", dict(generate), 0),
@@ -177,6 +178,7 @@ def through_server(port: int, gpt2: str, smollm2: str, device: str, only: str = 
         jobs += [
             ("Compare (default controls)", "/compare", dict(), None),
             ("the ladder (bundled)", "/ladder", dict(model="bundled"), None),
+            ("a sweep (the tab's defaults)", "/sweep", first_sweep, None),
             ("a sweep (layer_norm)", "/sweep", sweep, None),
         ]
         # Every lesson's first run in this server (its own kernels compiled on a GPU), then one again, warm.
@@ -235,6 +237,14 @@ def in_process(rows: list[dict], device: str) -> None:
                     first = first or now
                 last, previous = now, update[text_at]
         row |= dict(handler_done_s=time.monotonic() - t0, handler_first_text_s=first, handler_all_text_s=last)
+
+
+def tab_sweep(device: str) -> dict:
+    from explorer.app import estimate, settings
+
+    kernel = settings.FIELDS["kernel"].default_for(device)
+    axes = estimate.sweep_axes(kernel)
+    return dict(kernel=kernel, shape=settings.shape_text(kernel, device), x=axes[0], y=axes[1])
 
 
 def lesson_names() -> list[str]:

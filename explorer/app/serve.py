@@ -12,7 +12,7 @@ from collections.abc import Callable
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
-from . import estimate, events, handlers, models, ui, validate
+from . import estimate, events, handlers, models, settings, ui, validate
 from .runner import InlineRunner, ProcessRunner, zero_gpu_duration
 from .settings import RunSettings, defaults
 from .zerogpu import zero_gpu
@@ -173,6 +173,29 @@ def runner(warm: bool, log: Callable[[str], None] = print):
     return r
 
 
+def helped_keys(task: str, s) -> list:
+    """The kinds of work a warm-up helper's task (jobs.warm.run_task) compiled, as estimates name them."""
+    if task.startswith("lesson:"):
+        return [("lesson", task.split(":", 1)[1])]
+    if task == "sweep":
+        kernel = settings.FIELDS["kernel"].default_for("cuda")
+        return estimate.sweep_compiles(kernel, settings.SWEEP_SHAPES["cuda"][kernel], s.dtype)
+    if task == "shapes":  # both bundled models and SmolLM2-135M's shape (jobs.warm.warm_shapes)
+        from .jobs.warm import SHAPES_PROMPTS
+
+        # Past 128 rows no kernel's tile of rows grows: every longer prefill, and every cache-off pass from there,
+        # runs kernels compiled already. A decode step's attention plan follows the cache: the prompts' plans.
+        buckets = [1 << i for i in range(3, 13)]
+        keys = []
+        for model in ("bundled", "bundled-llama", "HuggingFaceTB/SmolLM2-135M"):
+            at = dataclasses.replace(s, model=model)
+            keys += [estimate.model_key(at), *(estimate.prefill_key(at, n) for n in buckets)]
+            keys += [("cache off", model, n) for n in buckets]
+            keys += [estimate.decode_key(at, n + k) for n in SHAPES_PROMPTS for k in (1, 2)]
+        return keys
+    return []
+
+
 def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=print):
     """(the page, the options its launch takes, its runner). Starts the job worker and, with `warm`, waits
     for its warm-up."""
@@ -185,6 +208,8 @@ def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=
             estimate.compiled(device, estimate.ladder_keys(warmed["settings"]))
             llama = dataclasses.replace(warmed["settings"], model="bundled-llama")
             estimate.compiled(device, [estimate.model_key(llama)])
+        for task in r.info.get("helped", ()):  # what the warm-up's helpers compiled beside it (jobs.warm)
+            estimate.compiled(device, helped_keys(task, warmed["settings"]))
     header = ZERO_GPU_HEADER if zero_gpu() else r.info.get("header", "")
     ctx = handlers.Context(r, models.Policy(default_model, offered, downloads), device)
     return ui.build(ctx, header), launch_options(), r

@@ -60,8 +60,11 @@ def main(jobs_fd: int, out_fd: int, stop_fd: int) -> None:
     out.send(("log", f"worker: {settle()}"))
     from kernels.compiled import compiled
 
-    known = compiled()  # the kernels this worker has compiled: each job's end reports those it added
-    out.send(("ready", jobs.device_info() | {"start_s": time.monotonic() - t0, "compiled": sorted(known)}))
+    # the kernels this worker has compiled, and those its warm-up's helpers left in Triton's cache for it: each
+    # job's end reports those it added
+    known = compiled() | jobs.warm.helped["compiled"]
+    info = {"start_s": time.monotonic() - t0, "compiled": sorted(known), "helped": jobs.warm.helped["tasks"]}
+    out.send(("ready", jobs.device_info() | info))
     while True:
         try:
             msg = inbox.recv()

@@ -5,12 +5,24 @@ shapes: tens of seconds for a whole decoder. The warm-up runs the default Genera
 default ladder step) once before the worker takes jobs, so the first visitor's click waits only for its
 own tokens; it reports the seconds of each stage to the server's log. A job whose settings this worker
 has not run before says on the page that kernels are compiling, and about how long that takes.
+
+On a GPU, helper processes (`python -m explorer.app.jobs.helper TASK...`) compile the rest of what a visitor's
+first clicks would meet, beside the worker's own warm-up: every lesson, the tile sweep's default, SmolLM2-135M's
+shape and the prefills of every tile of rows. They share Triton's cache directory with the worker, which then
+loads their kernels from disk instead of compiling them. The worker waits for them (to HELPERS_DEADLINE_S) and
+reports what they compiled, so that estimates count none of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -39,10 +51,12 @@ def device_info() -> dict:
 
 
 def warm_up(settings: dict):
-    """Run what the default controls run, once; yield a line per stage with its seconds."""
+    """Run what the default controls run, once; yield a line per stage with its seconds. On a GPU, the helpers
+    (helper_groups) run beside it, and their lines follow."""
     s: RunSettings = settings["settings"]
     never = Control(lambda: False, float("inf"))
     t0 = time.monotonic()
+    helping = start_helpers(helper_groups()) if settings.get("ladder") and models.device().type == "cuda" else []
     generate_job.prepare(s)
     yield f"loaded {s.model} in {time.monotonic() - t0:.1f} s"
     t1 = time.monotonic()
@@ -63,6 +77,7 @@ def warm_up(settings: dict):
         t4 = time.monotonic()
         triton_first_calls(s)
         yield f"Triton's kernels for the lessons' shape and the bundled Llama in {time.monotonic() - t4:.1f} s"
+    yield from finish_helpers(helping, t0 + HELPERS_DEADLINE_S)
     yield f"warm in {time.monotonic() - t0:.1f} s"
 
 
@@ -93,3 +108,149 @@ def triton_first_calls(s: RunSettings) -> None:
         for _ in generate_job.run({"settings": dataclasses.replace(llama, cache=cache)}, never):
             pass
     torch.cuda.synchronize()
+
+
+# --- Helpers: what a visitor's first clicks compile, beyond the default jobs ----------------------------------
+
+HELPERS_ENV = "EXPLORER_WARM_HELPERS"  # how many helper processes at most; "0": none
+# The warm-up waits for its helpers until this many seconds after it began, then serves anyway: start-up (the
+# server's imports and the worker's, about 10 s on the H200, then the warm-up) stays under a minute.
+HELPERS_DEADLINE_S = 45.0
+MARK = "@@warm "  # a helper's report lines, among whatever else it prints
+helped: dict = {"tasks": [], "compiled": set()}  # what the helpers that finished in time ran and compiled
+
+
+def helper_groups(cores: int | None = None, limit: str | None = None) -> list[list[str]]:
+    """The helpers' tasks, one list per process: the SMs lesson (the longest: its stamped kernels), the other
+    lessons, then the sweep and the shapes. With fewer cores the lists merge, so that the compiling never
+    starves the worker's own warm-up: a process per four cores, at most EXPLORER_WARM_HELPERS of them."""
+    from .. import lessons
+
+    groups = [["lesson:sms"], [f"lesson:{n}" for n in lessons.names() if n != "sms"], ["sweep", "shapes"]]
+    cores = cores if cores is not None else os.cpu_count() or 1
+    limit = limit if limit is not None else os.environ.get(HELPERS_ENV, "")
+    n = min(len(groups), max(1, cores // 4), int(limit) if limit.strip().isdigit() else len(groups))
+    if n <= 0:
+        return []
+    merged: list[list[str]] = [[] for _ in range(n)]
+    for i, group in enumerate(groups):
+        merged[i % n] += group
+    return merged
+
+
+def start_helpers(groups: list[list[str]]) -> list[tuple[list[str], subprocess.Popen, Path, float]]:
+    """Each group in a process of its own, its output in a file of its own (read once it has ended)."""
+    root = Path(__file__).resolve().parents[3]
+    started = []
+    for tasks in groups:
+        fd, name = tempfile.mkstemp(prefix="explorer-warm-", suffix=".log")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "explorer.app.jobs.helper", *tasks], stdout=fd, stderr=subprocess.STDOUT, cwd=root
+        )
+        os.close(fd)
+        started.append((tasks, process, Path(name), time.monotonic()))
+    return started
+
+
+def finish_helpers(started, deadline: float):
+    """Wait for each helper until `deadline`; yield a line for each, and keep what those that ended ran and
+    compiled in `helped`. One still running by then goes on filling Triton's cache, unwaited for."""
+    for tasks, process, log, t0 in started:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            yield f"helper ({', '.join(tasks)}) still compiling after {time.monotonic() - t0:.0f} s: serving without it"
+            continue
+        reports = read_reports(log.read_text(errors="replace"))
+        log.unlink(missing_ok=True)
+        yield helper_line(tasks, reports, process.returncode, time.monotonic() - t0)
+        helped["tasks"] += [r["task"] for r in reports if "seconds" in r]
+        helped["compiled"] |= {name for r in reports for name in r.get("compiled", ())}
+
+
+def read_reports(text: str) -> list[dict]:
+    """A helper's report lines (MARK then JSON), in order; other lines (warnings, progress bars) are skipped."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(MARK):
+            try:
+                out.append(json.loads(line[len(MARK) :]))
+            except ValueError:
+                continue
+    return out
+
+
+def helper_line(tasks: list[str], reports: list[dict], code: int | None, seconds: float) -> str:
+    done = [f"{r['task']} {r['seconds']:.1f} s" for r in reports if "seconds" in r]
+    failed = [f"{r['task']} failed: {r['error']}" for r in reports if "error" in r]
+    left = [t for t in tasks if t not in {r.get("task") for r in reports}]
+    said = "; ".join(done + failed + ([f"not run: {', '.join(left)} (exit {code})"] if left else []))
+    return f"helper in {seconds:.1f} s: {said}"
+
+
+def run_task(task: str) -> None:
+    """One helper task: `lesson:NAME`, the lesson's job; `sweep`, the tile sweep's defaults (the tab's kernel,
+    shape and dtype); `shapes`, Generate's kernels for SmolLM2-135M's shape and the prefills of every tile of
+    rows (a cache-off run past 128 rows) for both bundled models and that shape, in the default dtype."""
+    from ...measure import sweeps
+    from .. import lessons, settings
+
+    dtype = models.dtype_of(models.default_dtype())
+    if task.startswith("lesson:"):
+        lessons.run(task.split(":", 1)[1])
+    elif task == "sweep":
+        kernel = settings.FIELDS["kernel"].default_for("cuda")
+        shape = settings.SWEEP_SHAPES["cuda"][kernel]
+        for _ in sweeps.tile_sweep_rows(kernel, shape, dtype=dtype, device=models.device()):
+            pass
+    elif task == "shapes":
+        warm_shapes(dtype)
+    else:
+        raise ValueError(f"no such warm-up task: {task}")
+
+
+SHAPES_OFF_TOKENS = 130  # a cache-off run from 8 tokens past 128 rows, where every kernel's row tile stops growing
+SHAPES_PROMPTS = (8, 40, 100, 300, 600, 1000, 2000)  # prompts whose decode steps meet each decode tile plan
+
+
+def warm_shapes(dtype, off_tokens: int = SHAPES_OFF_TOKENS, prompts=SHAPES_PROMPTS) -> None:
+    """Generate's kernels at the default rung for both bundled models and SmolLM2-135M's shape: prefills and
+    decode steps at `prompts` tokens (as far as the model reaches: prefill attention's tiles, and the decode
+    attention's plan, which follows the cache's size), and the cache off from 8 tokens for `off_tokens` steps,
+    each a prefill a row longer (every tile of rows the linear layers and attention choose)."""
+    from ...model.weights import load_model
+
+    once = dict(fusion=RunSettings(prompt="").fusion, warmup=False, graph=False, eos_token_id=-1)
+    bundled = (load_model(name, device=models.device(), dtype=dtype)[0] for name in ("bundled", "bundled-llama"))
+    for model in (*bundled, smollm2_shape(dtype)):
+        for n in sorted({min(n, model.config.n_positions - 4) for n in prompts}):
+            list(generate(model, lessons_base.prompt(model, n), max_new_tokens=3, **once))
+        list(generate(model, lessons_base.prompt(model, 8), max_new_tokens=off_tokens, cache=False, **once))
+    if models.device().type == "cuda":
+        torch.cuda.synchronize()
+
+
+def smollm2_shape(dtype):
+    """Random weights of SmolLM2-135M's shape (30 layers, width 576, 9 heads over 3 key/value heads)."""
+    from ...model.llama import Llama, LlamaConfig
+
+    cfg = LlamaConfig(
+        vocab_size=49152, n_positions=2048, n_embd=576, n_layer=30, n_head=9, n_kv_head=3, ffn=1536, rope_theta=100000.0
+    )
+    gen = torch.Generator(device=models.device()).manual_seed(0)
+    model = Llama(cfg).to(device=models.device(), dtype=dtype)
+    return lessons_base.randomised(model, gen).with_backend("triton")
+
+
+def helper_main(tasks: list[str]) -> None:
+    from kernels.compiled import compiled
+
+    for task in tasks:
+        t0 = time.monotonic()
+        try:
+            run_task(task)
+            report = {"task": task, "seconds": time.monotonic() - t0}
+        except Exception as e:  # said in the worker's log; the other tasks still run
+            report = {"task": task, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+        print(MARK + json.dumps(report), flush=True)
+    print(MARK + json.dumps({"task": "compiled", "compiled": sorted(compiled())}), flush=True)

@@ -1,0 +1,76 @@
+"""The warm-up's helpers: the processes that compile, beside the worker's own warm-up, what a visitor's first
+clicks would otherwise compile after the page says it is ready (on a GPU; explorer.app.jobs.warm)."""
+
+import dataclasses
+import time
+
+import pytest
+
+from explorer.app import estimate, lessons, serve, settings
+from explorer.app.jobs import warm
+from tests.serve import fresh_estimates
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    monkeypatch.setattr(warm, "helped", {"tasks": [], "compiled": set()})
+    with fresh_estimates():
+        yield
+
+
+def test_the_helpers_take_every_lesson_the_sweep_and_the_shapes_in_as_many_processes_as_the_cores_allow():
+    every = sorted([f"lesson:{n}" for n in lessons.names()] + ["sweep", "shapes"])
+    for cores, limit, count in ((16, "", 3), (64, "", 3), (8, "", 2), (4, "", 1), (2, "", 1), (16, "2", 2)):
+        groups = warm.helper_groups(cores=cores, limit=limit)
+        assert len(groups) == count, (cores, limit, groups)
+        assert sorted(t for g in groups for t in g) == every, (cores, limit)
+    assert warm.helper_groups(cores=16)[0][0] == "lesson:sms"  # the longest first, with a process to itself
+    assert warm.helper_groups(cores=16, limit="0") == []
+
+
+def test_a_helper_says_each_task_and_the_worker_keeps_only_what_it_ran():
+    """A real helper process: a task that fails is said in the worker's log and not counted; one still running
+    at the deadline is said, and left to fill Triton's cache."""
+    started = warm.start_helpers([["no-such-task"]])
+    lines = list(warm.finish_helpers(started, time.monotonic() + 300))
+    assert len(lines) == 1 and "no-such-task failed: ValueError: no such warm-up task" in lines[0], lines
+    assert warm.helped["tasks"] == [] and warm.helped["compiled"] == set()  # nothing compiled in the interpreter
+    reports = warm.read_reports('noise\n@@warm {"task": "sweep", "seconds": 1.5}\n@@warm {broken\n')
+    assert reports == [{"task": "sweep", "seconds": 1.5}]
+    assert (
+        warm.helper_line(["sweep", "shapes"], reports, -9, 2.0)
+        == "helper in 2.0 s: sweep 1.5 s; not run: shapes (exit -9)"
+    )
+    slow = warm.start_helpers([["no-such-task"]])
+    try:
+        lines = list(warm.finish_helpers(slow, time.monotonic()))
+        assert len(lines) == 1 and "still compiling" in lines[0] and "serving without it" in lines[0], lines
+    finally:
+        slow[0][1].kill()
+        slow[0][1].wait()
+        slow[0][2].unlink(missing_ok=True)
+
+
+def test_what_the_helpers_ran_is_counted_compiled_by_the_estimates():
+    d = settings.defaults("cuda", {"dtype": "bfloat16"})
+    s = settings.RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype="bfloat16")
+    kernel = d["kernel"]
+    shape = settings.SWEEP_SHAPES["cuda"][kernel]
+    sweep_before = estimate.sweep_s(kernel, shape, "cuda", "bfloat16")
+    lesson_before = lessons.estimate("fusion", size_="gpu")
+    for task in ("lesson:fusion", "sweep", "shapes"):
+        estimate.compiled("cuda", serve.helped_keys(task, s))
+    # the tab's default sweep compiles nothing more: each of its configs' compile seconds are gone
+    configs = len(estimate.sweep_configs(kernel))
+    gone = configs * estimate.COMPILE_S["cuda"]["sweep"]
+    assert estimate.sweep_s(kernel, shape, "cuda", "bfloat16") == pytest.approx(sweep_before - gone)
+    assert lessons.estimate("fusion", size_="gpu") < lesson_before
+    # both bundled models and SmolLM2-135M: their decoders and prefills at any prompt, the cache off at any length
+    for model in ("bundled", "bundled-llama", "HuggingFaceTB/SmolLM2-135M"):
+        for tokens, cache in ((17, True), (256, True), (1000, True), (100, False)):
+            at = dataclasses.replace(s, model=model, prompt_tokens=tokens, cache=cache)
+            keys = [k for k in estimate.generation_keys(at) if k[0] in ("model", "prefill")]
+            if not cache:
+                keys += estimate.compare_keys(at, [tokens])[-1:]  # its cache-off bucket
+            assert len(keys) >= 2 and estimate.missing("cuda", keys) == set(), (model, tokens, cache)
+    assert serve.helped_keys("no-such-task", s) == []
