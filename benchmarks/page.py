@@ -314,7 +314,35 @@ def table(rows: list[dict]) -> str:
     near = sum(1 / 1.5 <= d / g <= 1.5 for g, d in guesses)
     held = sum(shown_holds(g, d) for g, d in guesses)
     lines.append(f"\nwithin 1.5x of the estimate: {near} of {len(guesses)}; of the estimate as shown: {held}")
+    lines.append(click_verdict(rows))
     return "\n".join(lines)
+
+
+CLICK_S = (
+    3.0  # every click done within this many seconds of submit once the app is ready, unless its own work is longer
+)
+STALL_S = 1.0  # a click slower than its handler's run by more than this waited on compilation
+
+
+def click_verdict(rows: list[dict]) -> str:
+    """Which clicks were done within CLICK_S of submit, which took longer on their own work (the same job run again
+    in this process, its kernels read from Triton's cache, took longer too), and which waited on compilation."""
+    quick = [r for r in rows if r["done_s"] <= CLICK_S]
+    slow = [r for r in rows if r["done_s"] > CLICK_S]
+    stalled = [r for r in slow if "handler_done_s" in r and r["done_s"] - r["handler_done_s"] > STALL_S]
+    own = [r for r in slow if r not in stalled]
+
+    def said(group, stall):
+        return ", ".join(
+            f"{r['job']} {r['done_s']:.1f} s"
+            + (f" ({r['done_s'] - r['handler_done_s']:.1f} over its run again)" if stall else "")
+            + ("" if stall or "handler_done_s" in r else " (not run again)")
+            for r in group
+        )
+
+    out = f"done within {CLICK_S:.0f} s of submit: {len(quick)} of {len(rows)}"
+    out += f"; longer, their own work: {said(own, False) or 'none'}"
+    return out + f"; longer, waiting on compilation: {said(stalled, True) or 'none'}"
 
 
 def main() -> None:

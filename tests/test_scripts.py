@@ -111,3 +111,18 @@ def test_a_script_runs_by_its_path_from_any_directory(script, tmp_path):
         assert done.returncode == 0 and "usage:" in done.stdout
     else:
         assert done.returncode == 2 and "needs a CUDA GPU" in printed, printed[-2000:]
+
+
+def test_the_page_benchmark_tells_quick_clicks_from_their_own_work_and_from_compiling():
+    from benchmarks import page
+
+    rows = [
+        dict(job="quick", done_s=0.5, handler_done_s=0.4),
+        dict(job="long", done_s=6.0, handler_done_s=5.5),  # its run again took as long: its own work
+        dict(job="stalled", done_s=9.0, handler_done_s=1.0),  # 8 s more than its run again: compiling
+        dict(job="alone", done_s=4.0),  # not run again in the page script's process
+    ]
+    said = page.click_verdict(rows)
+    assert said.startswith("done within 3 s of submit: 1 of 4"), said
+    assert "longer, their own work: long 6.0 s, alone 4.0 s (not run again);" in said, said
+    assert said.endswith("longer, waiting on compilation: stalled 9.0 s (8.0 over its run again)"), said
