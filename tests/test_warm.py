@@ -30,7 +30,7 @@ def test_the_helpers_take_every_lesson_the_sweep_and_the_shapes_in_as_many_proce
 
 def test_a_helper_says_each_task_and_the_worker_keeps_only_what_it_ran():
     """A real helper process: a task that fails is said in the worker's log and not counted; one still running
-    at the deadline is said, and left to fill Triton's cache."""
+    at the deadline is ended, so that no helper shares the GPU with a visitor's job."""
     started = warm.start_helpers([["no-such-task"]])
     lines = list(warm.finish_helpers(started, time.monotonic() + 300))
     assert len(lines) == 1 and "no-such-task failed: ValueError: no such warm-up task" in lines[0], lines
@@ -42,13 +42,9 @@ def test_a_helper_says_each_task_and_the_worker_keeps_only_what_it_ran():
         == "helper in 2.0 s: sweep 1.5 s; not run: shapes (exit -9)"
     )
     slow = warm.start_helpers([["no-such-task"]])
-    try:
-        lines = list(warm.finish_helpers(slow, time.monotonic()))
-        assert len(lines) == 1 and "still compiling" in lines[0] and "serving without it" in lines[0], lines
-    finally:
-        slow[0][1].kill()
-        slow[0][1].wait()
-        slow[0][2].unlink(missing_ok=True)
+    lines = list(warm.finish_helpers(slow, time.monotonic()))
+    assert len(lines) == 1 and lines[0].endswith("not run: no-such-task (exit -9) (ended at the warm-up's deadline)")
+    assert slow[0][1].returncode == -9 and not slow[0][2].exists()  # ended, nothing left behind
 
 
 def test_what_the_helpers_ran_is_counted_compiled_by_the_estimates():

@@ -113,8 +113,9 @@ def triton_first_calls(s: RunSettings) -> None:
 # --- Helpers: what a visitor's first clicks compile, beyond the default jobs ----------------------------------
 
 HELPERS_ENV = "EXPLORER_WARM_HELPERS"  # how many helper processes at most; "0": none
-# The warm-up waits for its helpers until this many seconds after it began, then serves anyway: start-up (the
-# server's imports and the worker's, about 10 s on the H200, then the warm-up) stays under a minute.
+# The warm-up waits for its helpers until this many seconds after it began, then ends those still running and
+# serves: start-up (the server's imports and the worker's, about 10 s on the H200, then the warm-up) stays under a
+# minute.
 HELPERS_DEADLINE_S = 45.0
 MARK = "@@warm "  # a helper's report lines, among whatever else it prints
 helped: dict = {"tasks": [], "compiled": set()}  # what the helpers that finished in time ran and compiled
@@ -153,17 +154,20 @@ def start_helpers(groups: list[list[str]]) -> list[tuple[list[str], subprocess.P
 
 
 def finish_helpers(started, deadline: float):
-    """Wait for each helper until `deadline`; yield a line for each, and keep what those that ended ran and
-    compiled in `helped`. One still running by then goes on filling Triton's cache, unwaited for."""
+    """Wait for each helper until `deadline`; yield a line for each, and keep what it ran and compiled in
+    `helped`. One still running by then is ended, so that nothing shares the GPU with a visitor's timed job: what
+    it compiled so far is in Triton's cache (each kernel written whole), its unfinished task is not counted."""
     for tasks, process, log, t0 in started:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            late = ""
         except subprocess.TimeoutExpired:
-            yield f"helper ({', '.join(tasks)}) still compiling after {time.monotonic() - t0:.0f} s: serving without it"
-            continue
+            process.kill()
+            process.wait()
+            late = " (ended at the warm-up's deadline)"
         reports = read_reports(log.read_text(errors="replace"))
         log.unlink(missing_ok=True)
-        yield helper_line(tasks, reports, process.returncode, time.monotonic() - t0)
+        yield helper_line(tasks, reports, process.returncode, time.monotonic() - t0) + late
         helped["tasks"] += [r["task"] for r in reports if "seconds" in r]
         helped["compiled"] |= {name for r in reports for name in r.get("compiled", ())}
 
