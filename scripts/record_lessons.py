@@ -86,6 +86,9 @@ def main():
         from explorer.app.serve import default_job
 
         warmed = os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="record-warm-up-")
+        # without its helpers, which compile every lesson: each lesson's own compilation is what is recorded (a
+        # server counts none of it for the lessons its helpers ran, jobs.warm)
+        os.environ["EXPLORER_WARM_HELPERS"] = "0"
         for line in warm_up(default_job("cuda")):
             print(f"warm-up: {line}", flush=True)
     warm = compiled()
