@@ -247,6 +247,8 @@ def smollm2_shape(dtype):
 
 
 def helper_main(tasks: list[str]) -> None:
+    """Run each task; report each as it ends, with every kernel specialization compiled so far (a helper ended
+    at the deadline has said what it finished)."""
     from kernels.compiled import compiled
 
     for task in tasks:
@@ -256,5 +258,4 @@ def helper_main(tasks: list[str]) -> None:
             report = {"task": task, "seconds": time.monotonic() - t0}
         except Exception as e:  # said in the worker's log; the other tasks still run
             report = {"task": task, "error": f"{type(e).__name__}: {str(e)[:200]}"}
-        print(MARK + json.dumps(report), flush=True)
-    print(MARK + json.dumps({"task": "compiled", "compiled": sorted(compiled())}), flush=True)
+        print(MARK + json.dumps(report | {"compiled": sorted(compiled())}), flush=True)
