@@ -242,7 +242,7 @@ def in_process(rows: list[dict], device: str) -> None:
 def tab_sweep(device: str) -> dict:
     from explorer.app import estimate, settings
 
-    kernel = settings.FIELDS["kernel"].default_for(device)
+    kernel, _ = settings.default_sweep(device)
     axes = estimate.sweep_axes(kernel)
     return dict(kernel=kernel, shape=settings.shape_text(kernel, device), x=axes[0], y=axes[1])
 
@@ -318,9 +318,8 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-CLICK_S = (
-    3.0  # every click done within this many seconds of submit once the app is ready, unless its own work is longer
-)
+# every click done within this many seconds of submit once the app is ready, unless its own work is longer
+CLICK_S = 3.0
 STALL_S = 1.0  # a click slower than its handler's run by more than this waited on compilation
 
 

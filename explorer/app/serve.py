@@ -178,16 +178,15 @@ def helped_keys(task: str, s) -> list:
     if task.startswith("lesson:"):
         return [("lesson", task.split(":", 1)[1])]
     if task == "sweep":
-        kernel = settings.FIELDS["kernel"].default_for("cuda")
-        return estimate.sweep_compiles(kernel, settings.SWEEP_SHAPES["cuda"][kernel], s.dtype)
+        return estimate.sweep_compiles(*settings.default_sweep("cuda"), s.dtype)
     if task == "shapes":  # both bundled models and SmolLM2-135M's shape (jobs.warm.warm_shapes)
-        from .jobs.warm import SHAPES_PROMPTS
+        from .jobs.warm import SHAPES_MODELS, SHAPES_PROMPTS
 
         # Past 128 rows no kernel's tile of rows grows: every longer prefill, and every cache-off pass from there,
         # runs kernels compiled already. A decode step's attention plan follows the cache: the prompts' plans.
         buckets = [1 << i for i in range(3, 13)]
         keys = []
-        for model in ("bundled", "bundled-llama", "HuggingFaceTB/SmolLM2-135M"):
+        for model in SHAPES_MODELS:
             at = dataclasses.replace(s, model=model)
             keys += [estimate.model_key(at), *(estimate.prefill_key(at, n) for n in buckets)]
             keys += [("cache off", model, n) for n in buckets]

@@ -218,6 +218,12 @@ FIELDS |= {f.name: f for f in TILE_FIELDS}
 TILES = [f.name for f in TILE_FIELDS]
 
 
+def default_sweep(device_type: str) -> tuple[str, dict]:
+    """The tile sweep tab's defaults on this device: its kernel, and that kernel's shape."""
+    kernel = FIELDS["kernel"].default_for(device_type)
+    return kernel, SWEEP_SHAPES[device_type][kernel]
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """One Generate or Compare job, checked."""

@@ -203,8 +203,7 @@ def run_task(task: str) -> None:
     if task.startswith("lesson:"):
         lessons.run(task.split(":", 1)[1])
     elif task == "sweep":
-        kernel = settings.FIELDS["kernel"].default_for("cuda")
-        shape = settings.SWEEP_SHAPES["cuda"][kernel]
+        kernel, shape = settings.default_sweep("cuda")
         for _ in sweeps.tile_sweep_rows(kernel, shape, dtype=dtype, device=models.device()):
             pass
     elif task == "shapes":
@@ -213,6 +212,7 @@ def run_task(task: str) -> None:
         raise ValueError(f"no such warm-up task: {task}")
 
 
+SHAPES_MODELS = ("bundled", "bundled-llama", "HuggingFaceTB/SmolLM2-135M")  # the last as random weights of its shape
 SHAPES_OFF_TOKENS = 130  # a cache-off run from 8 tokens past 128 rows, where every kernel's row tile stops growing
 SHAPES_PROMPTS = (8, 40, 100, 300, 600, 1000, 2000)  # prompts whose decode steps meet each decode tile plan
 
@@ -222,11 +222,12 @@ def warm_shapes(dtype, off_tokens: int = SHAPES_OFF_TOKENS, prompts=SHAPES_PROMP
     decode steps at `prompts` tokens (as far as the model reaches: prefill attention's tiles, and the decode
     attention's plan, which follows the cache's size), and the cache off from 8 tokens for `off_tokens` steps,
     each a prefill a row longer (every tile of rows the linear layers and attention choose)."""
+    from ...model.ops import DEFAULT_FUSION
     from ...model.weights import load_model
 
-    once = dict(fusion=RunSettings(prompt="").fusion, warmup=False, graph=False, eos_token_id=-1)
-    bundled = (load_model(name, device=models.device(), dtype=dtype)[0] for name in ("bundled", "bundled-llama"))
-    for model in (*bundled, smollm2_shape(dtype)):
+    once = dict(fusion=DEFAULT_FUSION, warmup=False, graph=False, eos_token_id=-1)
+    for name in SHAPES_MODELS:  # the bundled checkpoints as they load; SmolLM2-135M's shape, not its download
+        model = load_model(name, device=models.device(), dtype=dtype)[0] if "bundled" in name else smollm2_shape(dtype)
         for n in sorted({min(n, model.config.n_positions - 4) for n in prompts}):
             list(generate(model, lessons_base.prompt(model, n), max_new_tokens=3, **once))
         list(generate(model, lessons_base.prompt(model, 8), max_new_tokens=off_tokens, cache=False, **once))
