@@ -288,6 +288,25 @@ def test_compare_draws_one_line_per_run_with_how_it_launched():
     assert fig.layout.yaxis.type == "log"  # a 16x gap: on a linear axis the graph line would lie flat at 0
 
 
+def test_a_run_of_one_step_shows_its_point_on_every_line_chart():
+    """Compare with 2 new tokens has one decode step a run, Generate with 1 one step: a line alone through a
+    single point draws nothing, so such a chart would be empty."""
+    rows = [
+        dict(backend=b, cache=c, prompt_tokens=8, phase=phase, position=pos, latency_ms=ms)
+        for b in ("triton", "torch")
+        for c in ("on", "off")
+        for phase, pos, ms in (("prefill", 8, 30.0), ("decode", 9, 3.0))
+    ]
+    fig = plots.compare_figure(pd.DataFrame(rows))
+    assert len(fig.data) == 4 and all(len(t.x) == 1 and "markers" in t.mode for t in fig.data)
+    one = metrics.step_frame(_steps(1))
+    assert all("markers" in t.mode for t in plots.kv_figure(one).data)
+    line = [t for t in plots.traffic_figure(metrics.kernel_frame(_steps(1))).data if t.type == "scatter"]
+    assert len(line) == 1 and "markers" in line[0].mode
+    long = metrics.step_frame(_steps(plots.FEW_POINTS + 1))  # a long run: lines alone, its points too dense
+    assert [t.mode for t in plots.kv_figure(long).data] == ["lines", "lines"]
+
+
 def test_recorded_counters_sit_beside_the_models_on_the_hierarchy_tab():
     from explorer.measure.counters import recorded
 

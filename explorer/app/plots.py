@@ -97,6 +97,15 @@ def _max_x(fig: go.Figure) -> float:
     return max((max(t.x) for t in fig.data if t.x is not None and len(t.x)), default=0)
 
 
+# A line through one point draws nothing: a run this short (Generate's one new token, Compare's two) shows its
+# points as well as the line between them.
+FEW_POINTS = 16
+
+
+def line_mode(points: int) -> str:
+    return "lines+markers" if points < FEW_POINTS else "lines"
+
+
 def _runs(frame: pd.DataFrame):
     if "run" in frame.columns:
         yield from frame.groupby("run", sort=False)
@@ -134,7 +143,7 @@ def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
             go.Scatter(
                 x=issued.index,
                 y=issued.values,
-                mode="lines",
+                mode=line_mode(len(issued)),
                 line=dict(color="black", dash="dot"),
                 name="SM requests (tiles)",  # every tile load, re-reads included; short, to share a row
             )
@@ -168,7 +177,11 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
             for column, dash, label in lines:
                 fig.add_trace(
                     go.Scatter(
-                        x=frame.position, y=frame[column], mode="lines", line_dash=dash, name=f"{run} {label}".strip()
+                        x=frame.position,
+                        y=frame[column],
+                        mode=line_mode(len(frame)),
+                        line_dash=dash,
+                        name=f"{run} {label}".strip(),
                     )
                 )
         else:
@@ -306,7 +319,7 @@ def compare_figure(seq: pd.DataFrame, note: str = "") -> go.Figure:
         values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         label = " · ".join(_short_run(k, v) for k, v in values.items())
         part = part[part.phase == "decode"]
-        fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms / per, mode="lines", name=label))
+        fig.add_trace(go.Scatter(x=part.position, y=part.latency_ms / per, mode=line_mode(len(part)), name=label))
     # Runs differ by 10-100x: on a linear axis the fast ones lie flat at zero.
     fig.update_yaxes(type="log", exponentformat="none", dtick="D2")  # 1, 2, 5, 10: not every digit between
     return layout(
