@@ -157,8 +157,10 @@ def test_the_ladder_shows_each_rung_as_it_is_measured():
     table = updates[-1]["table"]
     own = "ms per step" if torch.cuda.is_available() else "ms per step (CPU)"  # a GPU's answer beside it on CPU
     assert list(table.rung) == list(RUNGS) and (table[own] > 0).all() and "× torch" in table
-    counted = table["kernels (counted)"]
-    assert counted.notna().all() if torch.cuda.is_available() else counted.isna().all()
+    if torch.cuda.is_available():
+        assert table["kernels (counted)"].notna().all()
+    else:  # the interpreter launches nothing a profiler counts: no column of blanks
+        assert "kernels (counted)" not in table
     if not torch.cuda.is_available():  # what a visitor without a GPU sees: the GPU's time first
         ladder = {}
         for update in updates:

@@ -306,6 +306,8 @@ def ladder_table(frame: pd.DataFrame, gpu_ms=None, gpu_name: str = "") -> pd.Dat
     is Python's, not the kernels'."""
     view = frame[["rung", "kernels", "launches_modeled", "l2_mb", "hbm_mb", "step_ms"]].copy()
     view.columns = ["rung", "kernels (counted)", "launches (modeled)", "MB SM requests", "MB HBM", "ms per step"]
+    if view["kernels (counted)"].isna().all():  # nothing counts kernels here (no GPU): no column of blanks
+        view = view.drop(columns="kernels (counted)")
     times = frame.step_ms
     if gpu_ms is not None:
         view = view.rename(columns={"ms per step": "ms per step (CPU)"})
