@@ -223,6 +223,19 @@ def test_the_generate_handler_streams_and_keeps_the_run_in_state():
         assert "each launched from Python" in final["summary"] and "kernels are counted on a GPU" in final["summary"]
 
 
+def test_a_run_of_one_token_says_what_it_lacks_rather_than_nan_or_blanks():
+    """One new token is a prefill and no decode step: the step's rows say so, in both columns on CPU."""
+    job = handlers.make(context())["generate"]
+    outputs = collect(job(values(new_tokens=1), handlers.NEW_STATE))
+    final = dict(zip([*handlers.GENERATE_OUT, "state"], outputs[-1], strict=True))
+    summary = final["summary"]
+    assert "nan" not in summary.lower(), summary
+    assert cell(summary, "bytes per token (modeled)") == "no decode step yet", summary
+    step = next(line for line in summary.splitlines() if line.startswith("| decode step p50 / p90"))
+    shown = [v.strip() for v in step.strip().strip("|").split("|")[1:]]  # this CPU's, and on CPU the GPU's
+    assert shown and all(v == "needs two tokens" for v in shown), step
+
+
 def test_a_job_estimated_past_the_budget_is_refused_at_once(monkeypatch):
     monkeypatch.setenv("EXPLORER_JOB_SECONDS", "5")
     job = handlers.make(context())["generate"]

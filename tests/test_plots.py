@@ -303,6 +303,8 @@ def test_a_run_of_one_step_shows_its_point_on_every_line_chart():
     assert all("markers" in t.mode for t in plots.kv_figure(one).data)
     line = [t for t in plots.traffic_figure(metrics.kernel_frame(_steps(1))).data if t.type == "scatter"]
     assert len(line) == 1 and "markers" in line[0].mode
+    share = plots.kernel_share_figure(metrics.kernel_frame(_steps(1)))  # no decode step: the prefill, named so
+    assert share.layout.title.text.startswith("Where the prefill goes (modeled HBM bytes)")
     long = metrics.step_frame(_steps(plots.FEW_POINTS + 1))  # a long run: lines alone, its points too dense
     assert [t.mode for t in plots.kv_figure(long).data] == ["lines", "lines"]
 

@@ -208,7 +208,8 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
 def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "device time") -> go.Figure:
     """Share of a decode step per kernel kind: measured time when profiled (`clock` names it: device time
     on a GPU, interpreter time on CPU), else modeled bytes."""
-    decode = kernels[kernels.phase == "decode"] if (kernels.phase == "decode").any() else kernels
+    stepped = (kernels.phase == "decode").any()  # a run of one token has only its prefill to show
+    decode = kernels[kernels.phase == "decode"] if stepped else kernels
     timed = decode.kernel_ms.notna().any() if not decode.empty else False
     column, what = ("kernel_ms", clock) if timed else ("hbm_mb", "modeled HBM bytes")
     share = decode.groupby("kind", sort=False)[column].sum() if not decode.empty else pd.Series(dtype=float)
@@ -222,7 +223,8 @@ def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "dev
             marker=dict(colors=[KIND_COLORS.get(k) for k in share.index]),
         )
     )
-    fig = layout(fig, f"Where a decode step goes ({what})", "", "", note)
+    where = "a decode step" if stepped or kernels.empty else "the prefill"
+    fig = layout(fig, f"Where {where} goes ({what})", "", "", note)
     # Nine kinds listed under a pie in a narrow column leave it a thumbnail: beside it, they leave it half.
     fig.update_layout(
         height=fig.layout.margin.t + 240,

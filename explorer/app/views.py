@@ -93,7 +93,7 @@ def _rows(summary: dict, clock: str) -> list[tuple[str, str]]:
         ("time to first token (waited, from the click)", _seconds(summary.get("waited_s"))),
         (f"first step (prefill, {clock})", units.duration(summary["ttft_ms"])),
         ("tokens/s delivered (wall clock, first to last token)", _rate(summary.get("wall_tokens_per_s"))),
-        (f"decode step p50 / p90 ({clock})", f"{units.duration(p50)} / {units.duration(p90)}"),
+        (f"decode step p50 / p90 ({clock})", _steps(p50, p90)),
         ("tokens/s at the decode step's pace", _rate(summary.get("device_tokens_per_s"))),
         ("warm-up (compile, first run, graph capture)", f"{summary.get('warmup_ms', 0):.0f} ms, not counted above"),
         ("fusion rung", summary.get("fusion", "")),
@@ -143,8 +143,18 @@ def _seconds(value) -> str:
     return "" if value is None else f"{value:.2f} s"
 
 
+def _steps(p50, p90) -> str:
+    """A run of one token has no decode step: no blank and no lone slash."""
+    if p50 is None or not math.isfinite(p50):
+        return "needs two tokens"
+    return f"{units.duration(p50)} / {units.duration(p90)}"
+
+
 def _per_token(summary: dict) -> str:
-    return f"{summary['mb_per_token']:.2f} MB / {summary.get('l2_mb_per_token', math.nan):.2f} MB"
+    hbm, l2 = summary.get("mb_per_token", math.nan), summary.get("l2_mb_per_token", math.nan)
+    if not math.isfinite(hbm):
+        return "no decode step yet"
+    return f"{hbm:.2f} MB / {l2:.2f} MB"
 
 
 def _rate(value) -> str:
