@@ -2,6 +2,7 @@
 clicks would otherwise compile after the page says it is ready (on a GPU; explorer.app.jobs.warm)."""
 
 import dataclasses
+import re
 import time
 
 import pytest
@@ -45,6 +46,15 @@ def test_a_helper_says_each_task_and_the_worker_keeps_only_what_it_ran():
     lines = list(warm.finish_helpers(slow, time.monotonic()))
     assert len(lines) == 1 and lines[0].endswith("not run: no-such-task (exit -9) (ended at the warm-up's deadline)")
     assert slow[0][1].returncode == -9 and not slow[0][2].exists()  # ended, nothing left behind
+
+
+def test_a_helper_runs_a_lesson_in_a_process_of_its_own_and_the_worker_counts_it():
+    """The whole path a GPU's warm-up takes (`python -m explorer.app.jobs.helper`, its report read back), with a
+    real task: here the lesson runs in the interpreter and compiles nothing, so only the task is counted."""
+    started = warm.start_helpers([["lesson:memory"]])
+    lines = list(warm.finish_helpers(started, time.monotonic() + 300))
+    assert len(lines) == 1 and re.fullmatch(r"helper in [\d.]+ s: lesson:memory [\d.]+ s", lines[0]), lines
+    assert warm.helped["tasks"] == ["lesson:memory"]
 
 
 def test_what_the_helpers_ran_is_counted_compiled_by_the_estimates():
