@@ -197,6 +197,10 @@ def test_summary_names_each_rate_by_its_clock_and_counts_kernels_only_where_coun
     assert "kernels are counted on a GPU" in cpu and "(CPU clock)" in cpu
     one = views.summary_markdown({**base, "operations_per_step": 1, "cuda_graph": False})  # the megakernel rung
     assert "| decode step launches | 1 named operation, launched from Python (counting after the run) |" in one
+    replayed = views.summary_markdown({**base, "operations_per_step": 1, "cuda_graph": True})
+    assert (
+        "| decode step launches | 1 named operation, replayed as one CUDA graph (counting after the run) |" in replayed
+    )
 
 
 def test_compare_table_keeps_eager_and_graph_runs_apart():

@@ -172,16 +172,18 @@ def _launches(summary: dict) -> str:
     n = summary.get("operations_per_step", math.nan)
     if math.isnan(n):
         return "no decode step yet"
-    how = "replayed as one CUDA graph" if summary.get("cuda_graph") else "each launched from Python"
-    named = f"{n:.0f} named operation{'' if n == 1 else 's'}"  # the megakernel rung's step is one
+    one = n == 1  # the megakernel rung's step
+    if summary.get("cuda_graph"):
+        how = "replayed as one CUDA graph"
+    else:
+        how = "launched from Python" if one else "each launched from Python"
+    named = f"{n:.0f} named operation{'' if one else 's'}"
     if "kernels_per_step" in summary:
         return (
             f"{summary['kernels_per_step']} GPU kernels + {summary['memory_ops_per_step']} memory operations "
             f"(counted by torch.profiler), from {named}, {how}"
         )
     counted = "kernels are counted on a GPU" if summary.get("timer", "").startswith("cpu") else "counting after the run"
-    if n == 1:
-        how = "launched from Python"
     return f"{named}, {how} ({counted})"
 
 
