@@ -139,6 +139,10 @@ def cpu_clock(timer: str) -> str:
     return timer[timer.find("(") + 1 : -1] if timer.startswith("cpu") else ""
 
 
+# What a run of one new token (a prefill alone) shows where a decode step's figures would be.
+NEEDS_TWO, NO_STEP = "needs two tokens", "no decode step yet"
+
+
 def _seconds(value) -> str:
     return "" if value is None else f"{value:.2f} s"
 
@@ -146,19 +150,19 @@ def _seconds(value) -> str:
 def _steps(p50, p90) -> str:
     """A run of one token has no decode step: no blank and no lone slash."""
     if p50 is None or not math.isfinite(p50):
-        return "needs two tokens"
+        return NEEDS_TWO
     return f"{units.duration(p50)} / {units.duration(p90)}"
 
 
 def _per_token(summary: dict) -> str:
     hbm, l2 = summary.get("mb_per_token", math.nan), summary.get("l2_mb_per_token", math.nan)
     if not math.isfinite(hbm):
-        return "no decode step yet"
+        return NO_STEP
     return f"{hbm:.2f} MB / {l2:.2f} MB"
 
 
 def _rate(value) -> str:
-    return "needs two tokens" if value is None or math.isnan(value) else f"{_number(value)} tokens/s"
+    return NEEDS_TWO if value is None or math.isnan(value) else f"{_number(value)} tokens/s"
 
 
 def _number(x: float) -> str:
@@ -171,7 +175,7 @@ def _number(x: float) -> str:
 def _launches(summary: dict) -> str:
     n = summary.get("operations_per_step", math.nan)
     if math.isnan(n):
-        return "no decode step yet"
+        return NO_STEP
     one = n == 1  # the megakernel rung's step
     if summary.get("cuda_graph"):
         how = "replayed as one CUDA graph"
