@@ -6,8 +6,8 @@ GPU the kernels run in Triton's interpreter, which must be chosen before triton 
 
 Before it serves, the app starts its job worker and warms what the default controls use (on a GPU:
 compiles the kernels, captures the graph), logging the seconds of each stage, so the first click
-waits only for its own tokens. Under ZeroGPU nothing may touch CUDA at start: the first GPU call
-compiles, and says so on the page.
+waits only for its own tokens. The worker starts first and warms while this process imports Gradio.
+Under ZeroGPU nothing may touch CUDA at start: the first GPU call compiles, and says so on the page.
 """
 
 import argparse
@@ -52,6 +52,10 @@ def triton_cache_dir() -> str:
 
 
 def main():
+    t0 = time.monotonic()
+    from explorer.app import start
+
+    start.stamp()  # the worker's warm-up ends its helpers in time to serve within a minute of here
     args = parse_args()
     from explorer.app.zerogpu import zero_gpu
 
@@ -64,11 +68,11 @@ def main():
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    worker = start.worker(log=print)  # first: it warms while this process imports the page's libraries
     from explorer.app import serve
 
-    t0 = time.monotonic()
-    demo, launch, _ = serve.app(args.model, args.models.split(","), args.allow_downloads, log=print)
-    print(f"ready to serve in {time.monotonic() - t0:.1f} s")
+    demo, launch, _ = serve.app(args.model, args.models.split(","), args.allow_downloads, log=print, started=worker)
+    print(f"ready to serve {time.monotonic() - t0:.1f} s after the start")
     demo.queue(default_concurrency_limit=1, max_size=args.queue_size)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch)
 

@@ -75,13 +75,13 @@ def main():
         raise SystemExit(2)
     from benchmarks import page
     from explorer.app import jobs as J
-    from explorer.app import serve
+    from explorer.app.start import default_job
     from kernels import compiled as C
 
     folder = Path(tempfile.mkdtemp())
     smollm2 = page.smollm2_shaped(folder / "smollm2-shape")
     t0 = time.monotonic()
-    for line in J.warm_up(serve.default_job("cuda")):
+    for line in J.warm_up(default_job("cuda")):
         print(f"warm-up: {line}", flush=True)
     print(f"warm-up done in {time.monotonic() - t0:.1f} s; Triton's cache: {os.environ.get('TRITON_CACHE_DIR', '~')}")
     never = J.Control(lambda: False, float("inf"))

@@ -83,7 +83,7 @@ def main():
     t0 = time.perf_counter()
     if cuda:  # as the app's worker starts on a new machine: its warm-up compiles the default Generate and ladder
         from explorer.app.jobs.warm import warm_up
-        from explorer.app.serve import default_job
+        from explorer.app.start import default_job
 
         warmed = os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="record-warm-up-")
         # without its helpers, which compile every lesson: each lesson's own compilation is what is recorded (a

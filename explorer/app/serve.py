@@ -12,9 +12,8 @@ from collections.abc import Callable
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 
-from . import estimate, events, handlers, models, settings, ui, validate
+from . import estimate, events, handlers, models, settings, start, ui, validate
 from .runner import InlineRunner, ProcessRunner, zero_gpu_duration
-from .settings import RunSettings, defaults
 from .zerogpu import zero_gpu
 
 ZERO_GPU_HEADER = (
@@ -152,15 +151,9 @@ def launch_options() -> dict:
     )
 
 
-def default_job(device: str) -> dict:
-    """What the worker runs before it takes jobs: the default Generate, and on a GPU the default ladder."""
-    d = defaults(device, {"dtype": models.default_dtype()})
-    s = RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype=d["dtype"])
-    return {"settings": s, "ladder": device == "cuda"}
-
-
-def runner(warm: bool, log: Callable[[str], None] = print):
-    """The runner for this machine: jobs in a worker process, or under ZeroGPU in the platform's GPU calls."""
+def runner(warm: bool, log: Callable[[str], None] = print, started: ProcessRunner | None = None):
+    """The runner for this machine, ready: jobs in a worker process (`started`, where start.worker began it
+    already), or under ZeroGPU in the platform's GPU calls."""
     if zero_gpu():
         import spaces
 
@@ -168,8 +161,8 @@ def runner(warm: bool, log: Callable[[str], None] = print):
 
         wrapped = {kind: spaces.GPU(duration=zero_gpu_duration)(fn) for kind, fn in jobs.JOBS.items()}
         return InlineRunner(lambda fn, job: wrapped[job.kind])
-    r = ProcessRunner(warm=default_job(models.device().type) if warm else None, log=log)
-    r.start(wait=True)
+    r = started or start.worker(warm, log)
+    r.wait_ready()
     return r
 
 
@@ -195,10 +188,10 @@ def helped_keys(task: str, s) -> list:
     return []
 
 
-def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=print):
-    """(the page, the options its launch takes, its runner). Starts the job worker and, with `warm`, waits
-    for its warm-up."""
-    r = runner(warm, log)
+def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=print, started=None):
+    """(the page, the options its launch takes, its runner). Starts the job worker (or takes the one
+    start.worker began) and, with `warm`, waits for its warm-up."""
+    r = runner(warm, log, started)
     device = "cuda" if zero_gpu() else models.device().type
     warmed = getattr(r, "warm", None)  # what the worker's warm-up ran, and so compiled
     if warmed:

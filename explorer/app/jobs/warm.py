@@ -56,7 +56,9 @@ def warm_up(settings: dict):
     s: RunSettings = settings["settings"]
     never = Control(lambda: False, float("inf"))
     t0 = time.monotonic()
-    helping = start_helpers(helper_groups()) if settings.get("ladder") and models.device().type == "cuda" else []
+    deadline = helpers_deadline(t0)
+    helpful = settings.get("ladder") and models.device().type == "cuda" and deadline - t0 >= HELPERS_MIN_S
+    helping = start_helpers(helper_groups()) if helpful else []
     generate_job.prepare(s)
     yield f"loaded {s.model} in {time.monotonic() - t0:.1f} s"
     t1 = time.monotonic()
@@ -77,7 +79,7 @@ def warm_up(settings: dict):
         t4 = time.monotonic()
         triton_first_calls(s)
         yield f"Triton's kernels for the lessons' shape and the bundled Llama in {time.monotonic() - t4:.1f} s"
-    yield from finish_helpers(helping, t0 + HELPERS_DEADLINE_S)
+    yield from finish_helpers(helping, deadline)
     yield f"warm in {time.monotonic() - t0:.1f} s"
 
 
@@ -114,11 +116,26 @@ def triton_first_calls(s: RunSettings) -> None:
 
 HELPERS_ENV = "EXPLORER_WARM_HELPERS"  # how many helper processes at most; "0": none
 # The warm-up waits for its helpers until this many seconds after it began, then ends those still running and
-# serves: start-up (the server's imports and the worker's, about 10 s on the H200, then the warm-up) stays under a
-# minute.
+# serves; and where app.py stamped the server's start (start.stamp), until SERVED_BY_S after it less FINISH_S, the
+# most that follows before the page is served (the helpers' reports read, a garbage collection, the page launched:
+# 1.3 s on an H100, benchmarks/page.py 2026-12-07). So start-up stays under a minute however long the imports took.
 HELPERS_DEADLINE_S = 45.0
+SERVED_BY_S = 60.0
+FINISH_S = 5.0
+HELPERS_MIN_S = 10.0  # with less left than this (a worker restarted long after the start) no helper starts
 MARK = "@@warm "  # a helper's report lines, among whatever else it prints
 helped: dict = {"tasks": [], "compiled": set()}  # what the helpers that finished in time ran and compiled
+
+
+def helpers_deadline(t0: float) -> float:
+    """When the warm-up that began at `t0` (time.monotonic) ends its helpers, as a time.monotonic."""
+    from ..start import since_start
+
+    deadline = t0 + HELPERS_DEADLINE_S
+    since = since_start()
+    if since is not None:
+        deadline = min(deadline, time.monotonic() - since + SERVED_BY_S - FINISH_S)
+    return deadline
 
 
 def helper_groups(cores: int | None = None, limit: str | None = None) -> list[list[str]]:
