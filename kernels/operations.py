@@ -103,6 +103,9 @@ class Operation:
     compiles: Callable = lambda make: {}
     # the tiles config="autotune" times, by the kind its launcher asks kernels.autotune for
     candidates: dict = field(default_factory=dict)
+    # where one launch runs several operations (the megakernel rung's step): its book split by them, called as book
+    # is, as {operation: Traffic} summing to the book's
+    parts: Book | None = None
 
 
 def _passes(reads: int, writes: int, elements: int, item: int, flops: int = 0) -> Traffic:
@@ -846,6 +849,9 @@ OPERATIONS: dict[str, Operation] = {
             decode_step,
             by_length=True,
             counted=Counted(_counted_decode_step_model, _counted_decode_step_call),
+            parts=lambda s, item, *, dtype, device, lengths, **_: decode_step_parts.parts(
+                list(lengths), s.shape, s.max_len, item, dtype=dtype, device=device
+            ),
             compiles=_compiles_decode_step,
         ),
         Operation(

@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import re
 import statistics
 import time
 
@@ -299,3 +300,64 @@ def test_summary_reports_how_decode_steps_were_launched_and_the_graph_capture():
     assert s["cuda_graph"] is True and s["warmup_ms"] == 57.0
     assert (s["kernels_per_step"], s["memory_ops_per_step"]) == (163, 2)
     assert list(metrics.step_frame(graphed).graph) == [False, True, True, True]
+
+
+@pytest.mark.parametrize("name", ["bundled", "bundled-llama"])
+def test_the_megakernels_step_is_split_into_the_operations_it_runs_as_the_overlap_rungs_kernels_move_them(name):
+    """One launch runs a whole decode step on the megakernel rung; its bytes are still each operation's. Booked by
+    operation, each category's HBM bytes and floor are what the overlap rung's separate kernels move for it (their
+    own models, the reference here; the SMs' requests differ where the two rungs tile rows differently), and the
+    counters the tasks wait on hold a sector each way per arrival (kernels.ops.decode_step.counts), which stay in L2.
+    Two unequal prompts, so the rows' lengths differ."""
+    from explorer.model.generate import generate
+    from explorer.model.weights import load_model
+    from kernels.ops import decode_step
+
+    model = load_model(name, device=torch.device("cpu"), dtype=torch.float32)[0]
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist() for n in (1, 17)]
+    once = dict(max_new_tokens=3, warmup=False, graph=False, eos_token_id=-1)
+    frames = {}
+    for fusion in ("overlap", "megakernel"):
+        steps = list(generate(model.with_fusion(fusion), prompts, fusion=fusion, **once))
+        frames[fusion] = metrics.kernel_frame(steps)
+        if fusion == "megakernel":
+            decode = [s for s in steps if s.phase == "decode"]
+    mega, over = (frames[f][frames[f].phase == "decode"].set_index(["step", "kind"]) for f in ("megakernel", "overlap"))
+    assert set(mega.index) == set(over.index) | {(s.index, "counters") for s in decode}
+    columns = ["hbm_read", "hbm_written", "floor_mb"]
+    assert mega.loc[over.index, columns].to_numpy() == pytest.approx(over[columns].to_numpy(), rel=1e-9)
+    for s in decode:
+        (op,) = s.ops
+        stages, heads = decode_step.counts(len(s.positions), op.sizes.shape, op.sizes.max_len, op.dtype, op.device)
+        counters = mega.loc[(s.index, "counters")]
+        assert counters.bytes_read == counters.bytes_written == SECTOR * (sum(stages) + sum(heads))
+        assert counters.hbm_read == counters.hbm_written == 0
+        whole = op_traffic(op, tuple(s.positions))  # the launch's book, unsplit
+        assert mega.loc[s.index].bytes_read.sum() == whole.bytes_read
+        assert mega.loc[s.index].hbm_written.sum() == whole.hbm_written
+
+
+def test_one_launchs_time_is_a_row_of_its_own_and_the_share_chart_says_why_it_shows_bytes():
+    """The megakernel rung's profile times its one launch ("decode step"), which no operation has alone: the time
+    is a row without bytes, the bytes stay split, and the share of the step is drawn from the bytes, saying why."""
+    from explorer.app import plots
+    from explorer.model.generate import generate
+    from explorer.model.weights import load_model
+
+    model = load_model("bundled", device=torch.device("cpu"), dtype=torch.float32)[0].with_fusion("megakernel")
+    steps = list(generate(model, [5, 6, 7], max_new_tokens=3, fusion="megakernel", warmup=False, graph=False))
+    timed = profile([(s.index, s.phase, s.positions[0], "step", "decode step", 0.2 + s.index, 0.01) for s in steps])
+    frame = metrics.kernel_frame(steps, timed)
+    alone = frame[(frame.phase == "decode") & (frame.kind == "decode step")]
+    assert list(alone.kernel_ms) == [1.2, 2.2] and (alone.modeled_mb == 0).all() and alone.achieved_gbs.isna().all()
+    split = frame[(frame.phase == "decode") & (frame.kind != "decode step")]
+    assert split.kernel_ms.isna().all() and set(split.kind) >= {"qkv/out proj", "ffn", "lm_head", "counters"}
+    share = plots.kernel_share_figure(frame, "timed at two positions")
+    title = re.sub(r"<br>|</?sup>", " ", share.layout.title.text)
+    assert "(modeled HBM bytes)" in title and plots.ONE_LAUNCH in " ".join(title.split())
+    with_bytes = split[split.hbm_mb > 0].groupby("kind", sort=False).hbm_mb.sum()
+    assert list(share.data[0].labels) == list(with_bytes.index)
+    assert list(share.data[0].values) == pytest.approx(list(with_bytes.values))
+    bars = [t.name for t in plots.traffic_figure(frame).data if t.type == "bar"]
+    assert "decode step" not in bars and "counters" not in bars and "ffn" in bars

@@ -28,6 +28,7 @@ KIND_COLORS = {
     "lm_head": "#b279a2",
     "kv write": "#72b7b2",
     "rotary": "#ff9da6",
+    "counters": "#7f7f7f",
 }
 PHASE_SYMBOLS = {"prefill": "diamond", "decode": "circle"}
 # Plotly copies a figure's template whole into every figure it makes: a stock template costs about 15 ms a
@@ -137,7 +138,8 @@ def traffic_figure(kernels: pd.DataFrame, note: str = "") -> go.Figure:
     fig = go.Figure()
     if not kernels.empty:
         for kind, part in kernels.groupby("kind", sort=False):
-            fig.add_trace(go.Bar(x=part.step, y=part.hbm_mb, name=kind, marker_color=KIND_COLORS.get(kind)))
+            if part.hbm_mb.sum() > 0:  # not a launch's time-only row, nor counters that stay in L2
+                fig.add_trace(go.Bar(x=part.step, y=part.hbm_mb, name=kind, marker_color=KIND_COLORS.get(kind)))
         issued = kernels.groupby("step", sort=True).modeled_mb.sum()
         fig.add_trace(
             go.Scatter(
@@ -205,14 +207,22 @@ def kv_figure(steps: pd.DataFrame, note: str = "") -> go.Figure:
     return layout(fig, title, "sequence position", "MB" if cached else "", note)
 
 
+ONE_LAUNCH = "one launch runs every operation, so its time is not theirs to split"
+
+
 def kernel_share_figure(kernels: pd.DataFrame, note: str = "", clock: str = "device time") -> go.Figure:
     """Share of a decode step per kernel kind: measured time when profiled (`clock` names it: device time
-    on a GPU, interpreter time on CPU), else modeled bytes."""
+    on a GPU, interpreter time on CPU), else modeled bytes, as also where one launch ran every operation."""
     stepped = (kernels.phase == "decode").any()  # a run of one token has only its prefill to show
     decode = kernels[kernels.phase == "decode"] if stepped else kernels
-    timed = decode.kernel_ms.notna().any() if not decode.empty else False
-    column, what = ("kernel_ms", clock) if timed else ("hbm_mb", "modeled HBM bytes")
+    timed = decode.kernel_ms > 0
+    column, what = ("kernel_ms", clock) if timed.any() else ("hbm_mb", "modeled HBM bytes")
+    if timed.any() and (decode.hbm_mb[timed] == 0).all() and (decode.hbm_mb > 0).any():
+        # one launch ran every operation (the megakernel rung): its time is one piece, its bytes are split
+        column, what = "hbm_mb", "modeled HBM bytes"
+        note = "; ".join(n for n in (ONE_LAUNCH, note) if n)
     share = decode.groupby("kind", sort=False)[column].sum() if not decode.empty else pd.Series(dtype=float)
+    share = share[share > 0]
     fig = go.Figure(
         go.Pie(
             labels=share.index,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from kernels.config import device_limits
+from kernels.config import Traffic, device_limits
 from kernels.ops.attention.kernel import traffic as attention_traffic
 from kernels.ops.attention.kernel import traffic_naive
 from kernels.ops.layer_norm.kernel import traffic as layer_norm_traffic
@@ -168,8 +168,13 @@ def kernel_frame(steps, profiled: pd.DataFrame | None = None) -> pd.DataFrame:
     rows = []
     for s in steps:
         near = _nearest(times, s.phase, s.index)
-        for kind, t in step_traffic(s).items():
-            ms, launch = times[(s.phase, near)].get(kind, (math.nan, math.nan)) if near is not None else (math.nan,) * 2
+        timed = times[(s.phase, near)] if near is not None else {}
+        traffic = step_traffic(s)
+        # A launch that runs several operations (the megakernel rung's step) has its bytes split by them, and its
+        # time, which no operation of it has alone, on a row of its own without bytes.
+        alone = {kind: Traffic(0, 0, 0, 0) for kind in timed if kind not in traffic}
+        for kind, t in (traffic | alone).items():
+            ms, launch = timed.get(kind, (math.nan, math.nan))
             rows.append(
                 dict(
                     step=s.index,
@@ -187,8 +192,8 @@ def kernel_frame(steps, profiled: pd.DataFrame | None = None) -> pd.DataFrame:
                     kernel_ms=ms,
                     launch_ms=launch,  # host time launching it (GPU profiling pass)
                     profiled_step=near if near is not None else math.nan,
-                    achieved_gbs=t.hbm_bytes / ms / 1e6 if ms and ms > 0 else math.nan,
-                    achieved_tflops=t.flops / ms / 1e9 if ms and ms > 0 else math.nan,
+                    achieved_gbs=t.hbm_bytes / ms / 1e6 if ms and ms > 0 and t.hbm_bytes else math.nan,
+                    achieved_tflops=t.flops / ms / 1e9 if ms and ms > 0 and t.flops else math.nan,
                 )
             )
     return pd.DataFrame(rows, columns=KERNEL_COLUMNS)

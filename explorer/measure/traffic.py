@@ -18,7 +18,7 @@ import operator
 from kernels.config import Traffic
 from kernels.operations import OPERATIONS, operation
 
-from ..model.ops import Op
+from ..model.ops import PART_CATEGORIES, Op
 
 
 @functools.lru_cache(maxsize=8192)
@@ -48,11 +48,24 @@ def step_traffic(step) -> dict[str, Traffic]:
     return dict(_by_category(step.ops, tuple(step.positions) if step.phase == "decode" else ()))
 
 
+@functools.lru_cache(maxsize=1024)
+def op_parts(op: Op, lengths: tuple[int, ...] = ()) -> dict[str, Traffic] | None:
+    """Modeled traffic of one call by the operations it runs, where one launch runs several (kernels.operations'
+    `parts`); else None."""
+    split = OPERATIONS[op.kernel].parts
+    if split is None or op.backend != "triton":
+        return None
+    return split(op.sizes, op.dtype.itemsize, config=op.config, dtype=op.dtype, device=op.device, lengths=lengths)
+
+
 @functools.lru_cache(maxsize=4096)
 def _by_category(ops: tuple[Op, ...], lengths: tuple[int, ...]) -> dict[str, Traffic]:
+    """Each category's traffic; a launch that runs several operations is split into theirs (PART_CATEGORIES)."""
     out: dict[str, Traffic] = {}
     for op in ops:
-        t = traffic_at(op, lengths)
-        kind = op.category
-        out[kind] = out[kind] + t if kind in out else t
+        split = op_parts(op, lengths if OPERATIONS[op.kernel].by_length else ())
+        for kind, t in (
+            ((PART_CATEGORIES[n], t) for n, t in split.items()) if split else [(op.category, traffic_at(op, lengths))]
+        ):
+            out[kind] = out[kind] + t if kind in out else t
     return out

@@ -91,6 +91,19 @@ KERNEL_CATEGORIES = {
     "decode_step": "decode step",
     "rms_norm": "layer_norm",  # the block's normalisation, whichever kind
 }
+# The operations of a launch that runs several (the megakernel rung's step; kernels.operations' `parts`), under the
+# categories their own kernels take on the other rungs, so that rungs compare bar for bar; and the counters its
+# tasks wait on, which no other rung has.
+PART_CATEGORIES = {
+    "embedding": "embedding",
+    "c_attn": "qkv/out proj",
+    "attention": "decode attention",
+    "c_proj": "qkv/out proj",
+    "c_fc": "ffn",
+    "mlp.c_proj": "ffn",
+    "lm_head": "lm_head",
+    "counters": "counters",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,10 +211,16 @@ def tasks(rows: int, shape: Shape, max_len: int, dtype, device) -> list[tuple[st
 
 
 def traffic(lengths, shape: Shape, max_len: int, itemsize: int, *, dtype=torch.float16, device="cpu") -> Traffic:
-    """Modeled traffic of one launch: the embedding's gathers, each layer's five operations as the decode rung's
-    kernels move them at this launch's tiles (decode_linear's and decode attention's models), the LM head, and one
-    sector each way for every arrival at a counter (each task's, the heads' from each c_attn tile, the end's).
-    The polls of a waiting program are not modeled: they depend on how long it waits."""
+    """Modeled traffic of one launch: the sum of its operations' (parts)."""
+    return sum(parts(lengths, shape, max_len, itemsize, dtype=dtype, device=device).values(), Traffic(0, 0, 0, 0))
+
+
+def parts(lengths, shape: Shape, max_len: int, itemsize: int, *, dtype=torch.float16, device="cpu") -> dict:
+    """Modeled traffic of one launch by operation, named as the task list names them (tasks) over all layers:
+    the embedding's gathers, each layer's five operations as the decode rung's kernels move them at this launch's
+    tiles (decode_linear's and decode attention's models), the LM head, and under "counters" one sector each way
+    for every arrival at a counter (each task's, the heads' from each c_attn tile, the end's). The polls of a
+    waiting program are not modeled: they depend on how long it waits."""
     from ...operations import OPERATIONS
     from ...sizes import RowsSizes
     from ..decode_attention.kernel import decode_traffic
@@ -230,7 +236,6 @@ def traffic(lengths, shape: Shape, max_len: int, itemsize: int, *, dtype=torch.f
         block_k = max(PREFETCH_BLOCK_K, next_pow2(in_features))
         return TileConfig(block_m=16, block_n=block_n, block_k=block_k, split_k=1, num_warps=WARPS, num_stages=1)
 
-    embed = OPERATIONS["token_embedding" if llama else "embedding"].book(RowsSizes(rows, c), itemsize)
     norm = dict(norm=True, rms=llama, bias=not llama)
     qkv = dict(kv=shape.kv_heads, head_dim=shape.head_dim, rope=llama)
     if llama:
@@ -243,19 +248,22 @@ def traffic(lengths, shape: Shape, max_len: int, itemsize: int, *, dtype=torch.f
             list(lengths), shape.heads, max_len, shape.head_dim, itemsize, config=p.attention, one_launch=True, **on
         )
     fc = dict(activation="swiglu") if llama else dict(activation="gelu")
-    layer = [
-        linear_traffic(rows, shape.qkv, c, itemsize, **norm, **qkv, config=tiles(t["BN_A"], c), **on),
-        attention,
-        linear_traffic(rows, c, c, itemsize, bias=not llama, residual=True, config=tiles(t["BN_O"], c), **on),
-        linear_traffic(rows, shape.fc, c, itemsize, **norm, **fc, config=tiles(t["BN_F"], c), **on),
-        linear_traffic(
+    layer = {  # every layer moves the same bytes
+        "c_attn": linear_traffic(rows, shape.qkv, c, itemsize, **norm, **qkv, config=tiles(t["BN_A"], c), **on),
+        "attention": attention,
+        "c_proj": linear_traffic(rows, c, c, itemsize, bias=not llama, residual=True, config=tiles(t["BN_O"], c), **on),
+        "c_fc": linear_traffic(rows, shape.fc, c, itemsize, **norm, **fc, config=tiles(t["BN_F"], c), **on),
+        "mlp.c_proj": linear_traffic(
             rows, c, shape.ffn, itemsize, bias=not llama, residual=True, config=tiles(t["BN_P"], shape.ffn), **on
         ),
-    ]
-    lm_head = linear_traffic(
-        rows, shape.vocab, c, itemsize, bias=False, norm=True, rms=llama, config=tiles(t["BN_H"], c), **on
-    )
+    }
     stages, heads = counts(rows, shape, max_len, dtype, device)
     arrivals = sum(stages) + sum(heads)
-    total = sum(layer * shape.layers, embed + lm_head)  # every layer moves the same bytes
-    return total + Traffic(arrivals * SECTOR, arrivals * SECTOR, 0, 0, 0, 0)
+    return {
+        "embedding": OPERATIONS["token_embedding" if llama else "embedding"].book(RowsSizes(rows, c), itemsize),
+        **{name: sum([part] * shape.layers, Traffic(0, 0, 0, 0)) for name, part in layer.items()},
+        "lm_head": linear_traffic(
+            rows, shape.vocab, c, itemsize, bias=False, norm=True, rms=llama, config=tiles(t["BN_H"], c), **on
+        ),
+        "counters": Traffic(arrivals * SECTOR, arrivals * SECTOR, 0, 0, 0, 0),
+    }
