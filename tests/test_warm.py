@@ -19,8 +19,9 @@ def fresh(monkeypatch):
         yield
 
 
-def test_the_helpers_take_every_lesson_the_sweep_and_the_shapes_in_as_many_processes_as_the_cores_allow():
-    every = sorted([f"lesson:{n}" for n in lessons.names()] + ["sweep", "shapes"])
+def test_the_helpers_take_the_compiling_lessons_the_sweep_and_the_shapes_in_as_many_processes_as_the_cores_allow():
+    assert set(warm.COMPILING_LESSONS) <= set(lessons.names())
+    every = sorted([f"lesson:{n}" for n in warm.COMPILING_LESSONS] + ["sweep", "shapes"])
     for cores, limit, count in ((16, "", 3), (64, "", 3), (8, "", 2), (4, "", 1), (2, "", 1), (16, "2", 2)):
         groups = warm.helper_groups(cores=cores, limit=limit)
         assert len(groups) == count, (cores, limit, groups)

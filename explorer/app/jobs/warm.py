@@ -7,10 +7,10 @@ own tokens; it reports the seconds of each stage to the server's log. A job whos
 has not run before says on the page that kernels are compiling, and about how long that takes.
 
 On a GPU, helper processes (`python -m explorer.app.jobs.helper TASK...`) compile the rest of what a visitor's
-first clicks would meet, beside the worker's own warm-up: every lesson, the tile sweep's default, SmolLM2-135M's
-shape and the prefills of every tile of rows. They share Triton's cache directory with the worker, which then
-loads their kernels from disk instead of compiling them. The worker waits for them (to HELPERS_DEADLINE_S) and
-reports what they compiled, so that estimates count none of it.
+first clicks would meet, beside the worker's own warm-up: the lessons that compile kernels of their own, the tile
+sweep's default, SmolLM2-135M's shape and the prefills of every tile of rows. They share Triton's cache directory
+with the worker, which then loads their kernels from disk instead of compiling them. The worker waits for them (to
+helpers_deadline) and reports what they compiled, so that estimates count none of it.
 """
 
 from __future__ import annotations
@@ -138,13 +138,18 @@ def helpers_deadline(t0: float) -> float:
     return deadline
 
 
+# The lessons whose first run compiled after "ready" without helpers (H100, 2026-12-07, benchmarks/page.py): the SMs
+# lesson 23.7 s, fusion 6.0, tiling 3.8, blocks 1.4. The others' kernels are the warm-up's own (triton_first_calls):
+# memory, decode-step, prefill-decode and cuda-graphs were done in 0.3-1.1 s, the kv-cache lesson compiled 0.6 s.
+COMPILING_LESSONS = ("sms", "fusion", "tiling", "blocks")
+
+
 def helper_groups(cores: int | None = None, limit: str | None = None) -> list[list[str]]:
     """The helpers' tasks, one list per process: the SMs lesson (the longest: its stamped kernels), the other
-    lessons, then the sweep and the shapes. With fewer cores the lists merge, so that the compiling never
-    starves the worker's own warm-up: a process per four cores, at most EXPLORER_WARM_HELPERS of them."""
-    from .. import lessons
-
-    groups = [["lesson:sms"], [f"lesson:{n}" for n in lessons.names() if n != "sms"], ["sweep", "shapes"]]
+    lessons that compile and the shapes (Generate's other models and the cache off), then the tile sweep's default
+    (about 27 s of compiling on an H100). With fewer cores the lists merge, so that the compiling never starves the
+    worker's own warm-up: a process per four cores, at most EXPLORER_WARM_HELPERS of them."""
+    groups = [["lesson:sms"], [f"lesson:{n}" for n in COMPILING_LESSONS[1:]] + ["shapes"], ["sweep"]]
     cores = cores if cores is not None else os.cpu_count() or 1
     limit = limit if limit is not None else os.environ.get(HELPERS_ENV, "")
     n = min(len(groups), max(1, cores // 4), int(limit) if limit.strip().isdigit() else len(groups))
