@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from explorer.app import estimate, lessons, serve, settings
+from explorer.app import estimate, lessons, serve, settings, start
 from explorer.app.jobs import warm
 from tests.serve import fresh_estimates
 
@@ -102,3 +102,22 @@ def test_the_helpers_end_in_time_for_the_page_to_be_served_within_a_minute_of_th
     assert warm.helpers_deadline(time.monotonic()) - time.monotonic() == pytest.approx(45.0, abs=0.5)
     monkeypatch.setenv(start.STARTED_ENV, "not a time")  # a stamp that cannot be read is no stamp
     assert warm.helpers_deadline(now) == now + warm.HELPERS_DEADLINE_S
+
+
+def test_a_gpus_warm_up_counts_the_lessons_whose_kernels_it_compiled_itself():
+    """The lessons outside COMPILING_LESSONS run on kernels the warm-up compiles (jobs.warm.triton_first_calls): a
+    GPU server counts them compiled whether or not a helper ran them, and the compiling lessons only once a helper
+    has run them."""
+    job = start.default_job("cpu")
+    s = dataclasses.replace(job["settings"], dtype="bfloat16")
+    before = {name: lessons.estimate(name, size_="gpu") for name in lessons.names()}
+    serve.count_warm_up("cuda", {"settings": s, "ladder": True}, helped=["lesson:tiling"])
+    after = {name: lessons.estimate(name, size_="gpu") for name in lessons.names()}
+    for name in warm.warmed_lessons():
+        assert estimate.missing("cuda", serve.helped_keys(f"lesson:{name}", s)) == set(), name
+        assert after[name] <= before[name], name
+    assert sum(after[n] for n in warm.warmed_lessons()) < sum(before[n] for n in warm.warmed_lessons())
+    assert estimate.missing("cuda", serve.helped_keys("lesson:tiling", s)) == set()
+    for name in set(warm.COMPILING_LESSONS) - {"tiling"}:
+        assert estimate.missing("cuda", serve.helped_keys(f"lesson:{name}", s)), name  # still to compile
+        assert after[name] == before[name], name

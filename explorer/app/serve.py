@@ -188,6 +188,22 @@ def helped_keys(task: str, s) -> list:
     return []
 
 
+def count_warm_up(device: str, warmed: dict, helped) -> None:
+    """Tell the estimates what the worker's warm-up compiled (`warmed`: start.default_job) and what its helpers ran
+    (`helped`: their tasks, jobs.warm), so that no estimate counts compiling it again."""
+    estimate.compiled(device, estimate.generation_keys(warmed["settings"]))
+    if warmed["ladder"]:  # on a GPU, where the warm-up also compiled the bundled Llama's decoder (jobs.warm)
+        estimate.compiled(device, estimate.ladder_keys(warmed["settings"]))
+        llama = dataclasses.replace(warmed["settings"], model="bundled-llama")
+        estimate.compiled(device, [estimate.model_key(llama)])
+        from .jobs.warm import warmed_lessons
+
+        for name in warmed_lessons():  # their kernels are the warm-up's own, whether or not a helper ran them
+            estimate.compiled(device, helped_keys(f"lesson:{name}", warmed["settings"]))
+    for task in helped:
+        estimate.compiled(device, helped_keys(task, warmed["settings"]))
+
+
 def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=print, started=None):
     """(the page, the options its launch takes, its runner). Starts the job worker (or takes the one
     start.worker began) and, with `warm`, waits for its warm-up."""
@@ -195,13 +211,7 @@ def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=
     device = "cuda" if zero_gpu() else models.device().type
     warmed = getattr(r, "warm", None)  # what the worker's warm-up ran, and so compiled
     if warmed:
-        estimate.compiled(device, estimate.generation_keys(warmed["settings"]))
-        if warmed["ladder"]:  # on a GPU, where the warm-up also compiled the bundled Llama's decoder (jobs.warm)
-            estimate.compiled(device, estimate.ladder_keys(warmed["settings"]))
-            llama = dataclasses.replace(warmed["settings"], model="bundled-llama")
-            estimate.compiled(device, [estimate.model_key(llama)])
-        for task in r.info.get("helped", ()):  # what the warm-up's helpers compiled beside it (jobs.warm)
-            estimate.compiled(device, helped_keys(task, warmed["settings"]))
+        count_warm_up(device, warmed, r.info.get("helped", ()))
     header = ZERO_GPU_HEADER if zero_gpu() else r.info.get("header", "")
     ctx = handlers.Context(r, models.Policy(default_model, offered, downloads), device)
     return ui.build(ctx, header), launch_options(), r

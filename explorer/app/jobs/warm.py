@@ -144,6 +144,13 @@ def helpers_deadline(t0: float) -> float:
 COMPILING_LESSONS = ("sms", "fusion", "tiling", "blocks")
 
 
+def warmed_lessons() -> list[str]:
+    """The lessons whose kernels a GPU's warm-up compiles itself (triton_first_calls): all but COMPILING_LESSONS."""
+    from .. import lessons
+
+    return [n for n in lessons.names() if n not in COMPILING_LESSONS]
+
+
 def helper_groups(cores: int | None = None, limit: str | None = None) -> list[list[str]]:
     """The helpers' tasks, one list per process: the SMs lesson (the longest: its stamped kernels), the other
     lessons that compile and the shapes (Generate's other models and the cache off), then the tile sweep's default
