@@ -5,6 +5,7 @@
 #     page      what a visitor waits for through the server, and the estimates shown (benchmarks/page.py;
 #               PAGE_ARGS=--no-handler leaves out the same jobs timed in-process; PAGE_ONLY=lesson,ladder only
 #               the rows whose names hold one of those words)
+#     page:N    the same with at most N warm-up helpers (0: none), its log and table in page-N.log and page-N.json
 #     stream    when each streamed update leaves the server (experiments/stream_check.py)
 #     record    the lessons and the CPU's default jobs recorded for visitors without a GPU
 #     lessons:A,B those lessons recorded into the shipped recording, each labelled with this run (the rest kept)
@@ -52,6 +53,12 @@ for PART in "${@:-page}"; do
     say "the page, timed through the server"
     TRITON_CACHE_DIR=$(mktemp -d) timeout 480 python3 benchmarks/page.py ${PAGE_ARGS:-} ${PAGE_ONLY:+--only "$PAGE_ONLY"} --out "$OUT/page.json" > "$OUT/page.log" 2>&1; echo "exit $?" | tee -a "$LOG"
     tail -n 24 "$OUT/page.log" | tee -a "$LOG" ;;
+  page:*)
+    N=${PART#page:}
+    say "the page, timed through the server, with at most $N warm-up helpers"
+    EXPLORER_WARM_HELPERS=$N TRITON_CACHE_DIR=$(mktemp -d) timeout 480 python3 benchmarks/page.py ${PAGE_ARGS:-} \
+      ${PAGE_ONLY:+--only "$PAGE_ONLY"} --out "$OUT/page-$N.json" > "$OUT/page-$N.log" 2>&1; echo "exit $?" | tee -a "$LOG"
+    grep -E "helper in|warm in|ready to serve|served after|within" "$OUT/page-$N.log" | tee -a "$LOG" ;;
   record)
     say "lessons and the CPU's default jobs, recorded"
     TRITON_CACHE_DIR=$(mktemp -d) timeout 420 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
