@@ -1,6 +1,8 @@
 """The estimate shown before a job: grows with the job, labelled as an estimate, timed by the last run on
 this device once there is one, and the measure by which a job is admitted or refused."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -502,3 +504,38 @@ def test_a_decode_step_off_the_decode_rungs_costs_against_the_reference_what_it_
     # Each model's reference step counts as its layers at their width (model_scale): the Llama's as 0.37 / 0.46.
     llama = estimate.model_scale("bundled-llama", "cpu") / estimate.model_scale("bundled", "cpu")
     assert 0.37 / 0.46 / 1.3 < llama < 0.37 / 0.46 * 1.3
+
+
+def test_a_model_in_a_folder_is_estimated_by_its_own_config_not_as_gpt2_small(tmp_path):
+    """--models takes folders. A folder's sizes come from its config.json, and agree with the tables for the same
+    model: the bundled checkpoints' folders, and SmolLM2-135M's config (transformers' own, written here). Before,
+    every folder counted as GPT-2 small: a SmolLM2-shaped folder's cache-off Generate was estimated at 2.1 s and took
+    6.4 s once compiled (H100, 2026-12-07)."""
+    from transformers import GPT2Config, LlamaConfig
+
+    from explorer.model.weights import resolve_name
+
+    for name in ("bundled", "bundled-llama"):
+        assert estimate.model_sizes(resolve_name(name)) == estimate.model_sizes(name), name
+    smol = tmp_path / "smollm2-shape"
+    LlamaConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, max_position_embeddings=2048,
+    ).save_pretrained(smol)  # fmt: skip
+    wide = tmp_path / "gpt2-medium-shape"
+    GPT2Config(n_layer=24, n_embd=1024, n_head=16).save_pretrained(wide)
+    pairs = ((str(smol), "HuggingFaceTB/SmolLM2-135M"), (str(wide), "gpt2-medium"))
+    for folder, name in pairs:
+        assert estimate.model_sizes(folder) == estimate.model_sizes(name), name
+        for device in ("cpu", "cuda"):
+            d = settings.defaults(device, {})
+            for cache in (True, False):
+                at = settings.RunSettings(prompt=d["prompt"], new_tokens=64, cache=cache, model=folder)
+                named = settings.RunSettings(prompt=d["prompt"], new_tokens=64, cache=cache, model=name)
+                units = estimate.generation_units(at, device)
+                assert units == pytest.approx(estimate.generation_units(named, device)), (name, device, cache)
+                assert units > 1.5 * estimate.generation_units(dataclasses.replace(at, model="gpt2"), device), (
+                    name,
+                    cache,
+                )
+    assert estimate.model_sizes(str(tmp_path / "no-such-folder")) == estimate.model_sizes("gpt2")

@@ -14,6 +14,7 @@ and RESULTS.md hold each estimate next to the time its job then took.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -66,6 +67,35 @@ SHAPES |= {"bundled-llama": (6, 192), "HuggingFaceTB/SmolLM2-135M": (30, 576)}  
 # The interpreter's time for a layer grows faster than its width: each of a matrix's programs loops over its
 # inputs, so that part goes as the width squared, beside a part per launch that does not (WIDTH_FIXED).
 WIDTH_FIXED = 1.35
+
+
+@functools.lru_cache(maxsize=64)
+def model_sizes(model: str) -> dict:
+    """What an estimate counts a model by: layers, width, heads (query, key/value, and each one's width), the
+    feed-forward's hidden width, the vocabulary and the family. From the tables above for the models the app
+    offers; for a folder (--models takes folders) from its config.json; GPT-2 small's for anything else."""
+    from .models import folder_config
+
+    cfg = {} if model in SHAPES else folder_config(model)
+    if cfg.get("model_type") == "llama":
+        layers, width, heads = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
+        kv_heads = cfg.get("num_key_value_heads") or heads
+        head_dim = cfg.get("head_dim") or width // heads
+        return dict(layers=layers, width=width, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                    hidden=cfg["intermediate_size"], vocab=cfg["vocab_size"], llama=True)  # fmt: skip
+    if cfg.get("model_type") == "gpt2":
+        layers, width, heads = cfg["n_layer"], cfg["n_embd"], cfg["n_head"]
+        return dict(layers=layers, width=width, heads=heads, kv_heads=heads, head_dim=width // heads,
+                    hidden=cfg.get("n_inner") or 4 * width, vocab=cfg["vocab_size"], llama=False)  # fmt: skip
+    layers, width = SHAPES.get(model, SHAPES["gpt2"])
+    llama = model in ATTENTION_HEADS
+    heads, kv_heads, head_dim = ATTENTION_HEADS.get(model, (width // 64, width // 64, 64))
+    hidden = {"bundled-llama": 512, "HuggingFaceTB/SmolLM2-135M": 1536}.get(model, 4 * width)
+    vocab = {"bundled": 4096, "bundled-llama": 4096, "HuggingFaceTB/SmolLM2-135M": 49152}.get(model, 50257)
+    return dict(layers=layers, width=width, heads=heads, kv_heads=kv_heads, head_dim=head_dim, hidden=hidden,
+                vocab=vocab, llama=llama)  # fmt: skip
+
+
 POSITIONS = {"bundled": 1024}  # positions of each model; GPT-2's 1024 for the others
 # A tile sweep: seconds per interpreter program on CPU, per config on a GPU (graph capture and replays); held
 # against every kernel's sweep by `benchmarks/estimates.py --sweeps`.
@@ -163,10 +193,10 @@ def layer_steps(
 def model_scale(model: str, device: str) -> float:
     """Layer-steps of the model's step, per layer-step of one 256 wide: layers x width / 256 in the
     interpreter, the layers alone on a GPU (see layer_steps)."""
-    layers, width = SHAPES.get(model, SHAPES["gpt2"])
+    m = model_sizes(model)
     if device == "cpu":
-        return layers * interpreter_width(width)
-    return layers
+        return m["layers"] * interpreter_width(m["width"])
+    return m["layers"]
 
 
 def interpreter_width(width: int) -> float:
@@ -383,9 +413,9 @@ def decode_key(s, positions: int) -> tuple:
 
     dtype = DTYPES.get(s.dtype, torch.bfloat16)  # "" is the device's default: an H200's
     fused = s.fusion in DECODE_RUNGS
-    heads, kv_heads, head_dim = ATTENTION_HEADS.get(s.model, (None, None, 64))
-    if heads is None:
-        heads = SHAPES.get(s.model, SHAPES["gpt2"])[1] // 64
+    m = model_sizes(s.model)
+    heads, kv_heads, head_dim = m["heads"], m["kv_heads"], m["head_dim"]
+    if not m["llama"]:
         tiles = s.tiles.fixed("decode_attention")
         try:
             plan = decode_tiles.launch_plan(tiles, s.batch * heads, positions, head_dim, dtype, PLANNED_ON)

@@ -112,19 +112,10 @@ def norm_ms(tiles, rows: int, width: int) -> float:
 
 
 def shape(model: str) -> dict:
-    """The model's sizes as the cost walk needs them (the families' defaults for a model it does not know)."""
-    from .estimate import ATTENTION_HEADS, SHAPES
+    """The model's sizes as the cost walk needs them (estimate.model_sizes)."""
+    from .estimate import model_sizes
 
-    layers, width = SHAPES.get(model, SHAPES["gpt2"])
-    heads, kv_heads, head_dim = ATTENTION_HEADS.get(model, (width // 64, width // 64, 64))
-    hidden = {"bundled-llama": 512, "HuggingFaceTB/SmolLM2-135M": 1536}.get(model, 4 * width)
-    vocab = VOCAB.get(model, 50257)
-    llama = model in ATTENTION_HEADS
-    sizes = dict(layers=layers, width=width, heads=heads, kv_heads=kv_heads, head_dim=head_dim, hidden=hidden)
-    return sizes | dict(vocab=vocab, llama=llama)
-
-
-VOCAB = {"bundled": 4096, "bundled-llama": 4096, "HuggingFaceTB/SmolLM2-135M": 49152}  # GPT-2's 50257 otherwise
+    return model_sizes(model)
 
 
 def projections(m: dict) -> list[tuple[int, int, bool, bool]]:

@@ -33,18 +33,24 @@ BUNDLED_LLAMA_LABEL = "bundled Llama · 6 × 192, 6/2 heads (offline)"
 DEFAULT_OFFERED = ("distilgpt2", "gpt2", "HuggingFaceTB/SmolLM2-135M")
 
 
-def shape_of(name: str) -> str:
-    """A model's family and shape as the picker shows it: from the table for hub names, from the config.json of a
-    folder (no weights read), or "" where neither says."""
+def folder_config(name: str) -> dict:
+    """The config.json of a model in a folder (no weights read); {} where there is none to read."""
     import json
     from pathlib import Path
 
-    if name in HUB_SHAPES:
-        return HUB_SHAPES[name]
     try:
         cfg = json.loads((Path(resolve_name(name)) / "config.json").read_text())
     except (OSError, ValueError):
-        return ""
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def shape_of(name: str) -> str:
+    """A model's family and shape as the picker shows it: from the table for hub names, from the config.json of a
+    folder (no weights read), or "" where neither says."""
+    if name in HUB_SHAPES:
+        return HUB_SHAPES[name]
+    cfg = folder_config(name)
     if cfg.get("model_type") == "gpt2":
         return f"GPT-2 · {cfg['n_layer']} × {cfg['n_embd']}"
     if cfg.get("model_type") == "llama":
