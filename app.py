@@ -52,10 +52,7 @@ def triton_cache_dir() -> str:
 
 
 def main():
-    t0 = time.monotonic()
-    from explorer.app import start
-
-    start.stamp()  # the worker's warm-up ends its helpers in time to serve within a minute of here
+    t0, started_at = time.monotonic(), time.time()  # the worker's helpers end in time to serve within a minute
     args = parse_args()
     from explorer.app.zerogpu import zero_gpu
 
@@ -68,7 +65,9 @@ def main():
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    worker = start.worker(log=print)  # first: it warms while this process imports the page's libraries
+    from explorer.app import start
+
+    worker = start.worker(log=print, started_at=started_at)  # first: it warms while the page's libraries import
     from explorer.app import serve
 
     demo, launch, _ = serve.app(args.model, args.models.split(","), args.allow_downloads, log=print, started=worker)

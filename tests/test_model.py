@@ -276,6 +276,7 @@ CHART_CATEGORIES = {
     "lm_head",
     "embedding",
     "kv write",
+    "counters",  # the megakernel rung's: what its tasks wait on
 }
 
 

@@ -1,54 +1,40 @@
 """The server's start, ordered so that its parts overlap: the job worker first, since its imports and warm-up
-take most of start-up, and the page's own imports (Gradio) while it warms. app.py stamps the moment the server
-started before anything else (stamp: this module imports nothing heavy, since under ZeroGPU `spaces` must come
-before torch); the worker, which inherits the stamp, ends its warm-up's helpers in time for the page to be served
-within a minute of it (jobs.warm)."""
+take most of start-up, and the page's own imports (Gradio) while it warms. The worker's warm-up ends its helpers
+by HELPERS_UNTIL_S after the moment the server started (jobs.warm), so that the page is served within a minute of
+it however long the imports took."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .runner import ProcessRunner
+from . import models
+from .runner import ProcessRunner
+from .settings import RunSettings, defaults
+from .zerogpu import zero_gpu
 
-STARTED_ENV = "EXPLORER_STARTED_AT"  # the server's start, as time.time() wrote it
-
-
-def stamp() -> None:
-    """Mark this moment as the server's start, for the worker started from it (and its helpers' deadline)."""
-    os.environ[STARTED_ENV] = repr(time.time())
-
-
-def since_start() -> float | None:
-    """Seconds since the server's start, where it was stamped; else None."""
-    try:
-        return time.time() - float(os.environ[STARTED_ENV])
-    except (KeyError, ValueError):
-        return None
+# The page is served within SERVED_BY_S of the server's start: the helpers end FINISH_S before, the most that follows
+# them (their reports read, a garbage collection, the page launched: 1.3 s on an H100, benchmarks/page.py, 2026-12-07).
+SERVED_BY_S = 60.0
+FINISH_S = 5.0
+HELPERS_UNTIL_S = SERVED_BY_S - FINISH_S
 
 
-def default_job(device: str) -> dict:
-    """What the worker runs before it takes jobs: the default Generate, and on a GPU the default ladder."""
-    from . import models
-    from .settings import RunSettings, defaults
-
+def default_job(device: str, started_at: float | None = None) -> dict:
+    """What the worker runs before it takes jobs: the default Generate, and on a GPU the default ladder; with
+    `started_at` (the server's start, time.time()), when its helpers end at the latest ("helpers_until")."""
     d = defaults(device, {"dtype": models.default_dtype()})
     s = RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype=d["dtype"])
-    return {"settings": s, "ladder": device == "cuda"}
+    until = started_at + HELPERS_UNTIL_S if started_at is not None else None
+    return {"settings": s, "ladder": device == "cuda", "helpers_until": until}
 
 
-def worker(warm: bool = True, log: Callable[[str], None] = print) -> ProcessRunner | None:
+def worker(warm: bool = True, log: Callable[[str], None] = print, started_at: float | None = None):
     """The job worker, started and not waited for (serve.app waits); None under ZeroGPU, where each job runs in
     the platform's own GPU call instead."""
-    from . import models
-    from .runner import ProcessRunner
-    from .zerogpu import zero_gpu
-
     if zero_gpu():
         return None
-    r = ProcessRunner(warm=default_job(models.device().type) if warm else None, log=log)
+    job = default_job(models.device().type, started_at if started_at is not None else time.time()) if warm else None
+    r = ProcessRunner(warm=job, log=log)
     r.start(wait=False)
     return r

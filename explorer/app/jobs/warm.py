@@ -56,7 +56,7 @@ def warm_up(settings: dict):
     s: RunSettings = settings["settings"]
     never = Control(lambda: False, float("inf"))
     t0 = time.monotonic()
-    deadline = helpers_deadline(t0)
+    deadline = helpers_deadline(t0, settings.get("helpers_until"))
     helpful = settings.get("ladder") and models.device().type == "cuda" and deadline - t0 >= HELPERS_MIN_S
     helping = start_helpers(helper_groups()) if helpful else []
     generate_job.prepare(s)
@@ -115,26 +115,21 @@ def triton_first_calls(s: RunSettings) -> None:
 # --- Helpers: what a visitor's first clicks compile, beyond the default jobs ----------------------------------
 
 HELPERS_ENV = "EXPLORER_WARM_HELPERS"  # how many helper processes at most; "0": none
-# The warm-up waits for its helpers until this many seconds after it began, then ends those still running and
-# serves; and where app.py stamped the server's start (start.stamp), until SERVED_BY_S after it less FINISH_S, the
-# most that follows before the page is served (the helpers' reports read, a garbage collection, the page launched:
-# 1.3 s on an H100, benchmarks/page.py 2026-12-07). So start-up stays under a minute however long the imports took.
+# The warm-up waits for its helpers until this many seconds after it began, and no later than the server asked
+# (start.default_job: a minute after the server's start, less what follows the helpers), then ends those still
+# running and serves. So start-up stays under a minute however long the imports took.
 HELPERS_DEADLINE_S = 45.0
-SERVED_BY_S = 60.0
-FINISH_S = 5.0
 HELPERS_MIN_S = 10.0  # with less left than this (a worker restarted long after the start) no helper starts
 MARK = "@@warm "  # a helper's report lines, among whatever else it prints
 helped: dict = {"tasks": [], "compiled": set()}  # what the helpers that finished in time ran and compiled
 
 
-def helpers_deadline(t0: float) -> float:
-    """When the warm-up that began at `t0` (time.monotonic) ends its helpers, as a time.monotonic."""
-    from ..start import since_start
-
+def helpers_deadline(t0: float, until: float | None = None) -> float:
+    """When the warm-up that began at `t0` (time.monotonic) ends its helpers, as a time.monotonic: HELPERS_DEADLINE_S
+    after it began, or at `until` (time.time()) if that comes first."""
     deadline = t0 + HELPERS_DEADLINE_S
-    since = since_start()
-    if since is not None:
-        deadline = min(deadline, time.monotonic() - since + SERVED_BY_S - FINISH_S)
+    if until is not None:
+        deadline = min(deadline, time.monotonic() + until - time.time())
     return deadline
 
 
