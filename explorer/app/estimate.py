@@ -36,9 +36,9 @@ FIXED_S = {"cpu": 0.4, "cuda": 0.25}
 # Triton's compilation on a GPU, the first time a kind of work meets its key, in seconds on the H200: a model's
 # decode kernels at a dtype and fusion level ("model"); its prefill at a new bucket of rows ("prefill": the tile
 # constants follow the rows); its decode attention at a new tile plan ("generate", decode_key: the cache's splits
-# follow its size); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": nearly all of
-# Compare's defaults; the constant puts the estimate at the geometric mean of the runs measured, whose spread is
-# wide); each config of a sweep, once per kernel, dtype and shape ("sweep").
+# follow its size); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": its new tiles of
+# rows, since kernels stopped specialising on lengths); each config of a sweep, once per kernel, dtype and shape
+# ("sweep").
 # Beside compilation, a GPU Generate's steps after its text cost more the first time they meet their settings and
 # length ("profile", nothing compiled): the decode step's launches are counted anew (the count is kept by settings
 # and cache size), and the profiling pass's PyTorch prefills meet new row counts.
@@ -47,7 +47,7 @@ COMPILE_S = {
         "model": 0.5,
         "prefill": 2.2,
         "generate": 0.7,
-        "cache off": 13.3,
+        "cache off": 1.0,
         "ladder": 12.0,
         "sweep": 0.45,
         "profile": 0.25,
