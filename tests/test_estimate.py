@@ -131,6 +131,7 @@ def test_a_kind_of_work_compiles_once_on_a_gpu_and_never_on_a_cpu():
         (dict(fusion="none"), model_and_length),
         (dict(new_tokens=200), compile_s["generate"]),
         (dict(prompt_tokens=200), compile_s["prefill"] + compile_s["generate"]),
+        (dict(cache=False), compile_s["cache off"]),  # passes over every token so far: no decode attention
     ):
         s = settings.RunSettings(**{"prompt": "def f(x):", "new_tokens": 8} | other)
         assert estimate.compile_s("cuda", estimate.generation_keys(s)) == pytest.approx(cost + profile), other

@@ -379,12 +379,20 @@ def prefill_key(s, tokens: int) -> tuple:
 
 def generation_keys(s) -> list:
     """The kinds of work a Generate meets for the first time or not: its kernels' compilation (ours only), and on
-    a GPU its steps after the text at these settings and this length (profile_key)."""
+    a GPU its steps after the text at these settings and this length (profile_key). With the cache off its steps
+    are passes over every token so far (as Compare's cache-off runs: their bucket of lengths), not decode steps."""
     tokens = prompt_tokens(s)
     after = profile_key(s, tokens + s.new_tokens)
     if s.backend != "triton":
         return [after]
+    if not s.cache:
+        return [model_key(s), prefill_key(s, tokens), cache_off_key(s, tokens + s.new_tokens), after]
     return [model_key(s), prefill_key(s, tokens), decode_key(s, tokens + s.new_tokens), after]
+
+
+def cache_off_key(s, positions: int) -> tuple:
+    """The cache-off passes up to `positions` tokens: their new tiles of rows, once for each bucket of lengths."""
+    return ("cache off", s.model, bucket(positions))
 
 
 def profile_key(s, positions: int) -> tuple:
@@ -450,7 +458,7 @@ def compare_units(s, lengths: list[int], device: str) -> dict[str, float]:
 
 def compare_keys(s, lengths: list[int]) -> list:
     prefills = [prefill_key(s, n) for n in lengths]
-    cache_off = [("cache off", s.model, bucket(n + s.new_tokens)) for n in lengths]
+    cache_off = [cache_off_key(s, n + s.new_tokens) for n in lengths]
     return [model_key(s), *prefills, *[decode_key(s, n + s.new_tokens) for n in lengths], *cache_off]
 
 

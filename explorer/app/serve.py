@@ -182,7 +182,7 @@ def helped_keys(task: str, s) -> list:
         for model in SHAPES_MODELS:
             at = dataclasses.replace(s, model=model)
             keys += [estimate.model_key(at), *(estimate.prefill_key(at, n) for n in buckets)]
-            keys += [("cache off", model, n) for n in buckets]
+            keys += [estimate.cache_off_key(at, n) for n in buckets]
             keys += [estimate.decode_key(at, n + k) for n in SHAPES_PROMPTS for k in (1, 2)]
         return keys
     return []
