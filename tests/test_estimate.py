@@ -507,6 +507,31 @@ def test_a_decode_step_off_the_decode_rungs_costs_against_the_reference_what_it_
     assert 0.37 / 0.46 / 1.3 < llama < 0.37 / 0.46 * 1.3
 
 
+def test_the_one_launch_rungs_tiles_are_their_own_so_a_visitors_decode_tiles_do_not_move_their_estimate():
+    """The megakernel rung's step and the persistent rung's GPT-2 blocks choose their own tiles (explorer.model.ops:
+    no config reaches them); the persistent rung's LM head, and every other rung, launch the visitor's. A draw of
+    benchmarks/estimates.py (the bundled Llama on the megakernel rung, linear_decode block_n 16) was estimated at
+    26.8 s and took 6.3 s, its decode steps priced as if at block_n 16."""
+    from explorer.app import interpreter_cost
+    from explorer.model.ops import Tiles
+    from kernels import TileConfig
+
+    small = Tiles(linear_decode=TileConfig(block_n=16), decode_attention=TileConfig(block_n=16, split_k=4))
+    for model in ("bundled", "bundled-llama"):
+        run = lambda **kw: settings.RunSettings(**dict(model=model, prompt_tokens=7) | kw)  # noqa: B023
+        factor = lambda s: interpreter_cost.decode_factor(s, torch.float32, 40)
+        assert factor(run(fusion="megakernel", tiles=small)) == factor(run(fusion="megakernel"))
+        assert factor(run(fusion="overlap", tiles=small)) > 3 * factor(run(fusion="overlap"))
+        overlap = factor(run(fusion="overlap", tiles=small)) / factor(run(fusion="overlap"))
+        persistent = factor(run(fusion="persistent", tiles=small)) / factor(run(fusion="persistent"))
+        if model == "bundled":  # its blocks keep their tiles, its head takes the visitor's: dearer, by less
+            assert 1 < persistent < overlap
+        else:  # a Llama runs the persistent rung as overlap
+            assert persistent == pytest.approx(overlap)
+        # past 16 sequences the megakernel rung runs as the decode rung, the visitor's tiles and all
+        assert factor(run(fusion="megakernel", batch=17, tiles=small)) > factor(run(fusion="megakernel", batch=17))
+
+
 def test_a_model_in_a_folder_is_estimated_by_its_own_config_not_as_gpt2_small(tmp_path):
     """--models takes folders. A folder's sizes come from its config.json, and agree with the tables for the same
     model: the bundled checkpoints' folders, and SmolLM2-135M's config (transformers' own, written here). Before,

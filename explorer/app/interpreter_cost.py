@@ -140,6 +140,13 @@ def decode_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, position
     """One block's decode step and its share of the LM head, in the reference machine's milliseconds."""
     m = shape(model)
     fused = fusion in DECODE_RUNGS and batch <= 16
+    # The one-launch rungs choose their own tiles: the megakernel's whole step, the persistent rung's blocks (a
+    # GPT-2's: a Llama runs that rung as overlap). The chosen tiles cost as the defaults.
+    step_own = fused and fusion == "megakernel"
+    if step_own or (fused and fusion == "persistent" and not m["llama"]):
+        tiles, head_tiles = Tiles(), (Tiles() if step_own else tiles)
+    else:
+        head_tiles = tiles
     linear_tiles = tiles.fixed("linear_decode")
     ms = 0.0
     for out_f, in_f, bias, norm in projections(m):
@@ -154,7 +161,7 @@ def decode_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, position
     if not fused:  # the two norms, the cache write (a program per head) and a Llama's rotary, each a launch
         ms += 2 * norm_ms(tiles.fixed("layer_norm"), batch, m["width"]) + launch("other", batch * m["kv_heads"])
         ms += rotary(m, batch)
-    head = decode_linear_ms(linear_tiles, batch, m["vocab"], m["width"], dtype, fused, True)
+    head = decode_linear_ms(head_tiles.fixed("linear_decode"), batch, m["vocab"], m["width"], dtype, fused, True)
     return ms + head / m["layers"]
 
 
