@@ -116,6 +116,10 @@ def test_a_gpus_warm_up_counts_the_lessons_whose_kernels_it_compiled_itself():
         assert after[name] <= before[name], name
     assert sum(after[n] for n in warm.warmed_lessons()) < sum(before[n] for n in warm.warmed_lessons())
     assert estimate.missing("cuda", serve.helped_keys("lesson:tiling", s)) == set()
+    # the bundled Llama's Generates the warm-up ran: a visitor's first one there compiles neither model nor prefill
+    for cache in (True, False):
+        llama = dataclasses.replace(s, model="bundled-llama", cache=cache)
+        assert not estimate.missing("cuda", [estimate.model_key(llama), estimate.prefill_key(llama, 8)]), cache
     for name in set(warm.COMPILING_LESSONS) - {"tiling"}:
         assert estimate.missing("cuda", serve.helped_keys(f"lesson:{name}", s)), name  # still to compile
         assert after[name] == before[name], name

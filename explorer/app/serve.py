@@ -194,9 +194,10 @@ def count_warm_up(device: str, warmed: dict, helped) -> None:
     estimate.compiled(device, estimate.generation_keys(warmed["settings"]))
     if warmed["ladder"]:  # on a GPU, where the warm-up also compiled the bundled Llama's decoder (jobs.warm)
         estimate.compiled(device, estimate.ladder_keys(warmed["settings"]))
-        llama = dataclasses.replace(warmed["settings"], model="bundled-llama")
-        estimate.compiled(device, [estimate.model_key(llama)])
-        from .jobs.warm import warmed_lessons
+        from .jobs.warm import llama_runs, warmed_lessons
+
+        for llama in llama_runs(warmed["settings"]):
+            estimate.compiled(device, estimate.generation_keys(llama))
 
         for name in warmed_lessons():  # their kernels are the warm-up's own, whether or not a helper ran them
             estimate.compiled(device, helped_keys(f"lesson:{name}", warmed["settings"]))

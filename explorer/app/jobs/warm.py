@@ -105,11 +105,17 @@ def triton_first_calls(s: RunSettings) -> None:
         ids = lessons_base.prompt(model, 40)
         list(generate(model, ids, max_new_tokens=2, cache=cache, warmup=False, graph=False, eos_token_id=-1))
     never = Control(lambda: False, float("inf"))
-    llama = dataclasses.replace(s, model="bundled-llama", new_tokens=2)
-    for cache in (True, False):
-        for _ in generate_job.run({"settings": dataclasses.replace(llama, cache=cache)}, never):
+    for llama in llama_runs(s):
+        for _ in generate_job.run({"settings": llama}, never):
             pass
     torch.cuda.synchronize()
+
+
+def llama_runs(s: RunSettings) -> list[RunSettings]:
+    """The bundled Llama's Generates the warm-up runs (triton_first_calls): the default settings' with the cache
+    on and off, two tokens each."""
+    llama = dataclasses.replace(s, model="bundled-llama", new_tokens=2)
+    return [dataclasses.replace(llama, cache=cache) for cache in (True, False)]
 
 
 # --- Helpers: what a visitor's first clicks compile, beyond the default jobs ----------------------------------
