@@ -188,10 +188,15 @@ def helped_keys(task: str, s) -> list:
     return []
 
 
-def count_warm_up(device: str, warmed: dict, helped) -> None:
+def count_warm_up(device: str, warmed: dict, helped, ran: dict | None = None) -> None:
     """Tell the estimates what the worker's warm-up compiled (`warmed`: start.default_job) and what its helpers ran
-    (`helped`: their tasks, jobs.warm), so that no estimate counts compiling it again."""
-    estimate.compiled(device, estimate.generation_keys(warmed["settings"]))
+    (`helped`: their tasks, jobs.warm), so that no estimate counts compiling it again; and on a CPU, where nothing
+    compiles, how long its default Generate took (`ran`: jobs.warm.ran), as a visitor's run of it would count."""
+    s = warmed["settings"]
+    estimate.compiled(device, estimate.generation_keys(s))
+    if device == "cpu" and (ran or {}).get("generate_s"):
+        units = estimate.generation_units(s, device)
+        estimate.record(device, s.backend, units, ran["generate_s"], key=estimate.rate_key(s))
     if warmed["ladder"]:  # on a GPU, where the warm-up also compiled the bundled Llama's decoder (jobs.warm)
         estimate.compiled(device, estimate.ladder_keys(warmed["settings"]))
         from .jobs.warm import llama_runs, warmed_lessons
@@ -212,7 +217,7 @@ def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=
     device = "cuda" if zero_gpu() else models.device().type
     warmed = getattr(r, "warm", None)  # what the worker's warm-up ran, and so compiled
     if warmed:
-        count_warm_up(device, warmed, r.info.get("helped", ()))
+        count_warm_up(device, warmed, r.info.get("helped", ()), r.info.get("warm_ran"))
     header = ZERO_GPU_HEADER if zero_gpu() else r.info.get("header", "")
     ctx = handlers.Context(r, models.Policy(default_model, offered, downloads), device)
     return ui.build(ctx, header), launch_options(), r

@@ -64,6 +64,7 @@ def main(jobs_fd: int, out_fd: int, stop_fd: int) -> None:
     # job's end reports those it added
     known = compiled() | jobs.warm.helped["compiled"]
     info = {"start_s": time.monotonic() - t0, "compiled": sorted(known), "helped": jobs.warm.helped["tasks"]}
+    info["warm_ran"] = dict(jobs.warm.ran)
     out.send(("ready", jobs.device_info() | info))
     while True:
         try:

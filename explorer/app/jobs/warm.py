@@ -62,8 +62,9 @@ def warm_up(settings: dict):
     generate_job.prepare(s)
     yield f"loaded {s.model} in {time.monotonic() - t0:.1f} s"
     t1 = time.monotonic()
-    for _ in generate_job.run({"settings": s}, never):
-        pass
+    for update in generate_job.run({"settings": s}, never):
+        if isinstance(update, dict) and "ran_s" in update:
+            ran["generate_s"] = update["ran_s"]  # its own seconds, as a visitor's run reports them
     took = time.monotonic() - t1
     if models.device().type == "cuda":
         remember_compile(took)
@@ -128,6 +129,7 @@ HELPERS_DEADLINE_S = 45.0
 HELPERS_MIN_S = 10.0  # with less left than this (a worker restarted long after the start) no helper starts
 MARK = "@@warm "  # a helper's report lines, among whatever else it prints
 helped: dict = {"tasks": [], "compiled": set()}  # what the helpers that finished in time ran and compiled
+ran: dict = {}  # the warm-up's default Generate's own seconds ("generate_s"), for the server's first estimate
 
 
 def helpers_deadline(t0: float, until: float | None = None) -> float:
