@@ -23,6 +23,7 @@ import torch
 from kernels.config import cdiv
 
 from ..model.ops import DECODE_RUNGS, DEFAULT_FUSION, Tiles
+from .estimate import model_sizes
 
 # Milliseconds of the interpreter per launch, per program and per loop step of a program, by kernel, on the
 # reference 2-core machine: every operation of ten Generates timed in the run, fitted per kernel to the programs
@@ -111,13 +112,6 @@ def norm_ms(tiles, rows: int, width: int) -> float:
     return launch("other", cdiv(rows, resolve_config(tiles, rows, width, CPU).block_m))
 
 
-def shape(model: str) -> dict:
-    """The model's sizes as the cost walk needs them (estimate.model_sizes)."""
-    from .estimate import model_sizes
-
-    return model_sizes(model)
-
-
 def projections(m: dict) -> list[tuple[int, int, bool, bool]]:
     """(out, in, with bias, normalised first) of a block's four matmuls."""
     c, kv = m["width"], 2 * m["kv_heads"] * m["head_dim"]
@@ -138,15 +132,14 @@ def rotary(m: dict, batch: int) -> float:
 
 def decode_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, positions: int) -> float:
     """One block's decode step and its share of the LM head, in the reference machine's milliseconds."""
-    m = shape(model)
+    m = model_sizes(model)
     fused = fusion in DECODE_RUNGS and batch <= 16
     # The one-launch rungs choose their own tiles: the megakernel's whole step, the persistent rung's blocks (a
     # GPT-2's: a Llama runs that rung as overlap). The chosen tiles cost as the defaults.
-    step_own = fused and fusion == "megakernel"
-    if step_own or (fused and fusion == "persistent" and not m["llama"]):
-        tiles, head_tiles = Tiles(), (Tiles() if step_own else tiles)
-    else:
-        head_tiles = tiles
+    own_step = fused and fusion == "megakernel"
+    own_blocks = own_step or (fused and fusion == "persistent" and not m["llama"])
+    head_tiles = Tiles() if own_step else tiles
+    tiles = Tiles() if own_blocks else tiles
     linear_tiles = tiles.fixed("linear_decode")
     ms = 0.0
     for out_f, in_f, bias, norm in projections(m):
@@ -168,7 +161,7 @@ def decode_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, position
 def pass_ms(model: str, tiles: Tiles, fusion: str, dtype, batch: int, tokens: int) -> float:
     """One block's pass over `tokens` tokens of each sequence (a prefill; a cache-off step) and its share of the
     LM head over each sequence's last row, in the reference machine's milliseconds."""
-    m, rows = shape(model), batch * tokens
+    m, rows = model_sizes(model), batch * tokens
     which = "linear_decode" if rows <= 16 else "linear"  # decode-shaped rows take linear_decode's tiles
     ms = 0.0
     for out_f, in_f, bias, _ in projections(m):

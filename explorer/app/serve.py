@@ -198,16 +198,15 @@ def count_warm_up(device: str, warmed: dict, helped, ran: dict | None = None) ->
         units = estimate.generation_units(s, device)
         estimate.record(device, s.backend, units, ran["generate_s"], key=estimate.rate_key(s))
     if warmed["ladder"]:  # on a GPU, where the warm-up also compiled the bundled Llama's decoder (jobs.warm)
-        estimate.compiled(device, estimate.ladder_keys(warmed["settings"]))
+        estimate.compiled(device, estimate.ladder_keys(s))
         from .jobs.warm import llama_runs, warmed_lessons
 
-        for llama in llama_runs(warmed["settings"]):
+        for llama in llama_runs(s):
             estimate.compiled(device, estimate.generation_keys(llama))
-
         for name in warmed_lessons():  # their kernels are the warm-up's own, whether or not a helper ran them
-            estimate.compiled(device, helped_keys(f"lesson:{name}", warmed["settings"]))
+            estimate.compiled(device, helped_keys(f"lesson:{name}", s))
     for task in helped:
-        estimate.compiled(device, helped_keys(task, warmed["settings"]))
+        estimate.compiled(device, helped_keys(task, s))
 
 
 def app(default_model: str, offered, downloads: bool, *, warm: bool = True, log=print, started=None):

@@ -32,9 +32,14 @@ def op_traffic(op: Op, lengths: tuple[int, ...] = ()) -> Traffic:
     )
 
 
+def _read(op: Op, lengths: tuple[int, ...]) -> tuple[int, ...]:
+    """The lengths where the kernel reads them, else none (so alike calls share one cache entry)."""
+    return lengths if OPERATIONS[op.kernel].by_length else ()
+
+
 def traffic_at(op: Op, lengths: tuple[int, ...]) -> Traffic:
-    """op_traffic, given the lengths only where the kernel reads them (so alike calls share one cache entry)."""
-    return op_traffic(op, lengths if OPERATIONS[op.kernel].by_length else ())
+    """op_traffic, given the lengths only where the kernel reads them."""
+    return op_traffic(op, _read(op, lengths))
 
 
 def total_traffic(ops, lengths: tuple[int, ...]) -> Traffic:
@@ -63,9 +68,14 @@ def _by_category(ops: tuple[Op, ...], lengths: tuple[int, ...]) -> dict[str, Tra
     """Each category's traffic; a launch that runs several operations is split into theirs (PART_CATEGORIES)."""
     out: dict[str, Traffic] = {}
     for op in ops:
-        split = op_parts(op, lengths if OPERATIONS[op.kernel].by_length else ())
-        for kind, t in (
-            ((PART_CATEGORIES[n], t) for n, t in split.items()) if split else [(op.category, traffic_at(op, lengths))]
-        ):
+        for kind, t in _categories(op, _read(op, lengths)):
             out[kind] = out[kind] + t if kind in out else t
     return out
+
+
+def _categories(op: Op, lengths: tuple[int, ...]) -> list[tuple[str, Traffic]]:
+    """(chart category, traffic) of one call: its own category, or each operation's where it runs several."""
+    split = op_parts(op, lengths)
+    if split is None:
+        return [(op.category, op_traffic(op, lengths))]
+    return [(PART_CATEGORIES[name], t) for name, t in split.items()]
