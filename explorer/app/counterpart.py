@@ -199,12 +199,15 @@ def for_compare(s: RunSettings, lengths: list[int], frame: pd.DataFrame, folder=
     if model is None:
         return None
     key = settings_key(s)
-    times = []
+    half = gpu_time.half({"dtype": ran(s)})
+    times = []  # Compare's runs take the largest logit (sequence_runs): no sampling in their steps
     for row in frame.itertuples(index=False):
         settings = dict(key, backend=row.backend, cache=row.cache == "on", cuda_graph=row.launch_mode != "eager")
         mode = gpu_time.mode_of(row.phase, settings["cache"], settings["cuda_graph"])
         roof = gpu_time.roof_ms(row.hbm_mb, row.modeled_gflop, model.bandwidth_gbs, model.tflops[ran(s)])
-        point = gpu_time.Point(gpu_time.rung_of(settings), mode, row.phase, float(roof), float(row.operations))
+        point = gpu_time.Point(
+            gpu_time.rung_of(settings), mode, row.phase, float(roof), float(row.operations), half=half
+        )
         times.append(model.step_ms(point))
     modeled = frame.assign(latency_ms=times, achieved_gbs=float("nan"), timer="modeled")
     return _modeled(model, ran(s), {"compare": modeled})

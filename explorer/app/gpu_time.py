@@ -3,7 +3,10 @@ modeled everywhere else, and the model held against recorded steps it was not fi
 
 A step's time is modeled as
     the sum over its kernels of max(bytes at the GPU's measured bandwidth, FLOPs at the dtype's measured peak)
-  + its launches x the cost of one launch on its rung (torch, none, ..., persistent) in its launch mode
+  + its launches x the cost of one launch on its rung (torch, none, ..., persistent) in its launch mode,
+    and, launched eagerly in half precision on the Triton backend, what such a launch adds on the host (the
+    tensor descriptors it makes and encodes: on an H100 GPT-2's fp16 cache-off step took 2.93 ms against
+    fp32's 2.09 for the same 45 launches)
   + the cost of a step in its launch mode and phase (the host's work around the kernels, the tensors of the
     next step), and the cost of drawing the token where the run samples rather than takes the largest logit.
 The launch modes: "graph", a decode step replayed from a CUDA graph (the KV cache on, the default on a GPU),
@@ -71,6 +74,18 @@ class Point:
     launches: float
     measured_ms: float = math.nan
     sampled: bool = False  # the step draws its token by sampling (top-k/top-p on the GPU), not greedily
+    half: bool = False  # the run computes in float16 or bfloat16
+
+    @property
+    def described(self) -> float:
+        """The launches that make tensor descriptors on the host: eager ones of the Triton backend in half
+        precision (a graph replays its descriptors; the torch backend makes none)."""
+        return self.launches if self.half and self.mode == "eager" and self.rung != "torch" else 0.0
+
+
+def half(settings: dict) -> bool:
+    """Whether a run computes in half precision (float16 or bfloat16)."""
+    return settings.get("dtype") in ("float16", "bfloat16")
 
 
 def sampled(settings: dict) -> bool:
@@ -101,6 +116,7 @@ def points(steps: pd.DataFrame, kernels: pd.DataFrame, settings: dict, bandwidth
                 float(middle.operations),
                 float(middle.latency_ms),
                 sampled(settings),
+                half(settings),
             )
         )
     return out
@@ -115,6 +131,7 @@ class TimeModel:
     per_launch_ms: dict  # (rung, mode) -> ms
     per_step_ms: dict  # (mode, phase) -> ms
     per_sample_ms: float = 0.0  # what drawing a token by sampling adds to a step
+    per_described_ms: float = 0.0  # what a launch's tensor descriptors add (Point.described)
     fitted_on: str = ""  # what the costs were fitted on, for the label
     fit_error: float = math.nan  # the largest factor between the model and a step kind it was fitted on
     held_out: int = 0  # how many recorded settings the fit never saw
@@ -124,19 +141,19 @@ class TimeModel:
     def step_ms(self, p: Point) -> float:
         launch = self.per_launch_ms.get((p.rung, p.mode), max(self.per_launch_ms.values()))
         step = self.per_step_ms.get((p.mode, p.phase), 0.0) + (self.per_sample_ms if p.sampled else 0.0)
-        return p.roof_ms + p.launches * launch + step
+        return p.roof_ms + p.launches * launch + p.described * self.per_described_ms + step
 
     def step_times(self, steps: pd.DataFrame, kernels: pd.DataFrame, settings: dict, dtype: str) -> pd.Series:
         """Each step's modeled milliseconds on this GPU (a Series on `steps`' index), from the step's kernels'
         bytes and FLOPs (a kernels frame, one row per step and kernel kind) and its launches."""
         per_step = step_roofs(kernels, self.bandwidth_gbs, self.tflops[dtype])
         cache, graph_on = bool(settings["cache"]), bool(settings.get("cuda_graph", True))
-        rung, draws = rung_of(settings), sampled(settings)
+        rung, draws, halves = rung_of(settings), sampled(settings), half({"dtype": dtype})
         out = []
         for step, phase, operations in zip(steps.step, steps.phase, steps.operations, strict=True):
             mode = mode_of(phase, cache, graph_on)
             roof = float(per_step.get(step, 0.0))
-            out.append(self.step_ms(Point(rung, mode, phase, roof, float(operations), sampled=draws)))
+            out.append(self.step_ms(Point(rung, mode, phase, roof, float(operations), sampled=draws, half=halves)))
         return pd.Series(out, index=steps.index, dtype=float)
 
     def kernel_times(self, kernels: pd.DataFrame, dtype: str) -> pd.Series:
@@ -161,13 +178,14 @@ def fit(train: list[Point], bandwidth_gbs=0.0, tflops=None, gpu="", date="") -> 
     error, none of them negative (a negative cost would be a fit to noise)."""
     launch_keys = sorted({(p.rung, p.mode) for p in train})
     step_keys = sorted({(p.mode, p.phase) for p in train})
-    columns = launch_keys + step_keys + ["sampled"]
+    columns = launch_keys + step_keys + ["sampled", "described"]
     x = np.zeros((len(train), len(columns)))
     y = np.zeros(len(train))
     for i, p in enumerate(train):
         x[i, columns.index((p.rung, p.mode))] = p.launches / p.measured_ms
         x[i, columns.index((p.mode, p.phase))] = 1.0 / p.measured_ms
-        x[i, -1] = float(p.sampled) / p.measured_ms
+        x[i, -2] = float(p.sampled) / p.measured_ms
+        x[i, -1] = p.described / p.measured_ms
         y[i] = 1.0 - p.roof_ms / p.measured_ms
     coef = _nonnegative_least_squares(x, y)
     return TimeModel(
@@ -177,6 +195,7 @@ def fit(train: list[Point], bandwidth_gbs=0.0, tflops=None, gpu="", date="") -> 
         dict(tflops or {}),
         {k: float(coef[i]) for i, k in enumerate(launch_keys)},
         {k: float(coef[len(launch_keys) + i]) for i, k in enumerate(step_keys)},
+        float(coef[-2]),
         float(coef[-1]),
     )
 
@@ -336,7 +355,7 @@ def lesson_points(lessons: dict, bandwidth_gbs: float, tflops: float) -> list[Po
     out = []
 
     def add(mode, roof, launches, ms, rung="overlap"):
-        out.append(Point(rung, mode, "decode", float(roof), float(launches), float(ms)))
+        out.append(Point(rung, mode, "decode", float(roof), float(launches), float(ms), half=True))
 
     graphs = lessons["cuda-graphs"].tables["steps"]
     decode = graphs[graphs.phase == "decode"]
