@@ -1,0 +1,61 @@
+"""Kernels compiled ahead of their first launch (kernels.ahead): what is recorded is what a real launch would run,
+nothing runs while recording, and on a GPU a launch after the compile ahead compiles nothing more."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from explorer.measure import sweeps
+from kernels import ahead
+from kernels.config import TileConfig
+
+
+def _sweep(kernel: str, shape: dict, device: str):
+    sw = sweeps.sweep(kernel)
+    inputs = sw.inputs(shape, torch.float16 if device == "cuda" else torch.float32, torch.device(device))
+    return sw, inputs, sweeps.grid_configs(kernel, None)
+
+
+def test_recording_a_sweeps_configs_runs_none_of_them(monkeypatch):
+    """Each config's launch recorded with the tiles it was given, the kernel never called; a config refused
+    before launch (a row block that is not a power of two) adds none."""
+    from kernels.ops.layer_norm import kernel as LN
+
+    def run(*args, **kwargs):
+        raise AssertionError("a kernel ran while its launches were being recorded")
+
+    monkeypatch.setattr(type(LN._layer_norm_kernel), "__getitem__", run)
+    x, w, b = torch.randn(17, 200), torch.randn(200), torch.randn(200)
+    got = ahead.recorded([lambda m=m: LN.layer_norm(x, w, b, config=TileConfig(block_m=m)) for m in (1, 2, 4)])
+    assert [g[0] for g in got] == [LN._layer_norm_kernel] * 3
+    assert [g[2]["BLOCK_M"] for g in got] == [1, 2, 4]
+    assert ahead.recorded([lambda: LN.layer_norm(x, w, b, config=TileConfig(block_m=3))]) == []
+
+
+def test_the_same_launch_twice_is_compiled_once():
+    sw, inputs, configs = _sweep("layer_norm", {"M": 33, "C": 96}, "cpu")
+    once = ahead.recorded([lambda c=c: sw.run(c, *inputs) for c in configs])
+    twice = ahead.recorded([lambda c=c: sw.run(c, *inputs) for c in configs + configs])
+    assert len(twice) == 2 * len(once)
+    assert len(ahead.distinct(twice)) == len(ahead.distinct(once)) == len(once)
+
+
+@pytest.mark.gpu
+def test_after_the_compile_ahead_the_sweep_compiles_nothing(tmp_path, monkeypatch):
+    """Triton's cache empty, a sweep's configs compiled ahead: timing the sweep adds no entry to the cache (every
+    real launch found its kernel compiled under the same key), and each config times as it does without."""
+    from kernels import compiled
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    compiled.forget()  # as in a fresh process: nothing compiled in memory either
+    shape = {"M": 257, "C": 768}
+    sw, inputs, configs = _sweep("layer_norm", shape, "cuda")
+    done = ahead.compile_ahead(ahead.recorded([lambda c=c: sw.run(c, *inputs) for c in configs]), threads=4)
+    assert done.launches > 0 and not done.failed
+    before = {p.name for p in Path(tmp_path).iterdir()}
+    assert len(before) >= done.launches  # each compiled into the empty cache
+    rows = [r for _, _, r in sweeps.tile_sweep_rows("layer_norm", shape, dtype=torch.float16, device="cuda")]
+    assert all(r["valid"] for r in rows)
+    assert {p.name for p in Path(os.environ["TRITON_CACHE_DIR"]).iterdir()} == before
