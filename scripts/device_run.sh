@@ -17,6 +17,8 @@
 #               (or 80) set, the GPU stands for that one. Failures by name in the log, each run's junit XML in $OUT
 #     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
 #     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
+#     ahead     a tile sweep's kernels compiled ahead on 0, 1, 8 and 15 threads, each from an empty Triton cache
+#               (experiments.compile_ahead), and kernels.ahead's GPU tests
 #     megaprof  where the megakernel rung's step spends its time, operation by operation (experiments.mega_profile)
 #     mega      the megakernel rung's variants beside the overlap rung, GPT-2 small's and SmolLM2's shapes
 #               (experiments.one_launch_sweep; MEGA_ARGS="--batch 8" at batch 8)
@@ -105,6 +107,12 @@ for PART in "${@:-page}"; do
       TRITON_CACHE_DIR=$PWD/.triton-cache timeout "${MEGA_S:-200}" python3 -m experiments.one_launch_sweep --rung megakernel \
         --family $FAMILY --replays 100 ${MEGA_ARGS:-} 2>&1 | grep -v Warn | tail -n 12 | tee -a "$LOG"
     done ;;
+  ahead)
+    say "a tile sweep's kernels compiled ahead, several at once"
+    timeout "${AHEAD_S:-300}" python3 -m experiments.compile_ahead --threads ${AHEAD_THREADS:-0 1 8 15} 2>&1 | grep -v Warn \
+      | tee -a "$LOG"
+    TRITON_CACHE_DIR=$(mktemp -d) timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_ahead.py 2>&1 | tail -n 12 \
+      | tee -a "$LOG" ;;
   megaprof)
     for FAMILY in gpt2 llama; do
       say "the megakernel rung's step by operation, $FAMILY"

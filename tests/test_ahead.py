@@ -35,11 +35,13 @@ def test_recording_a_sweeps_configs_runs_none_of_them(monkeypatch):
 
 
 def test_the_same_launch_twice_is_compiled_once():
-    sw, inputs, configs = _sweep("layer_norm", {"M": 33, "C": 96}, "cpu")
-    once = ahead.recorded([lambda c=c: sw.run(c, *inputs) for c in configs])
-    twice = ahead.recorded([lambda c=c: sw.run(c, *inputs) for c in configs + configs])
-    assert len(twice) == 2 * len(once)
-    assert len(ahead.distinct(twice)) == len(ahead.distinct(once)) == len(once)
+    """A sweep's launches (sweeps.sweep_launches): one per config the launcher accepts, each config's tiles in its
+    launch; recorded twice over, the distinct ones are the first recording's."""
+    shape = {"M": 33, "C": 96}
+    once = sweeps.sweep_launches("layer_norm", shape, dtype=torch.float32)
+    configs = sweeps.grid_configs("layer_norm")
+    assert [(g[2]["BLOCK_M"], g[2]["num_warps"]) for g in once] == [(c.block_m, c.num_warps) for c in configs]
+    assert len(ahead.distinct(once + once)) == len(ahead.distinct(once)) == len(once)
 
 
 @pytest.mark.gpu
@@ -59,3 +61,17 @@ def test_after_the_compile_ahead_the_sweep_compiles_nothing(tmp_path, monkeypatc
     rows = [r for _, _, r in sweeps.tile_sweep_rows("layer_norm", shape, dtype=torch.float16, device="cuda")]
     assert all(r["valid"] for r in rows)
     assert {p.name for p in Path(os.environ["TRITON_CACHE_DIR"]).iterdir()} == before
+
+
+@pytest.mark.gpu
+def test_a_gpu_sweep_says_it_compiles_its_kernels_ahead_then_times_every_config():
+    from explorer.app import jobs
+
+    payload = dict(kernel="layer_norm", shape={"M": 129, "C": 200}, dtype="float16", x="block_m", y="num_warps")
+    updates = list(jobs.JOBS["sweep"](payload | {"value": "ms"}, jobs.Control(lambda: False, float("inf"))))
+    configs = len(sweeps.grid_configs("layer_norm"))
+    assert updates[0]["best"].startswith(f"Compiling the sweep's {configs} kernels for this GPU")
+    assert updates[1]["best"].startswith(f"Compiled {configs} kernels in")
+    assert len(updates) == 2 + configs and f"all {configs} configs" in updates[-1]["best"]
+    again = list(jobs.JOBS["sweep"](payload | {"value": "ms"}, jobs.Control(lambda: False, float("inf"))))
+    assert len(again) == configs  # compiled once a process: nothing said the second time

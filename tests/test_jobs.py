@@ -140,9 +140,10 @@ def test_out_of_memory_and_bad_tiles_become_advice():
 
 def test_a_sweep_stops_between_configs_when_asked():
     payload = dict(kernel="layer_norm", shape={"M": 4, "C": 32}, dtype="float32", x="block_m", y="num_warps")
-    updates = list(jobs.JOBS["sweep"](payload | {"value": "ms"}, jobs.Control(lambda: True, float("inf"))))
+    rows = lambda updates: [u for u in updates if "table" in u]  # on a GPU, the compile ahead's lines first
+    updates = rows(jobs.JOBS["sweep"](payload | {"value": "ms"}, jobs.Control(lambda: True, float("inf"))))
     assert len(updates) == 1 and "stopped by you, before the end: 1 of 20 configs" in updates[0]["best"]
-    everything = list(jobs.JOBS["sweep"](payload | {"value": "ms"}, NEVER))
+    everything = rows(jobs.JOBS["sweep"](payload | {"value": "ms"}, NEVER))
     assert len(everything) == 20 and "all 20 configs" in everything[-1]["best"]
     table = everything[-1]["table"]
     assert set(table.runs) <= {"✓", "✗"} and "ms" in table and "µs" not in table

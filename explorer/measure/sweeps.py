@@ -14,7 +14,7 @@ from dataclasses import fields
 import pandas as pd
 import torch
 
-from kernels import timing
+from kernels import ahead, timing
 from kernels.config import TileConfig
 from kernels.operations import SWEEPS, sweep
 
@@ -79,6 +79,14 @@ def placed(run, arch: int) -> dict:
         run()
     res, occ = place(*got[0], arch)
     return dict(registers=res.registers, per_sm=occ.resident, limiter=occ.limiter, waves=round(occ.waves, 3))
+
+
+def sweep_launches(kernel: str, shape: dict, *, dtype=torch.float16, device="cpu", grid=None) -> list[tuple]:
+    """Every config's launches at one shape, recorded on one set of inputs, none run (kernels.ahead.recorded):
+    what a GPU compiles for the sweep, to compile ahead of timing it. Configs refused before launch add none."""
+    make, call, _ = _inputs(kernel, shape, dtype, torch.device(device))
+    inputs = make()
+    return ahead.recorded([lambda c=c: call(c, *inputs) for c in grid_configs(kernel, grid)])
 
 
 def tile_sweep_rows(kernel: str, shape: dict, *, dtype=torch.float16, device="cpu", grid=None, arch=None):

@@ -4,6 +4,8 @@ interpreter call on CPU."""
 
 from __future__ import annotations
 
+from kernels import ahead
+
 from ...measure import sweeps
 from .. import gpu_sweeps, models, plots, views
 from .base import Control
@@ -27,6 +29,8 @@ def run(payload: dict, control: Control):
     kernel, shape, dtype = payload["kernel"], payload["shape"], payload["dtype"]
     x, y, value = payload["x"], payload["y"], payload["value"]
     device = models.device()
+    if device.type == "cuda" and not control.why():
+        yield from _compile_ahead(kernel, shape, models.dtype_of(dtype), device)
     timed = sweeps.tile_sweep_rows(kernel, shape, dtype=models.dtype_of(dtype), device=device)
     gpu = recorded_heatmap(kernel, x, y, value) if device.type == "cpu" else None
     rows = []
@@ -48,6 +52,26 @@ def run(payload: dict, control: Control):
         if why:
             timed.close()
             return
+
+
+_AHEAD = set()  # the sweeps (kernel, shape, dtype) whose kernels this process has compiled ahead
+
+
+def _compile_ahead(kernel, shape, dtype, device):
+    """Every config's kernels compiled before the first is timed, several at once (kernels.ahead): a sweep
+    compiles a kernel per config, one after another where each is first launched. Says so while it runs; once
+    per kernel, shape and dtype in a process."""
+    key = (kernel, tuple(sorted(shape.items())), str(dtype))
+    if key in _AHEAD:
+        return
+    _AHEAD.add(key)
+    launches = ahead.distinct(sweeps.sweep_launches(kernel, shape, dtype=dtype, device=device))
+    if not launches:
+        return
+    threads = min(ahead.workers(), len(launches))
+    yield {"best": f"Compiling the sweep's {len(launches)} kernels for this GPU, {threads} at a time…"}
+    done = ahead.compile_ahead(launches, threads)
+    yield {"best": f"Compiled {done.launches} kernels in {done.seconds:.1f} s; timing the first config…"}
 
 
 def _best(frame):
