@@ -6,6 +6,7 @@ import re
 import time
 
 import pytest
+import torch
 
 from explorer.app import estimate, lessons, serve, settings, start
 from explorer.app.jobs import warm
@@ -26,7 +27,7 @@ def test_the_helpers_take_the_compiling_lessons_the_sweep_and_the_shapes_in_as_m
         groups = warm.helper_groups(cores=cores, limit=limit)
         assert len(groups) == count, (cores, limit, groups)
         assert sorted(t for g in groups for t in g) == every, (cores, limit)
-    assert warm.helper_groups(cores=16)[0][0] == "lesson:sms"  # the longest first, with a process to itself
+    assert warm.helper_groups(cores=16, limit="")[0][0] == "lesson:sms"  # the longest first, with a process to itself
     assert warm.helper_groups(cores=16, limit="0") == []
 
 
@@ -123,3 +124,60 @@ def test_a_gpus_warm_up_counts_the_lessons_whose_kernels_it_compiled_itself():
     for name in set(warm.COMPILING_LESSONS) - {"tiling"}:
         assert estimate.missing("cuda", serve.helped_keys(f"lesson:{name}", s)), name  # still to compile
         assert after[name] == before[name], name
+
+
+def test_recording_the_warm_ups_jobs_keeps_each_ones_launches_and_names_one_that_stopped():
+    """jobs.precompile.record on this CPU (nothing compiles in the interpreter; on a GPU the same launches are
+    compiled ahead): the default jobs and a lesson recorded whole, each with launches, the sweep's returned; a job
+    that stops midway keeps the launches it made and is named, not raised."""
+    from kernels.ops.layer_norm import kernel as LN
+
+    from explorer.app.jobs import precompile
+
+    s = start.default_job("cpu")["settings"]
+    calls = precompile.own_calls(s) | {t: precompile.task_call(t) for t in ("lesson:tiling", "sweep")}
+
+    def stops():
+        x = torch.randn(3, 64)
+        LN.layer_norm(x, torch.ones(64), torch.zeros(64))
+        raise RuntimeError("a result was needed")
+
+    calls["stops"] = stops
+    launches, whole, stopped = precompile.record(calls)
+    assert whole == [n for n in calls if n != "stops"] and stopped == ["stops (RuntimeError)"]
+    assert sorted(warm.AHEAD_ORDER) == sorted(t for group in warm.HELPER_TASKS for t in group)
+    names = {fn.__name__ for fn, *_ in launches}
+    assert {"_layer_norm_kernel", "_linear_kernel", "_attention_kernel"} <= names, names
+    assert sum(1 for fn, args, *_ in launches if fn is LN._layer_norm_kernel and args[0].shape == (3, 64)) == 1
+
+
+def test_the_compile_ahead_helpers_report_counts_the_tasks_it_recorded_whole():
+    """A helper's report may add the tasks it recorded whole ("tasks") and a line for the log: the worker says the
+    line and counts those tasks as compiled, not the helper's own task name."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    report = '{"task": "ahead", "seconds": 2.0, "tasks": ["lesson:sms", "sweep"], "line": "compiled 9 kernels ahead"}'
+    fd, name = tempfile.mkstemp(suffix=".log")
+    process = subprocess.Popen([sys.executable, "-c", f"print({warm.MARK + report!r})"], stdout=fd)
+    started = [(["ahead"], process, Path(name), time.monotonic())]
+    lines = list(warm.finish_helpers(started, time.monotonic() + 60))
+    assert lines[1] == "compiled 9 kernels ahead" and lines[0].startswith("helper in ")
+    assert warm.helped["tasks"] == ["lesson:sms", "sweep"]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_compile_ahead_helper_compiles_the_first_clicks_kernels(tmp_path, monkeypatch):
+    """The helper a GPU's warm-up starts first (jobs.warm.AHEAD_TASK), for real, into an empty Triton cache: it
+    records every task and the default jobs, compiles their kernels many at once and says how many; the tasks it
+    recorded whole are counted, and each compiled kernel is in the cache the worker reads."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    started = warm.start_helpers([[warm.AHEAD_TASK]])
+    lines = list(warm.finish_helpers(started, time.monotonic() + 400))
+    found = next(line for line in lines if line.startswith("compiled "))
+    count = int(re.match(r"compiled (\d+) kernels ahead on \d+ threads", found).group(1))
+    assert count >= 50, lines
+    assert {"sweep", "shapes"} <= set(warm.helped["tasks"]), lines
+    assert sum(1 for p in tmp_path.iterdir() if p.is_dir()) >= count

@@ -6,11 +6,13 @@ default ladder step) once before the worker takes jobs, so the first visitor's c
 own tokens; it reports the seconds of each stage to the server's log. A job whose settings this worker
 has not run before says on the page that kernels are compiling, and about how long that takes.
 
-On a GPU, helper processes (`python -m explorer.app.jobs.helper TASK...`) compile the rest of what a visitor's
-first clicks would meet, beside the worker's own warm-up: the lessons that compile kernels of their own, the tile
-sweep's default, SmolLM2-135M's shape and the prefills of every tile of rows. They share Triton's cache directory
-with the worker, which then loads their kernels from disk instead of compiling them. The worker waits for them (to
-helpers_deadline) and reports what they compiled, so that estimates count none of it.
+On a GPU, before its own warm-up, the worker has a helper process (`python -m explorer.app.jobs.helper ahead`)
+record what the default jobs and a visitor's first clicks would launch (the lessons that compile kernels of their
+own, the tile sweep's default, SmolLM2-135M's shape and the prefills of every tile of rows) and compile all of it,
+many kernels at once (jobs.precompile). It shares Triton's cache directory with the worker, whose own warm-up then
+loads those kernels from disk instead of compiling them one after another. With EXPLORER_COMPILE_AHEAD=0, helper
+processes run those tasks for real beside the worker's warm-up instead (EXPLORER_WARM_HELPERS of them). The worker
+waits for its helpers (to helpers_deadline) and reports what they compiled, so that estimates count none of it.
 """
 
 from __future__ import annotations
@@ -57,10 +59,13 @@ def warm_up(settings: dict):
     never = Control(lambda: False, float("inf"))
     t0 = time.monotonic()
     deadline = helpers_deadline(t0, settings.get("helpers_until"))
-    helpful = settings.get("ladder") and models.device().type == "cuda" and deadline - t0 >= HELPERS_MIN_S
+    gpu = settings.get("ladder") and models.device().type == "cuda"
+    helpful = gpu and deadline - t0 >= HELPERS_MIN_S
+    ahead = start_helpers([[AHEAD_TASK]]) if helpful and ahead_on() else []
     helping = start_helpers(helper_groups()) if helpful else []
     generate_job.prepare(s)
     yield f"loaded {s.model} in {time.monotonic() - t0:.1f} s"
+    yield from finish_helpers(ahead, deadline)  # before the worker's own warm-up, which then loads what it compiled
     t1 = time.monotonic()
     for update in generate_job.run({"settings": s}, never):
         if isinstance(update, dict) and "ran_s" in update:
@@ -121,7 +126,8 @@ def llama_runs(s: RunSettings) -> list[RunSettings]:
 
 # --- Helpers: what a visitor's first clicks compile, beyond the default jobs ----------------------------------
 
-HELPERS_ENV = "EXPLORER_WARM_HELPERS"  # how many helper processes at most; "0": none
+HELPERS_ENV = "EXPLORER_WARM_HELPERS"  # how many helper processes at most; "0": none (the default with AHEAD_ENV)
+AHEAD_ENV = "EXPLORER_COMPILE_AHEAD"  # "0": no compile ahead (jobs.precompile), each kernel compiled where first met
 # The warm-up waits for its helpers until this many seconds after it began, and no later than the server asked
 # (start.default_job: a minute after the server's start, less what follows the helpers), then ends those still
 # running and serves. So start-up stays under a minute however long the imports took.
@@ -154,14 +160,34 @@ def warmed_lessons() -> list[str]:
     return [n for n in lessons.names() if n not in COMPILING_LESSONS]
 
 
+# The helpers' tasks, one list per process: the SMs lesson (the longest: its stamped kernels), the other lessons
+# that compile and the shapes (Generate's other models and the cache off), then the tile sweep's default (about 27 s
+# of compiling on an H100). The compile ahead (jobs.precompile) records the same tasks.
+HELPER_TASKS = [["lesson:sms"], [f"lesson:{n}" for n in COMPILING_LESSONS[1:]] + ["shapes"], ["sweep"]]
+
+
+# The helper task that records the warm-up's own jobs and HELPER_TASKS and compiles their kernels, many at once
+# (jobs.precompile): in a process of its own, so that nothing the recording leaves behind (a CUDA graph captured
+# around kernels not run, a profile of no kernels) is kept by the worker.
+AHEAD_TASK = "ahead"
+
+
+# The order the compile ahead records HELPER_TASKS in: the lessons last, since a lesson computing from results no
+# kernel wrote could end the process's GPU context (the recording keeps what came before).
+AHEAD_ORDER = ["sweep", "shapes", *(f"lesson:{n}" for n in COMPILING_LESSONS)]
+
+
+def ahead_on() -> bool:
+    return os.environ.get(AHEAD_ENV, "1") != "0"
+
+
 def helper_groups(cores: int | None = None, limit: str | None = None) -> list[list[str]]:
-    """The helpers' tasks, one list per process: the SMs lesson (the longest: its stamped kernels), the other
-    lessons that compile and the shapes (Generate's other models and the cache off), then the tile sweep's default
-    (about 27 s of compiling on an H100). With fewer cores the lists merge, so that the compiling never starves the
-    worker's own warm-up: a process per four cores, at most EXPLORER_WARM_HELPERS of them."""
-    groups = [["lesson:sms"], [f"lesson:{n}" for n in COMPILING_LESSONS[1:]] + ["shapes"], ["sweep"]]
+    """HELPER_TASKS in as many processes as the cores allow. With fewer cores the lists merge, so that the compiling
+    never starves the worker's own warm-up: a process per four cores, at most EXPLORER_WARM_HELPERS of them (by
+    default none where the compile ahead takes their tasks, ahead_on)."""
+    groups = HELPER_TASKS
     cores = cores if cores is not None else os.cpu_count() or 1
-    limit = limit if limit is not None else os.environ.get(HELPERS_ENV, "")
+    limit = limit if limit is not None else os.environ.get(HELPERS_ENV, "0" if ahead_on() else "")
     n = min(len(groups), max(1, cores // 4), int(limit) if limit.strip().isdigit() else len(groups))
     if n <= 0:
         return []
@@ -200,7 +226,9 @@ def finish_helpers(started, deadline: float):
         reports = read_reports(log.read_text(errors="replace"))
         log.unlink(missing_ok=True)
         yield helper_line(tasks, reports, process.returncode, time.monotonic() - t0) + late
-        helped["tasks"] += [r["task"] for r in reports if "seconds" in r]
+        yield from (r["line"] for r in reports if "line" in r)
+        helped["tasks"] += [r["task"] for r in reports if "seconds" in r and r["task"] != AHEAD_TASK]
+        helped["tasks"] += [t for r in reports if "seconds" in r for t in r.get("tasks", ())]
         helped["compiled"] |= {name for r in reports for name in r.get("compiled", ())}
 
 
@@ -224,14 +252,22 @@ def helper_line(tasks: list[str], reports: list[dict], code: int | None, seconds
     return f"helper in {seconds:.1f} s: {said}"
 
 
-def run_task(task: str) -> None:
+def run_task(task: str) -> dict | None:
     """One helper task: `lesson:NAME`, the lesson's job; `sweep`, the tile sweep's defaults (the tab's kernel,
     shape and dtype); `shapes`, Generate's kernels for SmolLM2-135M's shape and the prefills of every tile of
-    rows (a cache-off run past 128 rows) for both bundled models and that shape, in the default dtype."""
+    rows (a cache-off run past 128 rows) for both bundled models and that shape, in the default dtype; AHEAD_TASK,
+    the kernels of the default jobs and of every other task compiled ahead (its report adds the tasks recorded
+    whole, "tasks", and a line for the log)."""
     from ...measure import sweeps
     from .. import lessons, settings
 
     dtype = models.dtype_of(models.default_dtype())
+    if task == AHEAD_TASK:
+        from ..start import default_job
+        from .precompile import compile_all
+
+        whole, line = compile_all(default_job("cuda")["settings"], AHEAD_ORDER)
+        return {"tasks": whole, "line": line}
     if task.startswith("lesson:"):
         lessons.run(task.split(":", 1)[1])
     elif task == "sweep":
@@ -287,8 +323,8 @@ def helper_main(tasks: list[str]) -> None:
     for task in tasks:
         t0 = time.monotonic()
         try:
-            run_task(task)
-            report = {"task": task, "seconds": time.monotonic() - t0}
+            more = run_task(task)
+            report = {"task": task, "seconds": time.monotonic() - t0} | (more or {})
         except Exception as e:  # said in the worker's log; the other tasks still run
             report = {"task": task, "error": f"{type(e).__name__}: {str(e)[:200]}"}
         print(MARK + json.dumps(report | {"compiled": sorted(compiled())}), flush=True)

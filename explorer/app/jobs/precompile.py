@@ -1,0 +1,99 @@
+"""On a GPU, the warm-up's first stage, in a helper process of its own (jobs.warm.AHEAD_TASK): every kernel the
+default jobs and a visitor's first clicks launch, compiled before any of them runs, many at once (kernels.ahead).
+
+Compiling one after another, where each kernel is first launched, took most of a GPU's start (34 s on an H100) and
+left the lessons, the tile sweep and other shapes to compile after the page said it was ready. Here each job is
+run with its launches recorded instead of run (on the worker's own GPU tensors, nothing computed), and the distinct
+launches are handed to the kernels' JIT from a pool of threads. A job that cannot go on without its kernels'
+results (sampling a token from logits never written, say) stops there: the launches recorded until then are kept,
+and the job's own warm-up or first click compiles the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from kernels import ahead, launch
+
+from .. import models
+from ..settings import RunSettings
+from . import compare
+from . import generate as generate_job
+from .base import Control
+
+NEVER = Control(lambda: False, float("inf"))
+
+
+def own_calls(s: RunSettings) -> dict:
+    """The warm-up's own jobs (jobs.warm.warm_up), by name: the default Generate, the ladder, and the bundled Llama
+    with the cache on and off. Each takes the largest logit: drawing a token samples with PyTorch alone (no kernel of
+    ours), and on a GPU sampling from logits no kernel wrote can trip a device-side assert, the end of the process's
+    GPU context."""
+    from .warm import llama_runs
+
+    def generation(settings):
+        greedy = dataclasses.replace(settings, temperature=0.0)
+        return lambda: _drain(generate_job.run({"settings": greedy}, NEVER))
+
+    calls = {"Generate": generation(s), "ladder": lambda: _drain(compare.ladder({"settings": s}, NEVER))}
+    for llama in llama_runs(s):
+        calls[f"bundled Llama, cache {'on' if llama.cache else 'off'}"] = generation(llama)
+    return calls
+
+
+def _drain(updates) -> None:
+    for _ in updates:
+        pass
+
+
+def task_call(task: str):
+    """A helper task (jobs.warm.run_task) as a call to record; the tile sweep's default returns its configs'
+    launches (each recorded on the same inputs, not timed)."""
+    from .warm import run_task
+
+    if task != "sweep":
+        return lambda: run_task(task)
+    from ...measure import sweeps
+    from .. import settings
+
+    kernel, shape = settings.default_sweep("cuda")
+    dtype = models.dtype_of(models.default_dtype())
+    return lambda: sweeps.sweep_launches(kernel, shape, dtype=dtype, device=models.device())
+
+
+def record(calls: dict) -> tuple[list, list[str], list[str]]:
+    """(every launch the calls made or returned, the calls that ran to their end, a line for each that stopped
+    early)."""
+    launches, whole, stopped = [], [], []
+    for name, call in calls.items():
+        with launch.recording() as got:
+            try:
+                got += call() or []
+                whole.append(name)
+            except Exception as e:  # noqa: BLE001 - its launches so far are kept; the real run says what failed
+                stopped.append(f"{name} ({type(e).__name__})")
+        launches += got
+    return launches, whole, stopped
+
+
+def compile_all(s: RunSettings, tasks: list[str]) -> tuple[list[str], str]:
+    """Record the warm-up's own jobs and `tasks` (jobs.warm.run_task's), compile what they launch, several kernels
+    at once; (the tasks recorded whole, whose kernels are now compiled, and a line for the log)."""
+    t0 = time.monotonic()
+    if models.device().type != "cuda":
+        return [], "nothing compiled ahead: the interpreter compiles no kernel"
+    calls = own_calls(s) | {task: task_call(task) for task in tasks}
+    launches, whole, stopped = record(calls)
+    recorded_s = time.monotonic() - t0
+    threads = ahead.workers()
+    done = ahead.compile_ahead(launches, threads)
+    line = (
+        f"compiled {done.launches} kernels ahead on {threads} threads in {done.seconds:.1f} s "
+        f"(their launches recorded in {recorded_s:.1f} s)"
+    )
+    if stopped:
+        line += f"; recorded until they needed a result: {', '.join(stopped)}"
+    if done.failed:
+        line += f"; {len(done.failed)} not compiled: {done.failed[0]}"
+    return [t for t in tasks if t in whole], line
