@@ -130,9 +130,8 @@ def test_recording_the_warm_ups_jobs_keeps_each_ones_launches_and_names_one_that
     """jobs.precompile.record on this CPU (nothing compiles in the interpreter; on a GPU the same launches are
     compiled ahead): the default jobs and a lesson recorded whole, each with launches, the sweep's returned; a job
     that stops midway keeps the launches it made and is named, not raised."""
-    from kernels.ops.layer_norm import kernel as LN
-
     from explorer.app.jobs import precompile
+    from kernels.ops.layer_norm import kernel as LN
 
     s = start.default_job("cpu")["settings"]
     calls = precompile.own_calls(s) | {t: precompile.task_call(t) for t in ("lesson:tiling", "sweep")}
