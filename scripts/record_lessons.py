@@ -86,9 +86,10 @@ def main():
         from explorer.app.start import default_job
 
         warmed = os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="record-warm-up-")
-        # without its helpers, which compile every lesson: each lesson's own compilation is what is recorded (a
-        # server counts none of it for the lessons its helpers ran, jobs.warm)
+        # without its compile ahead or helpers, which compile every lesson: each lesson's own compilation is what is
+        # recorded (a server counts none of it for the lessons its warm-up compiled, jobs.warm)
         os.environ["EXPLORER_WARM_HELPERS"] = "0"
+        os.environ["EXPLORER_COMPILE_AHEAD"] = "0"
         for line in warm_up(default_job("cuda")):
             print(f"warm-up: {line}", flush=True)
     warm = compiled()
