@@ -60,7 +60,7 @@ for PART in "${@:-page}"; do
     say "the page, timed through the server, with at most $N warm-up helpers"
     EXPLORER_WARM_HELPERS=$N TRITON_CACHE_DIR=$(mktemp -d) timeout 480 python3 benchmarks/page.py ${PAGE_ARGS:-} \
       ${PAGE_ONLY:+--only "$PAGE_ONLY"} --out "$OUT/page-$N.json" > "$OUT/page-$N.log" 2>&1; echo "exit $?" | tee -a "$LOG"
-    grep -E "helper in|warm in|ready to serve|served after|within" "$OUT/page-$N.log" | tee -a "$LOG" ;;
+    grep -E "helper in|kernels ahead|warm in|ready to serve|served after|within" "$OUT/page-$N.log" | tee -a "$LOG" ;;
   record)
     say "lessons and the CPU's default jobs, recorded"
     TRITON_CACHE_DIR=$(mktemp -d) timeout 420 python3 scripts/record_lessons.py 2>&1 | tail -n 12 | tee -a "$LOG"
