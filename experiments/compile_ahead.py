@@ -59,6 +59,9 @@ def main():
     parser.add_argument("--threads", type=int, nargs="*", default=[0, 1, 8, 15])
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from kernels.timing import require_cuda
+
+    require_cuda("experiments.compile_ahead")
     if args.one is not None:
         print(json.dumps(one(args.kernel, args.one)))
         return

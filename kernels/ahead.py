@@ -69,17 +69,22 @@ def workers() -> int:
     return max(1, cores - 1)
 
 
-def compile_ahead(launches: list[tuple], threads: int | None = None) -> Compiled:
+def compile_ahead(launches: list[tuple], threads: int | None = None, share: tuple[int, int] = (0, 1)) -> Compiled:
     """Compile every distinct launch through its kernel's JIT, `threads` at a time (workers() by default). A
-    launch the compiler refuses is named in `failed`, not raised: its real launch raises it where it is run."""
-    todo = distinct(launches)
+    launch the compiler refuses is named in `failed`, not raised: its real launch raises it where it is run.
+    share=(i, k): only the i-th of every k distinct launches, for one of k processes that recorded the same
+    launches (threads gain about 4x at most: much of a compile holds Python's lock)."""
+    todo = distinct(launches)[share[0] :: share[1]]
     start = time.perf_counter()
     failed = []
 
     def one(item):
         fn, args, kwargs, grid = item
         try:
-            fn.warmup(*args, grid=grid, **kwargs)
+            kernel = fn.warmup(*args, grid=grid, **kwargs)
+            # its module loaded and its launcher built (Triton compiles one per signature, in C, into the same
+            # cache), which the JIT otherwise leaves to the first launch
+            getattr(kernel, "_init_handles", lambda: None)()
         except Exception as e:  # noqa: BLE001 - reported, and raised again by the real launch
             failed.append(f"{getattr(fn, '__name__', fn)}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
 

@@ -2,6 +2,7 @@
 clicks would otherwise compile after the page says it is ready (on a GPU; explorer.app.jobs.warm)."""
 
 import dataclasses
+import json
 import re
 import time
 
@@ -134,7 +135,8 @@ def test_recording_the_warm_ups_jobs_keeps_each_ones_launches_and_names_one_that
     from kernels.ops.layer_norm import kernel as LN
 
     s = start.default_job("cpu")["settings"]
-    calls = precompile.own_calls(s) | {t: precompile.task_call(t) for t in ("lesson:tiling", "sweep")}
+    tasks = ("lesson:tiling", "sweep")
+    calls = precompile.own_calls(s, warm.llama_runs(s)) | {t: precompile.task_call(t, warm.run_task) for t in tasks}
 
     def stops():
         x = torch.randn(3, 64)
@@ -158,13 +160,21 @@ def test_the_compile_ahead_helpers_report_counts_the_tasks_it_recorded_whole():
     import tempfile
     from pathlib import Path
 
-    report = '{"task": "ahead", "seconds": 2.0, "tasks": ["lesson:sms", "sweep"], "line": "compiled 9 kernels ahead"}'
-    fd, name = tempfile.mkstemp(suffix=".log")
-    process = subprocess.Popen([sys.executable, "-c", f"print({warm.MARK + report!r})"], stdout=fd)
-    started = [(["ahead"], process, Path(name), time.monotonic())]
+    def helper(i, whole):
+        report = json.dumps({"task": f"ahead:{i}/2", "seconds": 2.0, "tasks": whole, "line": f"compiled share {i}"})
+        fd, name = tempfile.mkstemp(suffix=".log")
+        process = subprocess.Popen([sys.executable, "-c", f"print({warm.MARK + report!r})"], stdout=fd)
+        return ([f"ahead:{i}/2"], process, Path(name), time.monotonic())
+
+    started = [helper(0, ["lesson:sms", "sweep"]), helper(1, ["sweep", "shapes"])]
     lines = list(warm.finish_helpers(started, time.monotonic() + 60))
-    assert lines[1] == "compiled 9 kernels ahead" and lines[0].startswith("helper in ")
-    assert warm.helped["tasks"] == ["lesson:sms", "sweep"]
+    assert lines[1] == "compiled share 0" and lines[3] == "compiled share 1" and lines[0].startswith("helper in ")
+    assert warm.helped["tasks"] == ["sweep"]  # recorded whole by both processes, each of which compiled its share
+    warm.helped["tasks"] = []
+    fd, name = tempfile.mkstemp(suffix=".log")
+    silent = (["ahead:1/2"], subprocess.Popen([sys.executable, "-c", "pass"], stdout=fd), Path(name), time.monotonic())
+    list(warm.finish_helpers([helper(0, ["sweep"]), silent], time.monotonic() + 60))
+    assert warm.helped["tasks"] == []  # one share not reported: no task is known to be compiled whole
 
 
 @pytest.mark.gpu
@@ -173,10 +183,12 @@ def test_on_a_gpu_the_compile_ahead_helper_compiles_the_first_clicks_kernels(tmp
     records every task and the default jobs, compiles their kernels many at once and says how many; the tasks it
     recorded whole are counted, and each compiled kernel is in the cache the worker reads."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    started = warm.start_helpers([[warm.AHEAD_TASK]])
+    k = warm.ahead_processes()
+    started = warm.start_helpers([[f"{warm.AHEAD_TASK}:{i}/{k}"] for i in range(k)])
     lines = list(warm.finish_helpers(started, time.monotonic() + 400))
-    found = next(line for line in lines if line.startswith("compiled "))
-    count = int(re.match(r"compiled (\d+) kernels ahead on \d+ threads", found).group(1))
+    found = [line for line in lines if line.startswith("compiled ")]
+    assert len(found) == k, lines
+    count = sum(int(re.match(r"compiled (\d+) kernels ahead \(share", line).group(1)) for line in found)
     assert count >= 50, lines
     assert {"sweep", "shapes"} <= set(warm.helped["tasks"]), lines
     assert sum(1 for p in tmp_path.iterdir() if p.is_dir()) >= count

@@ -280,3 +280,9 @@ def defaults(device_type: str, dynamic_defaults: dict | None = None) -> dict:
     """Every field's default value on this device (the page's initial controls, the API's defaults)."""
     out = {name: f.default_for(device_type) for name, f in FIELDS.items()}
     return out | (dynamic_defaults or {})
+
+
+def default_run(device_type: str, dtype: str) -> RunSettings:
+    """The default Generate's settings on this device (in `dtype`, the device's default)."""
+    d = defaults(device_type, {"dtype": dtype})
+    return RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype=d["dtype"])

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from . import models
 from .runner import ProcessRunner
-from .settings import RunSettings, defaults
+from .settings import default_run
 from .zerogpu import zero_gpu
 
 # The page is served within SERVED_BY_S of the server's start: the helpers end FINISH_S before, the most that follows
@@ -23,8 +23,7 @@ HELPERS_UNTIL_S = SERVED_BY_S - FINISH_S
 def default_job(device: str, started_at: float | None = None) -> dict:
     """What the worker runs before it takes jobs: the default Generate, and on a GPU the default ladder; with
     `started_at` (the server's start, time.time()), when its helpers end at the latest ("helpers_until")."""
-    d = defaults(device, {"dtype": models.default_dtype()})
-    s = RunSettings(prompt=d["prompt"], new_tokens=d["new_tokens"], dtype=d["dtype"])
+    s = default_run(device, models.default_dtype())
     until = started_at + HELPERS_UNTIL_S if started_at is not None else None
     return {"settings": s, "ladder": device == "cuda", "helpers_until": until}
 

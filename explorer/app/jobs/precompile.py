@@ -1,12 +1,13 @@
-"""On a GPU, the warm-up's first stage, in a helper process of its own (jobs.warm.AHEAD_TASK): every kernel the
+"""On a GPU, the warm-up's first stage, in helper processes of their own (jobs.warm.AHEAD_TASK): every kernel the
 default jobs and a visitor's first clicks launch, compiled before any of them runs, many at once (kernels.ahead).
 
 Compiling one after another, where each kernel is first launched, took most of a GPU's start (34 s on an H100) and
 left the lessons, the tile sweep and other shapes to compile after the page said it was ready. Here each job is
-run with its launches recorded instead of run (on the worker's own GPU tensors, nothing computed), and the distinct
-launches are handed to the kernels' JIT from a pool of threads. A job that cannot go on without its kernels'
-results (sampling a token from logits never written, say) stops there: the launches recorded until then are kept,
-and the job's own warm-up or first click compiles the rest.
+run with its launches recorded instead of run (on the process's own GPU tensors, nothing computed). Each of several
+processes records the same launches and compiles its share of the distinct ones on a few threads, through the
+kernels' own JIT (threads alone gain about 4x: much of a compile holds Python's lock). A job that cannot go on
+without its kernels' results stops there: the launches recorded until then are kept, and the job's own warm-up or
+first click compiles the rest.
 """
 
 from __future__ import annotations
@@ -25,19 +26,18 @@ from .base import Control
 NEVER = Control(lambda: False, float("inf"))
 
 
-def own_calls(s: RunSettings) -> dict:
-    """The warm-up's own jobs (jobs.warm.warm_up), by name: the default Generate, the ladder, and the bundled Llama
-    with the cache on and off. Each takes the largest logit: drawing a token samples with PyTorch alone (no kernel of
-    ours), and on a GPU sampling from logits no kernel wrote can trip a device-side assert, the end of the process's
-    GPU context."""
-    from .warm import llama_runs
+def own_calls(s: RunSettings, llamas: list[RunSettings]) -> dict:
+    """The warm-up's own jobs (jobs.warm.warm_up), by name: the default Generate, the ladder, and the bundled Llama's
+    runs (`llamas`). Each takes the largest logit: drawing a token samples with PyTorch alone (no kernel of ours),
+    and on a GPU sampling from logits no kernel wrote can trip a device-side assert, the end of the process's GPU
+    context."""
 
     def generation(settings):
         greedy = dataclasses.replace(settings, temperature=0.0)
         return lambda: _drain(generate_job.run({"settings": greedy}, NEVER))
 
     calls = {"Generate": generation(s), "ladder": lambda: _drain(compare.ladder({"settings": s}, NEVER))}
-    for llama in llama_runs(s):
+    for llama in llamas:
         calls[f"bundled Llama, cache {'on' if llama.cache else 'off'}"] = generation(llama)
     return calls
 
@@ -47,11 +47,9 @@ def _drain(updates) -> None:
         pass
 
 
-def task_call(task: str):
-    """A helper task (jobs.warm.run_task) as a call to record; the tile sweep's default returns its configs'
+def task_call(task: str, run_task):
+    """A helper task as a call to record (`run_task`: jobs.warm's); the tile sweep's default returns its configs'
     launches (each recorded on the same inputs, not timed)."""
-    from .warm import run_task
-
     if task != "sweep":
         return lambda: run_task(task)
     from ...measure import sweeps
@@ -77,23 +75,22 @@ def record(calls: dict) -> tuple[list, list[str], list[str]]:
     return launches, whole, stopped
 
 
-def compile_all(s: RunSettings, tasks: list[str]) -> tuple[list[str], str]:
-    """Record the warm-up's own jobs and `tasks` (jobs.warm.run_task's), compile what they launch, several kernels
-    at once; (the tasks recorded whole, whose kernels are now compiled, and a line for the log)."""
+def compile_all(calls: dict, share: tuple[int, int] = (0, 1), threads: int | None = None) -> tuple[list[str], str]:
+    """Record `calls` and compile the `share` of their distinct launches this process takes (kernels.ahead); (the
+    calls recorded whole, a line for the log)."""
     t0 = time.monotonic()
     if models.device().type != "cuda":
         return [], "nothing compiled ahead: the interpreter compiles no kernel"
-    calls = own_calls(s) | {task: task_call(task) for task in tasks}
     launches, whole, stopped = record(calls)
     recorded_s = time.monotonic() - t0
-    threads = ahead.workers()
-    done = ahead.compile_ahead(launches, threads)
+    threads = threads or ahead.workers()
+    done = ahead.compile_ahead(launches, threads, share)
     line = (
-        f"compiled {done.launches} kernels ahead on {threads} threads in {done.seconds:.1f} s "
-        f"(their launches recorded in {recorded_s:.1f} s)"
+        f"compiled {done.launches} kernels ahead (share {share[0] + 1} of {share[1]}) on {threads} threads in "
+        f"{done.seconds:.1f} s, their launches recorded in {recorded_s:.1f} s"
     )
     if stopped:
         line += f"; recorded until they needed a result: {', '.join(stopped)}"
     if done.failed:
         line += f"; {len(done.failed)} not compiled: {done.failed[0]}"
-    return [t for t in tasks if t in whole], line
+    return whole, line
