@@ -6,13 +6,14 @@ default ladder step) once before the worker takes jobs, so the first visitor's c
 own tokens; it reports the seconds of each stage to the server's log. A job whose settings this worker
 has not run before says on the page that kernels are compiling, and about how long that takes.
 
-On a GPU, before its own warm-up, the worker has a helper process (`python -m explorer.app.jobs.helper ahead`)
-record what the default jobs and a visitor's first clicks would launch (the lessons that compile kernels of their
-own, the tile sweep's default, SmolLM2-135M's shape and the prefills of every tile of rows) and compile all of it,
-many kernels at once (jobs.precompile). It shares Triton's cache directory with the worker, whose own warm-up then
-loads those kernels from disk instead of compiling them one after another. With EXPLORER_COMPILE_AHEAD=0, helper
-processes run those tasks for real beside the worker's warm-up instead (EXPLORER_WARM_HELPERS of them). The worker
-waits for its helpers (to helpers_deadline) and reports what they compiled, so that estimates count none of it.
+Two ways to compile more than that before "ready", both off by default (they cost more start-up than they save;
+the numbers are at HELPERS_ENV): with EXPLORER_COMPILE_AHEAD=1, helper processes (`python -m
+explorer.app.jobs.helper ahead:I/K`) first record what the default jobs and a visitor's first clicks would launch
+(the lessons that compile kernels of their own, the tile sweep's default, SmolLM2-135M's shape and the prefills of
+every tile of rows) and compile it, many kernels at once (jobs.precompile); with EXPLORER_WARM_HELPERS=N, N helper
+processes run those tasks for real beside the worker's warm-up. Either shares Triton's cache directory with the
+worker, which then loads their kernels from disk. The worker waits for its helpers (to helpers_deadline) and reports
+what they compiled, so that estimates count none of it.
 """
 
 from __future__ import annotations
@@ -127,8 +128,13 @@ def llama_runs(s: RunSettings) -> list[RunSettings]:
 
 # --- Helpers: what a visitor's first clicks compile, beyond the default jobs ----------------------------------
 
-HELPERS_ENV = "EXPLORER_WARM_HELPERS"  # how many helper processes at most; "0": none (the default with AHEAD_ENV)
-AHEAD_ENV = "EXPLORER_COMPILE_AHEAD"  # "0": no compile ahead (jobs.precompile), each kernel compiled where first met
+# Both off by default: on an H100 from an empty Triton cache (benchmarks/page.py, 2026-12-07), the server was ready
+# 34.4 s after its imports without them (about 45 s after its start), 61.9 s after its start with three helpers (four
+# processes on one GPU slowed the worker's own warm-up by about 20 s), 75.3 s with one compile-ahead process and
+# 90.7 s with eight (none had finished recording and compiling by the deadline, and loading the worker's model took
+# 15 s beside them); either way some first clicks still compiled after "ready".
+HELPERS_ENV = "EXPLORER_WARM_HELPERS"  # how many helper processes at most; unset or "0": none
+AHEAD_ENV = "EXPLORER_COMPILE_AHEAD"  # "1": compile ahead in helper processes (jobs.precompile) before the warm-up
 # The warm-up waits for its helpers until this many seconds after it began, and no later than the server asked
 # (start.default_job: a minute after the server's start, less what follows the helpers), then ends those still
 # running and serves. So start-up stays under a minute however long the imports took.
@@ -187,16 +193,16 @@ AHEAD_ORDER = ["sweep", "shapes", *(f"lesson:{n}" for n in COMPILING_LESSONS)]
 
 
 def ahead_on() -> bool:
-    return os.environ.get(AHEAD_ENV, "1") != "0"
+    return os.environ.get(AHEAD_ENV, "0") == "1"
 
 
 def helper_groups(cores: int | None = None, limit: str | None = None) -> list[list[str]]:
     """HELPER_TASKS in as many processes as the cores allow. With fewer cores the lists merge, so that the compiling
     never starves the worker's own warm-up: a process per four cores, at most EXPLORER_WARM_HELPERS of them (by
-    default none where the compile ahead takes their tasks, ahead_on)."""
+    default none)."""
     groups = HELPER_TASKS
     cores = cores if cores is not None else os.cpu_count() or 1
-    limit = limit if limit is not None else os.environ.get(HELPERS_ENV, "0" if ahead_on() else "")
+    limit = limit if limit is not None else os.environ.get(HELPERS_ENV, "0")
     n = min(len(groups), max(1, cores // 4), int(limit) if limit.strip().isdigit() else len(groups))
     if n <= 0:
         return []
