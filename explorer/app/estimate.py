@@ -38,7 +38,7 @@ FIXED_S = {"cpu": 0.4, "cuda": 0.25}
 # constants follow the rows); its decode attention at a new tile plan ("generate", decode_key: the cache's splits
 # follow its size); the cache-off passes of a bucket of lengths, a prefill per token ("cache off": its new tiles of
 # rows, since kernels stopped specialising on lengths); each config of a sweep, once per kernel, dtype and shape
-# ("sweep").
+# ("sweep", its configs compiled several at once before the first is timed: jobs.sweep).
 # Beside compilation, a GPU Generate's steps after its text cost more the first time they meet their settings and
 # length ("profile", nothing compiled): the decode step's launches are counted anew (the count is kept by settings
 # and cache size), and the profiling pass's PyTorch prefills meet new row counts.
@@ -49,7 +49,7 @@ COMPILE_S = {
         "generate": 0.7,
         "cache off": 1.0,
         "ladder": 12.0,
-        "sweep": 0.45,
+        "sweep": 0.2,
         "profile": 0.25,
     },
 }
