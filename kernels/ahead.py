@@ -42,6 +42,8 @@ def _kind(value):
         return ("int", value == 1, value % 16 == 0, -(2**31) <= value < 2**31)
     if isinstance(value, tuple):
         return tuple(_kind(v) for v in value)
+    if hasattr(value, "block_shape") and hasattr(value, "base"):  # a tensor descriptor: its base and its block
+        return ("descriptor", _kind(value.base), tuple(value.block_shape))
     return (type(value).__name__, repr(value) if value is None or isinstance(value, (bool, str)) else "")
 
 

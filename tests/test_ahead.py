@@ -75,3 +75,18 @@ def test_a_gpu_sweep_says_it_compiles_its_kernels_ahead_then_times_every_config(
     assert len(updates) == 2 + configs and f"all {configs} configs" in updates[-1]["best"]
     again = list(jobs.JOBS["sweep"](payload | {"value": "ms"}, jobs.Control(lambda: False, float("inf"))))
     assert len(again) == configs  # compiled once a process: nothing said the second time
+
+
+def test_launches_that_differ_only_in_a_descriptors_block_are_both_compiled():
+    """A tensor descriptor's block shape is part of its kernel's signature: two launches that differ only there
+    are distinct; the same one twice is not."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from kernels.ops.layer_norm import kernel as LN
+
+    x = torch.randn(64, 64)
+    a = TensorDescriptor.from_tensor(x, [16, 64])
+    b = TensorDescriptor.from_tensor(x, [32, 64])
+    again = TensorDescriptor.from_tensor(x, [16, 64])
+    launches = [(LN._layer_norm_kernel, (d, 64), {"BLOCK_M": 4}, (1,)) for d in (a, b, again)]
+    assert len(ahead.distinct(launches)) == 2
