@@ -1,4 +1,5 @@
-"""Kernels compiled before their first launch, several at once.
+"""Kernels compiled before their first launch, several at once: on threads of this process (compile_ahead), or in
+processes of their own (in_processes).
 
 A launcher called inside kernels.launch.recording() records its launches instead of running them. Each distinct
 launch is then handed to its kernel's own JIT (JITFunction.warmup: the same specialisation, cache key and
@@ -47,14 +48,19 @@ def _kind(value):
     return (type(value).__name__, repr(value) if value is None or isinstance(value, (bool, str)) else "")
 
 
+def key(item: tuple) -> tuple:
+    """What a recorded launch compiles: its kernel and specialisation (equal keys, one compile)."""
+    fn, args, kwargs, _ = item
+    return (id(fn), tuple(_kind(a) for a in args), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+
+
 def distinct(launches: list[tuple]) -> list[tuple]:
     """One launch of each kernel and specialisation: the rest would compile nothing new."""
     seen, out = set(), []
-    for fn, args, kwargs, grid in launches:
-        key = (id(fn), tuple(_kind(a) for a in args), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
-        if key not in seen:
-            seen.add(key)
-            out.append((fn, args, kwargs, grid))
+    for item in launches:
+        if key(item) not in seen:
+            seen.add(key(item))
+            out.append(item)
     return out
 
 
@@ -71,12 +77,11 @@ def workers() -> int:
     return max(1, cores - 1)
 
 
-def compile_ahead(launches: list[tuple], threads: int | None = None, share: tuple[int, int] = (0, 1)) -> Compiled:
+def compile_ahead(launches: list[tuple], threads: int | None = None) -> Compiled:
     """Compile every distinct launch through its kernel's JIT, `threads` at a time (workers() by default). A
     launch the compiler refuses is named in `failed`, not raised: its real launch raises it where it is run.
-    share=(i, k): only the i-th of every k distinct launches, for one of k processes that recorded the same
-    launches (threads gain about 4x at most: much of a compile holds Python's lock)."""
-    todo = distinct(launches)[share[0] :: share[1]]
+    Threads gain about 4x at most (much of a compile holds Python's lock); in_processes gains more."""
+    todo = distinct(launches)
     start = time.perf_counter()
     failed = []
 
@@ -94,3 +99,100 @@ def compile_ahead(launches: list[tuple], threads: int | None = None, share: tupl
         with ThreadPoolExecutor(max(1, min(threads or workers(), len(todo)))) as pool:
             list(pool.map(one, todo))
     return Compiled(len(todo), time.perf_counter() - start, failed)
+
+
+# --- In processes of their own ---------------------------------------------------------------------------------
+
+
+def specializations(launches: list[tuple]) -> tuple[list[dict], list[str]]:
+    """Each distinct launch as Triton's own specialization data (what JITFunction.preload takes: its signature,
+    constants, attributes, options and target, as the JIT specialises the launch), with the kernel's module and
+    name; nothing compiled. (specs, a line for each launch that could not be read)."""
+    from triton import knobs
+
+    found, failed = [], []
+
+    def hook(**kw):
+        found.append(kw["compile"]["specialization_data"])
+        return True  # compile nothing
+
+    before = knobs.runtime.jit_cache_hook
+    knobs.runtime.jit_cache_hook = hook
+    try:
+        out = []
+        for fn, args, kwargs, grid in distinct(launches):
+            found.clear()
+            try:
+                fn.warmup(*args, grid=grid, **kwargs)
+            except Exception as e:  # noqa: BLE001 - the real launch raises it where it is run
+                failed.append(f"{getattr(fn, '__name__', fn)}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                continue
+            if found:  # none where this process has compiled it already
+                out.append({"module": fn.fn.__module__, "name": fn.fn.__name__, "data": found[0]})
+    finally:
+        knobs.runtime.jit_cache_hook = before
+    return out, failed
+
+
+def preload(specs: list[dict]) -> Compiled:
+    """Compile each spec (specializations) through its kernel's JIT.preload, one after another, with its launcher:
+    into Triton's cache directory, where any process launching it finds it."""
+    import importlib
+
+    start, failed = time.perf_counter(), []
+    for spec in specs:
+        try:
+            fn = getattr(importlib.import_module(spec["module"]), spec["name"])
+            kernel = fn.preload(spec["data"])
+            getattr(kernel, "_init_handles", lambda: None)()
+        except Exception as e:  # noqa: BLE001 - counted; the real launch compiles it
+            failed.append(f"{spec['name']}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    return Compiled(len(specs), time.perf_counter() - start, failed)
+
+
+def in_processes(launches: list[tuple], processes: int | None = None) -> Compiled:
+    """Compile every distinct launch in `processes` processes of their own (workers() by default), each its share
+    (`python -m kernels.ahead SPECS I K`): unlike threads, they do not wait on one another's Python. Each needs the
+    GPU's driver (JIT.preload asks it for the device) but no model."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    start = time.perf_counter()
+    specs, failed = specializations(launches)
+    k = max(1, min(processes or workers(), len(specs)))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(specs, f)
+    try:
+        running = [
+            subprocess.Popen(
+                [sys.executable, "-m", "kernels.ahead", f.name, str(i), str(k)], stdout=subprocess.PIPE, text=True
+            )
+            for i in range(k if specs else 0)
+        ]
+        for process in running:
+            out, _ = process.communicate()
+            lines = [line for line in out.splitlines() if line.startswith("{")]
+            done = json.loads(lines[-1]) if lines else {"failed": [f"a compile process ended {process.returncode}"]}
+            failed += done["failed"]
+    finally:
+        os.unlink(f.name)
+    return Compiled(len(specs), time.perf_counter() - start, failed)
+
+
+def main(argv: list[str]) -> None:
+    """python -m kernels.ahead SPECS I K: preload the I-th of every K specs in the JSON file SPECS; print a JSON
+    line of what was compiled and what failed."""
+    import json
+
+    path, i, k = argv[0], int(argv[1]), int(argv[2])
+    with open(path) as f:
+        done = preload(json.load(f)[i::k])
+    print(json.dumps({"compiled": done.launches, "seconds": done.seconds, "failed": done.failed}), flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

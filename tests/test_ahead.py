@@ -90,3 +90,23 @@ def test_launches_that_differ_only_in_a_descriptors_block_are_both_compiled():
     again = TensorDescriptor.from_tensor(x, [16, 64])
     launches = [(LN._layer_norm_kernel, (d, 64), {"BLOCK_M": 4}, (1,)) for d in (a, b, again)]
     assert len(ahead.distinct(launches)) == 2
+
+
+@pytest.mark.gpu
+def test_compiled_in_processes_of_their_own_a_sweep_compiles_nothing_more(tmp_path, monkeypatch):
+    """A sweep's launches read as Triton's specialization data and compiled by JITFunction.preload in three
+    processes (kernels.ahead.in_processes), into an empty cache: the sweep then adds no entry to it, in a process
+    that had compiled none of them in memory."""
+    from kernels import compiled
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    compiled.forget()
+    shape = {"M": 300, "C": 512}
+    sw, inputs, configs = _sweep("layer_norm", shape, "cuda")
+    done = ahead.in_processes(ahead.recorded([lambda c=c: sw.run(c, *inputs) for c in configs]), processes=3)
+    assert done.launches == len(configs) and not done.failed, done
+    before = {p.name for p in tmp_path.iterdir()}
+    compiled.forget()
+    rows = [r for _, _, r in sweeps.tile_sweep_rows("layer_norm", shape, dtype=torch.float16, device="cuda")]
+    assert all(r["valid"] for r in rows)
+    assert {p.name for p in tmp_path.iterdir()} == before

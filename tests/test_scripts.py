@@ -11,7 +11,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU_TOO = ("sampling", "stream_check")  # experiments that run on CPU as well
+CPU_TOO = ("sampling", "stream_check", "compile_volume")  # experiments that run on CPU as well
 # Benchmarks that run on CPU too: the page (a server), the estimates (the interpreter), torch_loop (a library).
 CPU_BENCHMARKS = ("page", "estimates", "torch_loop")
 GPU_ONLY = [

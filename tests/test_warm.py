@@ -160,21 +160,49 @@ def test_the_compile_ahead_helpers_report_counts_the_tasks_it_recorded_whole():
     import tempfile
     from pathlib import Path
 
-    def helper(i, whole):
-        report = json.dumps({"task": f"ahead:{i}/2", "seconds": 2.0, "tasks": whole, "line": f"compiled share {i}"})
-        fd, name = tempfile.mkstemp(suffix=".log")
-        process = subprocess.Popen([sys.executable, "-c", f"print({warm.MARK + report!r})"], stdout=fd)
-        return ([f"ahead:{i}/2"], process, Path(name), time.monotonic())
-
-    started = [helper(0, ["lesson:sms", "sweep"]), helper(1, ["sweep", "shapes"])]
-    lines = list(warm.finish_helpers(started, time.monotonic() + 60))
-    assert lines[1] == "compiled share 0" and lines[3] == "compiled share 1" and lines[0].startswith("helper in ")
-    assert warm.helped["tasks"] == ["sweep"]  # recorded whole by both processes, each of which compiled its share
-    warm.helped["tasks"] = []
+    report = json.dumps({"task": "ahead", "seconds": 2.0, "tasks": ["lesson:sms", "sweep"], "line": "compiled 9"})
     fd, name = tempfile.mkstemp(suffix=".log")
-    silent = (["ahead:1/2"], subprocess.Popen([sys.executable, "-c", "pass"], stdout=fd), Path(name), time.monotonic())
-    list(warm.finish_helpers([helper(0, ["sweep"]), silent], time.monotonic() + 60))
-    assert warm.helped["tasks"] == []  # one share not reported: no task is known to be compiled whole
+    process = subprocess.Popen([sys.executable, "-c", f"print({warm.MARK + report!r})"], stdout=fd)
+    started = [([warm.AHEAD_TASK], process, Path(name), time.monotonic())]
+    lines = list(warm.finish_helpers(started, time.monotonic() + 60))
+    assert lines[1] == "compiled 9" and lines[0].startswith("helper in ")
+    assert warm.helped["tasks"] == ["lesson:sms", "sweep"]
+
+
+def _running(pid: int) -> bool:
+    """Whether a process runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_helper_ended_at_the_deadline_ends_the_processes_it_started(tmp_path):
+    """The compile ahead's helper starts processes of its own: ended at the deadline, they end with it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    log = tmp_path / "helper.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-c", code], stdout=out, start_new_session=True)
+    while not log.read_text().strip():
+        time.sleep(0.1)
+    child = int(log.read_text().split()[0])
+    assert _running(child)
+    lines = list(warm.finish_helpers([([warm.AHEAD_TASK], process, log, time.monotonic())], time.monotonic()))
+    assert lines[0].endswith("(ended at the warm-up's deadline)"), lines
+    for _ in range(50):
+        if not _running(child):
+            break
+        time.sleep(0.1)
+    assert not _running(child)
 
 
 @pytest.mark.gpu
@@ -183,12 +211,10 @@ def test_on_a_gpu_the_compile_ahead_helper_compiles_the_first_clicks_kernels(tmp
     records every task and the default jobs, compiles their kernels many at once and says how many; the tasks it
     recorded whole are counted, and each compiled kernel is in the cache the worker reads."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    k = warm.ahead_processes()
-    started = warm.start_helpers([[f"{warm.AHEAD_TASK}:{i}/{k}"] for i in range(k)])
+    started = warm.start_helpers([[warm.AHEAD_TASK]])
     lines = list(warm.finish_helpers(started, time.monotonic() + 400))
-    found = [line for line in lines if line.startswith("compiled ")]
-    assert len(found) == k, lines
-    count = sum(int(re.match(r"compiled (\d+) kernels ahead \(share", line).group(1)) for line in found)
-    assert count >= 50, lines
+    found = next(line for line in lines if line.startswith("compiled "))
+    count = int(re.match(r"compiled (\d+) kernels ahead in \d+ processes", found).group(1))
+    assert count >= 50 and "not compiled" not in found, lines
     assert {"sweep", "shapes"} <= set(warm.helped["tasks"]), lines
     assert sum(1 for p in tmp_path.iterdir() if p.is_dir()) >= count

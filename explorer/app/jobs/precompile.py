@@ -1,13 +1,13 @@
-"""On a GPU, the warm-up's first stage, in helper processes of their own (jobs.warm.AHEAD_TASK): every kernel the
+"""On a GPU, the warm-up's first stage, in a helper process of its own (jobs.warm.AHEAD_TASK): every kernel the
 default jobs and a visitor's first clicks launch, compiled before any of them runs, many at once (kernels.ahead).
 
 Compiling one after another, where each kernel is first launched, took most of a GPU's start (34 s on an H100) and
 left the lessons, the tile sweep and other shapes to compile after the page said it was ready. Here each job is
-run with its launches recorded instead of run (on the process's own GPU tensors, nothing computed). Each of several
-processes records the same launches and compiles its share of the distinct ones on a few threads, through the
-kernels' own JIT (threads alone gain about 4x: much of a compile holds Python's lock). A job that cannot go on
-without its kernels' results stops there: the launches recorded until then are kept, and the job's own warm-up or
-first click compiles the rest.
+run with its launches recorded instead of run (on the process's own GPU tensors, nothing computed), once; each
+distinct launch is read as Triton's own specialization data and compiled by JITFunction.preload in one of several
+processes that load no model (kernels.ahead.in_processes; threads gain about 4x at most, since much of a compile
+holds Python's lock). A job that cannot go on without its kernels' results stops there: the launches recorded until
+then are kept, and the job's own warm-up or first click compiles the rest.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def record(calls: dict) -> tuple[list, list[str], list[str]]:
     for name, call in calls.items():
         with launch.recording() as got:
             try:
-                got += call() or []
+                made = call()
+                got += made if isinstance(made, list) else []  # the launches a call returns (a sweep's)
                 whole.append(name)
             except Exception as e:  # noqa: BLE001 - its launches so far are kept; the real run says what failed
                 stopped.append(f"{name} ({type(e).__name__})")
@@ -75,19 +76,19 @@ def record(calls: dict) -> tuple[list, list[str], list[str]]:
     return launches, whole, stopped
 
 
-def compile_all(calls: dict, share: tuple[int, int] = (0, 1), threads: int | None = None) -> tuple[list[str], str]:
-    """Record `calls` and compile the `share` of their distinct launches this process takes (kernels.ahead); (the
-    calls recorded whole, a line for the log)."""
+def compile_all(calls: dict, processes: int | None = None) -> tuple[list[str], str]:
+    """Record `calls` and compile their distinct launches in processes of their own (kernels.ahead.in_processes);
+    (the calls recorded whole, a line for the log)."""
     t0 = time.monotonic()
     if models.device().type != "cuda":
         return [], "nothing compiled ahead: the interpreter compiles no kernel"
     launches, whole, stopped = record(calls)
     recorded_s = time.monotonic() - t0
-    threads = threads or ahead.workers()
-    done = ahead.compile_ahead(launches, threads, share)
+    processes = processes or ahead.workers()
+    done = ahead.in_processes(launches, processes)
     line = (
-        f"compiled {done.launches} kernels ahead (share {share[0] + 1} of {share[1]}) on {threads} threads in "
-        f"{done.seconds:.1f} s, their launches recorded in {recorded_s:.1f} s"
+        f"compiled {done.launches} kernels ahead in {processes} processes in {done.seconds:.1f} s, their launches "
+        f"recorded in {recorded_s:.1f} s"
     )
     if stopped:
         line += f"; recorded until they needed a result: {', '.join(stopped)}"

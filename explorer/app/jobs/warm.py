@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,8 +63,7 @@ def warm_up(settings: dict):
     deadline = helpers_deadline(t0, settings.get("helpers_until"))
     gpu = settings.get("ladder") and models.device().type == "cuda"
     helpful = gpu and deadline - t0 >= HELPERS_MIN_S
-    k = ahead_processes()
-    ahead = start_helpers([[f"{AHEAD_TASK}:{i}/{k}"] for i in range(k)]) if helpful and ahead_on() else []
+    ahead = start_helpers([[AHEAD_TASK]]) if helpful and ahead_on() else []
     helping = start_helpers(helper_groups()) if helpful else []
     generate_job.prepare(s)
     yield f"loaded {s.model} in {time.monotonic() - t0:.1f} s"
@@ -173,18 +173,13 @@ def warmed_lessons() -> list[str]:
 HELPER_TASKS = [["lesson:sms"], [f"lesson:{n}" for n in COMPILING_LESSONS[1:]] + ["shapes"], ["sweep"]]
 
 
-# The helper task that records the warm-up's own jobs and HELPER_TASKS and compiles its share of their kernels,
-# "ahead:I/K" (jobs.precompile): in processes of their own, so that nothing the recording leaves behind (a CUDA graph
-# captured around kernels not run, a profile of no kernels) is kept by the worker, and several, since threads in one
-# process gain about 4x at most (attention's sweep of 96 kernels, H100: 66.9 s on one thread, 17.8 on 8, 18.1 on 15).
+# The helper task that records the warm-up's own jobs and HELPER_TASKS and compiles their kernels (jobs.precompile):
+# in a process of its own, so that nothing the recording leaves behind (a CUDA graph captured around kernels not run,
+# a profile of no kernels) is kept by the worker. It records once and hands the compiling to processes of its own
+# (kernels.ahead.in_processes): threads in one process gained about 4x at most (attention's sweep of 96 kernels on an
+# H100: 66.9 s on one thread, 17.8 on 8, 18.1 on 15), and eight processes that each recorded everything had not
+# finished by the deadline.
 AHEAD_TASK = "ahead"
-AHEAD_THREADS = 2  # threads in each compile-ahead process
-
-
-def ahead_processes(cores: int | None = None) -> int:
-    """How many compile-ahead processes: one per AHEAD_THREADS cores, at most 8."""
-    cores = cores if cores is not None else os.cpu_count() or 1
-    return max(1, min(8, cores // AHEAD_THREADS))
 
 
 # The order the compile ahead records HELPER_TASKS in: the lessons last, since a lesson computing from results no
@@ -219,7 +214,11 @@ def start_helpers(groups: list[list[str]]) -> list[tuple[list[str], subprocess.P
     for tasks in groups:
         fd, name = tempfile.mkstemp(prefix="explorer-warm-", suffix=".log")
         process = subprocess.Popen(
-            [sys.executable, "-m", "explorer.app.jobs.helper", *tasks], stdout=fd, stderr=subprocess.STDOUT, cwd=root
+            [sys.executable, "-m", "explorer.app.jobs.helper", *tasks],
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            cwd=root,
+            start_new_session=True,  # its own process group: ended with what it started
         )
         os.close(fd)
         started.append((tasks, process, Path(name), time.monotonic()))
@@ -229,27 +228,26 @@ def start_helpers(groups: list[list[str]]) -> list[tuple[list[str], subprocess.P
 def finish_helpers(started, deadline: float):
     """Wait for each helper until `deadline`; yield a line for each, and keep what it ran and compiled in
     `helped`. One still running by then is ended, so that nothing shares the GPU with a visitor's timed job: what
-    it compiled so far is in Triton's cache (each kernel written whole), its unfinished task is not counted."""
-    shares = []
+    it compiled so far is in Triton's cache (each kernel written whole), its unfinished task is not counted. A helper
+    is ended with the processes it started (its session)."""
     for tasks, process, log, t0 in started:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
             late = ""
         except subprocess.TimeoutExpired:
-            process.kill()
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                process.kill()
             process.wait()
             late = " (ended at the warm-up's deadline)"
         reports = read_reports(log.read_text(errors="replace"))
         log.unlink(missing_ok=True)
         yield helper_line(tasks, reports, process.returncode, time.monotonic() - t0) + late
         yield from (r["line"] for r in reports if "line" in r)
-        helped["tasks"] += [r["task"] for r in reports if "seconds" in r and not r["task"].startswith(AHEAD_TASK)]
-        shares += [r for r in reports if "seconds" in r and r["task"].startswith(AHEAD_TASK)]
+        helped["tasks"] += [r["task"] for r in reports if "seconds" in r and r["task"] != AHEAD_TASK]
+        helped["tasks"] += [t for r in reports if "seconds" in r for t in r.get("tasks", ())]
         helped["compiled"] |= {name for r in reports for name in r.get("compiled", ())}
-    # a task's kernels are all compiled where every compile-ahead process recorded it whole and finished its share
-    ahead = [t for ts in started for t in ts[0] if t.startswith(AHEAD_TASK)]
-    if ahead and len(shares) == len(ahead):
-        helped["tasks"] += [t for t in shares[0].get("tasks", ()) if all(t in r.get("tasks", ()) for r in shares)]
 
 
 def read_reports(text: str) -> list[dict]:
@@ -282,13 +280,12 @@ def run_task(task: str) -> dict | None:
     from .. import lessons, settings
 
     dtype = models.dtype_of(models.default_dtype())
-    if task.startswith(f"{AHEAD_TASK}:"):
+    if task == AHEAD_TASK:
         from . import precompile
 
-        i, k = (int(x) for x in task.split(":", 1)[1].split("/"))
         s = settings.default_run("cuda", models.default_dtype())
         calls = precompile.own_calls(s, llama_runs(s)) | {t: precompile.task_call(t, run_task) for t in AHEAD_ORDER}
-        whole, line = precompile.compile_all(calls, (i, k), AHEAD_THREADS)
+        whole, line = precompile.compile_all(calls)
         return {"tasks": [t for t in whole if t in AHEAD_ORDER], "line": line}
     if task.startswith("lesson:"):
         lessons.run(task.split(":", 1)[1])
