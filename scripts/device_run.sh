@@ -17,8 +17,10 @@
 #               (or 80) set, the GPU stands for that one. Failures by name in the log, each run's junit XML in $OUT
 #     occupancy the programs per SM kernels.occupancy computes for every launch, beside the driver's own count
 #     timeline  every rung's decode step on the SMs, both bundled models (scripts/record_timeline.py)
-#     ahead     a tile sweep's kernels compiled ahead on 0, 1, 8 and 15 threads, each from an empty Triton cache
-#               (experiments.compile_ahead), and kernels.ahead's GPU tests
+#     ahead     a tile sweep's kernels compiled ahead on 0 and 8 threads and in 4, 8 and 15 processes, each from an
+#               empty Triton cache (experiments.compile_ahead), and the GPU tests of kernels.ahead and the warm-up's
+#               compile ahead
+#     page-ahead the page with the warm-up's compile ahead on (EXPLORER_COMPILE_AHEAD=1), in page-ahead.log/json
 #     megaprof  where the megakernel rung's step spends its time, operation by operation (experiments.mega_profile)
 #     mega      the megakernel rung's variants beside the overlap rung, GPT-2 small's and SmolLM2's shapes
 #               (experiments.one_launch_sweep; MEGA_ARGS="--batch 8" at batch 8)
@@ -109,10 +111,15 @@ for PART in "${@:-page}"; do
     done ;;
   ahead)
     say "a tile sweep's kernels compiled ahead, several at once"
-    timeout "${AHEAD_S:-300}" python3 -m experiments.compile_ahead --threads ${AHEAD_THREADS:-0 1 8 15} 2>&1 | grep -v Warn \
-      | tee -a "$LOG"
-    TRITON_CACHE_DIR=$(mktemp -d) timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_ahead.py 2>&1 | tail -n 12 \
-      | tee -a "$LOG" ;;
+    timeout "${AHEAD_S:-300}" python3 -m experiments.compile_ahead --threads ${AHEAD_THREADS:-0 8} \
+      --processes ${AHEAD_PROCESSES:-4 8 15} 2>&1 | grep -v Warn | tee -a "$LOG"
+    TRITON_CACHE_DIR=$(mktemp -d) timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_ahead.py \
+      tests/test_warm.py 2>&1 | tail -n 12 | tee -a "$LOG" ;;
+  page-ahead)
+    say "the page, timed through the server, the warm-up compiling ahead"
+    EXPLORER_COMPILE_AHEAD=1 TRITON_CACHE_DIR=$(mktemp -d) timeout 480 python3 benchmarks/page.py ${PAGE_ARGS:-} \
+      ${PAGE_ONLY:+--only "$PAGE_ONLY"} --out "$OUT/page-ahead.json" > "$OUT/page-ahead.log" 2>&1; echo "exit $?" | tee -a "$LOG"
+    grep -E "helper in|kernels ahead|warm in|ready to serve|served after|within" "$OUT/page-ahead.log" | tee -a "$LOG" ;;
   megaprof)
     for FAMILY in gpt2 llama; do
       say "the megakernel rung's step by operation, $FAMILY"
