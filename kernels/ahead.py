@@ -134,9 +134,9 @@ def specializations(launches: list[tuple]) -> tuple[list[dict], list[str]]:
     return out, failed
 
 
-def preload(specs: list[dict]) -> Compiled:
-    """Compile each spec (specializations) through its kernel's JIT.preload, one after another, with its launcher:
-    into Triton's cache directory, where any process launching it finds it."""
+def preload(specs: list[dict], load: bool = True) -> Compiled:
+    """Compile each spec (specializations) through its kernel's JIT.preload, one after another, and with `load` its
+    launcher: into Triton's cache directory, where any process launching it finds it."""
     import importlib
 
     start, failed = time.perf_counter(), []
@@ -144,7 +144,8 @@ def preload(specs: list[dict]) -> Compiled:
         try:
             fn = getattr(importlib.import_module(spec["module"]), spec["name"])
             kernel = fn.preload(spec["data"])
-            getattr(kernel, "_init_handles", lambda: None)()
+            if load:
+                getattr(kernel, "_init_handles", lambda: None)()
         except Exception as e:  # noqa: BLE001 - counted; the real launch compiles it
             failed.append(f"{spec['name']}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
     return Compiled(len(specs), time.perf_counter() - start, failed)

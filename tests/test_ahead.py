@@ -2,6 +2,8 @@
 nothing runs while recording, and on a GPU a launch after the compile ahead compiles nothing more."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,54 @@ def test_compiled_in_processes_of_their_own_a_sweep_compiles_nothing_more(tmp_pa
     rows = [r for _, _, r in sweeps.tile_sweep_rows("layer_norm", shape, dtype=torch.float16, device="cuda")]
     assert all(r["valid"] for r in rows)
     assert {p.name for p in tmp_path.iterdir()} == before
+
+
+# Run where kernels compile (no interpreter), the CPU standing for an H100 and a driver that only names it: the JIT
+# specialises and compiles for sm_90 as on that GPU, and nothing is loaded onto one.
+SPECIALIZED = """
+import os, pathlib, torch
+from triton.backends.compiler import GPUTarget
+from triton.runtime.driver import driver
+
+
+class NamesAGpu:
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+driver.set_active(NamesAGpu())
+from kernels import ahead, compiled
+from kernels.config import TileConfig
+from kernels.ops.layer_norm import kernel as LN
+
+x, w, b = torch.randn(17, 200), torch.randn(200), torch.randn(200)
+launches = ahead.recorded([lambda m=m: LN.layer_norm(x, w, b, config=TileConfig(block_m=m)) for m in (1, 2, 2)])
+specs, failed = ahead.specializations(launches)
+cache = pathlib.Path(os.environ["TRITON_CACHE_DIR"])
+print("read", len(specs), len(failed), sum(1 for _ in cache.iterdir()))
+done = ahead.preload(specs, load=False)
+compiled_ahead = {p.name for p in cache.iterdir()}
+print("preloaded", done.launches, len(done.failed), len(compiled_ahead))
+compiled.forget()
+for fn, args, kwargs, grid in launches:
+    fn.warmup(*args, grid=grid, **kwargs)
+print("then the JIT added", len({p.name for p in cache.iterdir()} - compiled_ahead))
+"""
+
+
+def test_a_launch_preloaded_from_its_specialization_data_is_the_one_the_jit_would_compile(tmp_path):
+    """kernels.ahead's path with Triton's own compiler, for a GPU named but absent: two distinct launches read as
+    specialization data (compiling nothing), preloaded into an empty cache; the JIT then meeting the same launches,
+    its memory cleared, finds both there and compiles nothing (the same cache keys)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env |= {"TRITON_CACHE_DIR": str(tmp_path), "EXPLORER_CPU_STANDS_FOR": "90"}
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", SPECIALIZED], env=env, cwd=root, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.split()[:1] in (["read"], ["preloaded"], ["then"])]
+    assert lines == ["read 2 0 0", "preloaded 2 0 2", "then the JIT added 0"], (lines, done.stderr[-3000:])
