@@ -13,6 +13,7 @@ then are kept, and the job's own warm-up or first click compiles the rest.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 from kernels import ahead, launch
@@ -24,6 +25,7 @@ from . import generate as generate_job
 from .base import Control
 
 NEVER = Control(lambda: False, float("inf"))
+PROCESSES_ENV = "EXPLORER_AHEAD_PROCESSES"  # how many compile processes (default: the cores less one)
 
 
 def own_calls(s: RunSettings, llamas: list[RunSettings]) -> dict:
@@ -84,7 +86,7 @@ def compile_all(calls: dict, processes: int | None = None) -> tuple[list[str], s
         return [], "nothing compiled ahead: the interpreter compiles no kernel"
     launches, whole, stopped = record(calls)
     recorded_s = time.monotonic() - t0
-    processes = processes or ahead.workers()
+    processes = processes or int(os.environ.get(PROCESSES_ENV) or 0) or ahead.workers()
     done = ahead.in_processes(launches, processes)
     line = (
         f"compiled {done.launches} kernels ahead in {processes} processes in {done.seconds:.1f} s, their launches "
