@@ -2,6 +2,8 @@
 # GPU runs on the device machine, in parts that fit one call (at most 10 minutes) together. Each stage has its
 # own time limit so a slow one cannot starve the rest; logs and tables go to $OUT.
 #   bash scripts/device_run.sh PART...  the parts in order:
+#     h200:PART PART only where the GPU is an H200 (the matrix and the lessons' recordings are the H200's), else a line
+#               saying it was skipped
 #     page      what a visitor waits for through the server, and the estimates shown (benchmarks/page.py;
 #               PAGE_ARGS=--no-handler leaves out the same jobs timed in-process; PAGE_ONLY=lesson,ladder only
 #               the rows whose names hold one of those words)
@@ -50,6 +52,12 @@ python3 -c "import torch, triton, transformers, gradio; print('torch', torch.__v
 
 for PART in "${@:-page}"; do
   case "$PART" in
+  h200:*)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      OUT="$OUT" bash "$0" "${PART#h200:}"
+    else
+      say "skipped ${PART#h200:}: this GPU is not an H200"
+    fi ;;
   stream)
     say "streamed updates, raw and through gradio_client"
     timeout 150 python3 -m experiments.stream_check --tokens 256 2>&1 | grep -v Warning | tail -n 12 | tee -a "$LOG" ;;
