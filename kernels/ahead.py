@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import torch
@@ -77,10 +77,12 @@ def workers() -> int:
     return max(1, cores - 1)
 
 
-def compile_ahead(launches: list[tuple], threads: int | None = None) -> Compiled:
+def compile_ahead(launches: list[tuple], threads: int | None = None, stop=None) -> Compiled:
     """Compile every distinct launch through its kernel's JIT, `threads` at a time (workers() by default). A
     launch the compiler refuses is named in `failed`, not raised: its real launch raises it where it is run.
-    Threads gain about 4x at most (much of a compile holds Python's lock); in_processes gains more."""
+    Threads gain about 4x at most (much of a compile holds Python's lock); in_processes gains more. `stop()`, asked
+    a few times a second, ends it early: the compiles under way finish (a second or two each), the rest are not
+    begun, and `launches` counts those done."""
     todo = distinct(launches)
     start = time.perf_counter()
     failed = []
@@ -95,10 +97,18 @@ def compile_ahead(launches: list[tuple], threads: int | None = None) -> Compiled
         except Exception as e:  # noqa: BLE001 - reported, and raised again by the real launch
             failed.append(f"{getattr(fn, '__name__', fn)}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
 
+    futures = []
     if todo:
-        with ThreadPoolExecutor(max(1, min(threads or workers(), len(todo)))) as pool:
-            list(pool.map(one, todo))
-    return Compiled(len(todo), time.perf_counter() - start, failed)
+        pool = ThreadPoolExecutor(max(1, min(threads or workers(), len(todo))))
+        futures = [pool.submit(one, item) for item in todo]
+        try:
+            pending = set(futures)
+            while pending and not (stop is not None and stop()):
+                _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    done = sum(1 for f in futures if not f.cancelled())
+    return Compiled(done, time.perf_counter() - start, failed)
 
 
 # --- In processes of their own ---------------------------------------------------------------------------------

@@ -163,3 +163,29 @@ def test_a_launch_preloaded_from_its_specialization_data_is_the_one_the_jit_woul
     done = subprocess.run([sys.executable, "-c", SPECIALIZED], env=env, cwd=root, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.split()[:1] in (["read"], ["preloaded"], ["then"])]
     assert lines == ["read 2 0 0", "preloaded 2 0 2", "then the JIT added 0"], (lines, done.stderr[-3000:])
+
+
+def test_a_compile_ahead_asked_to_stop_begins_no_more_compiles():
+    """Ten launches of a kernel whose compile takes 0.3 s, on two threads, asked to stop at once: the two compiles
+    under way finish, no other begins, and the count says two; not stopped, all ten."""
+    import threading
+    import time
+
+    class Slow:
+        __name__ = "slow"
+
+        def __init__(self):
+            self.begun, self.lock = 0, threading.Lock()
+
+        def warmup(self, *args, grid, **kwargs):
+            with self.lock:
+                self.begun += 1
+            time.sleep(0.3)
+
+    slow = Slow()
+    launches = [(slow, (), {"BLOCK": 2**i}, (1,)) for i in range(10)]  # ten specialisations
+    done = ahead.compile_ahead(launches, threads=2, stop=lambda: True)
+    assert done.launches == slow.begun == 2 and not done.failed
+    slow = Slow()
+    everything = ahead.compile_ahead([(slow, *rest) for _, *rest in launches], threads=2)
+    assert everything.launches == slow.begun == 10

@@ -30,7 +30,10 @@ def run(payload: dict, control: Control):
     x, y, value = payload["x"], payload["y"], payload["value"]
     device = models.device()
     if device.type == "cuda" and not control.why():
-        yield from _compile_ahead(kernel, shape, models.dtype_of(dtype), device)
+        yield from _compile_ahead(kernel, shape, models.dtype_of(dtype), device, control)
+        if control.why():
+            yield {"best": f"Stopped {control.why()}: while compiling, before the first config was timed."}
+            return
     timed = sweeps.tile_sweep_rows(kernel, shape, dtype=models.dtype_of(dtype), device=device)
     gpu = recorded_heatmap(kernel, x, y, value) if device.type == "cpu" else None
     rows = []
@@ -57,20 +60,22 @@ def run(payload: dict, control: Control):
 _AHEAD = set()  # the sweeps (kernel, shape, dtype) whose kernels this process has compiled ahead
 
 
-def _compile_ahead(kernel, shape, dtype, device):
+def _compile_ahead(kernel, shape, dtype, device, control: Control):
     """Every config's kernels compiled before the first is timed, several at once (kernels.ahead): a sweep
     compiles a kernel per config, one after another where each is first launched. Says so while it runs; once
-    per kernel, shape and dtype in a process."""
+    per kernel, shape and dtype in a process. Stopped (by the visitor or the budget), it ends within a compile or
+    two, and the sweep with it."""
     key = (kernel, tuple(sorted(shape.items())), str(dtype))
     if key in _AHEAD:
         return
-    _AHEAD.add(key)
     launches = ahead.distinct(sweeps.sweep_launches(kernel, shape, dtype=dtype, device=device))
     if not launches:
         return
     threads = min(ahead.workers(), len(launches))
     yield {"best": f"Compiling the sweep's {len(launches)} kernels for this GPU, {threads} at a time…"}
-    done = ahead.compile_ahead(launches, threads)
+    done = ahead.compile_ahead(launches, threads, stop=lambda: control.why() is not None)
+    if done.launches == len(launches):
+        _AHEAD.add(key)
     yield {"best": f"Compiled {done.launches} kernels in {done.seconds:.1f} s; timing the first config…"}
 
 
