@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -178,7 +179,10 @@ def in_processes(launches: list[tuple], processes: int | None = None) -> Compile
     try:
         running = [
             subprocess.Popen(
-                [sys.executable, "-m", "kernels.ahead", f.name, str(i), str(k)], stdout=subprocess.PIPE, text=True
+                [sys.executable, "-m", "kernels.ahead", f.name, str(i), str(k)],
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=Path(__file__).resolve().parent.parent,  # where `kernels` imports from, wherever this runs
             )
             for i in range(k if specs else 0)
         ]
