@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
