@@ -166,13 +166,21 @@ def in_processes(launches: list[tuple], processes: int | None = None) -> Compile
     """Compile every distinct launch in `processes` processes of their own (workers() by default), each its share
     (`python -m kernels.ahead SPECS I K`): unlike threads, they do not wait on one another's Python. Each needs the
     GPU's driver (JIT.preload asks it for the device) but no model."""
+    start = time.perf_counter()
+    specs, failed = specializations(launches)
+    done = preload_in_processes(specs, processes)
+    return Compiled(done.launches, time.perf_counter() - start, failed + done.failed)
+
+
+def preload_in_processes(specs: list[dict], processes: int | None = None) -> Compiled:
+    """preload each of `specs` (specializations) in one of `processes` processes of their own, each its share."""
     import json
     import subprocess
     import sys
     import tempfile
 
-    start = time.perf_counter()
-    specs, failed = specializations(launches)
+    start, failed = time.perf_counter(), []
+    specs = [dict(t) for t in {tuple(sorted((k, v) for k, v in spec.items())) for spec in specs}]  # once each
     k = max(1, min(processes or workers(), len(specs)))
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(specs, f)

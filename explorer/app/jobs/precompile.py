@@ -79,21 +79,31 @@ def record(calls: dict) -> tuple[list, list[str], list[str]]:
 
 
 def compile_all(calls: dict, processes: int | None = None) -> tuple[list[str], str]:
-    """Record `calls` and compile their distinct launches in processes of their own (kernels.ahead.in_processes);
-    (the calls recorded whole, a line for the log)."""
+    """Record `calls` and compile their distinct launches in processes of their own (kernels.ahead); (the calls
+    recorded whole, a line for the log). Each call's launches are read as specialization data as soon as it is
+    recorded: a later call that leaves the process's GPU context unusable (a device-side assert, computing from
+    results no kernel wrote) loses none of what came before."""
     t0 = time.monotonic()
     if models.device().type != "cuda":
         return [], "nothing compiled ahead: the interpreter compiles no kernel"
-    launches, whole, stopped = record(calls)
+    specs, whole, stopped, unread = [], [], [], []
+    for name, call in calls.items():
+        launches, done, halted = record({name: call})
+        whole += done
+        stopped += halted
+        got, failed = ahead.specializations(launches)
+        specs += got
+        unread += failed
     recorded_s = time.monotonic() - t0
     processes = processes or int(os.environ.get(PROCESSES_ENV) or 0) or ahead.workers()
-    done = ahead.in_processes(launches, processes)
+    done = ahead.preload_in_processes(specs, processes)
     line = (
         f"compiled {done.launches} kernels ahead in {processes} processes in {done.seconds:.1f} s, their launches "
         f"recorded in {recorded_s:.1f} s"
     )
     if stopped:
         line += f"; recorded until they needed a result: {', '.join(stopped)}"
-    if done.failed:
-        line += f"; {len(done.failed)} not compiled: {done.failed[0]}"
+    failed = unread + done.failed
+    if failed:
+        line += f"; {len(failed)} not compiled: {failed[0]}"
     return whole, line
