@@ -72,6 +72,11 @@ class Compiled:
     failed: list[str] = field(default_factory=list)  # "kernel: error", for launches the compiler refused
 
 
+def _failure(kernel, e: Exception) -> str:
+    """A line for a launch that was not compiled: "kernel: error", the error's first line."""
+    return f"{kernel}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
 def workers() -> int:
     """Threads to compile with: the cores this process may use, less one for the server."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -96,7 +101,7 @@ def compile_ahead(launches: list[tuple], threads: int | None = None, stop=None) 
             # cache), which the JIT otherwise leaves to the first launch
             getattr(kernel, "_init_handles", lambda: None)()
         except Exception as e:  # noqa: BLE001 - reported, and raised again by the real launch
-            failed.append(f"{getattr(fn, '__name__', fn)}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            failed.append(_failure(getattr(fn, "__name__", fn), e))
 
     futures = []
     if todo:
@@ -136,7 +141,7 @@ def specializations(launches: list[tuple]) -> tuple[list[dict], list[str]]:
             try:
                 fn.warmup(*args, grid=grid, **kwargs)
             except Exception as e:  # noqa: BLE001 - the real launch raises it where it is run
-                failed.append(f"{getattr(fn, '__name__', fn)}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                failed.append(_failure(getattr(fn, "__name__", fn), e))
                 continue
             if found:  # none where this process has compiled it already
                 out.append({"module": fn.fn.__module__, "name": fn.fn.__name__, "data": found[0]})
@@ -158,7 +163,7 @@ def preload(specs: list[dict], load: bool = True) -> Compiled:
             if load:
                 getattr(kernel, "_init_handles", lambda: None)()
         except Exception as e:  # noqa: BLE001 - counted; the real launch compiles it
-            failed.append(f"{spec['name']}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            failed.append(_failure(spec["name"], e))
     return Compiled(len(specs), time.perf_counter() - start, failed)
 
 

@@ -199,7 +199,7 @@ def for_compare(s: RunSettings, lengths: list[int], frame: pd.DataFrame, folder=
     if model is None:
         return None
     key = settings_key(s)
-    half = gpu_time.half({"dtype": ran(s)})
+    half = gpu_time.half(ran(s))
     times = []  # Compare's runs take the largest logit (sequence_runs): no sampling in their steps
     for row in frame.itertuples(index=False):
         settings = dict(key, backend=row.backend, cache=row.cache == "on", cuda_graph=row.launch_mode != "eager")

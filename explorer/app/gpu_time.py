@@ -83,9 +83,9 @@ class Point:
         return self.launches if self.half and self.mode == "eager" and self.rung != "torch" else 0.0
 
 
-def half(settings: dict) -> bool:
-    """Whether a run computes in half precision (float16 or bfloat16)."""
-    return settings.get("dtype") in ("float16", "bfloat16")
+def half(dtype: str | None) -> bool:
+    """Whether a run in `dtype` computes in half precision (float16 or bfloat16)."""
+    return dtype in ("float16", "bfloat16")
 
 
 def sampled(settings: dict) -> bool:
@@ -116,7 +116,7 @@ def points(steps: pd.DataFrame, kernels: pd.DataFrame, settings: dict, bandwidth
                 float(middle.operations),
                 float(middle.latency_ms),
                 sampled(settings),
-                half(settings),
+                half(settings.get("dtype")),
             )
         )
     return out
@@ -148,7 +148,7 @@ class TimeModel:
         bytes and FLOPs (a kernels frame, one row per step and kernel kind) and its launches."""
         per_step = step_roofs(kernels, self.bandwidth_gbs, self.tflops[dtype])
         cache, graph_on = bool(settings["cache"]), bool(settings.get("cuda_graph", True))
-        rung, draws, halves = rung_of(settings), sampled(settings), half({"dtype": dtype})
+        rung, draws, halves = rung_of(settings), sampled(settings), half(dtype)
         out = []
         for step, phase, operations in zip(steps.step, steps.phase, steps.operations, strict=True):
             mode = mode_of(phase, cache, graph_on)
